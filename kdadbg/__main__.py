@@ -1,0 +1,3 @@
+from kdadbg.cli import main
+
+main()

@@ -1,0 +1,164 @@
+"""The shared case table: named input regimes used by the tests and by ``kdadbg gen``.
+
+Each case is a small, fully specified dump recipe. The regimes come from the bugs real KDA
+kernels had (``shared/peers.md``): tail chunks, varlen with sequences shorter than a chunk,
+gates at the lower bound or at zero, beta near 0 and 1, non-zero states, both layouts,
+K != V, every gate mode and chunk size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+import torch
+
+from .config import KDAConfig, KDAInputs
+
+DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+          "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    B: int = 1
+    T: int = 40
+    H: int = 2
+    K: int = 16
+    V: int = 16
+    cu_seqlens: tuple[int, ...] | None = None
+    gate: str = "lower_bound"
+    gates: str = "random"        # random | lower (at the lower bound) | zero (no decay)
+    betas: str = "random"        # random | low (b near 0) | high (b near 1)
+    chunk_size: int = 16
+    state_layout: str = "vk"
+    h0: bool = True
+    dht: bool = True
+    qk_l2norm: bool = True
+    beta_sigmoid: bool = True
+    lower_bound: float = -5.0
+    dtype: str = "float32"
+    note: str = field(default="", compare=False)
+
+    @property
+    def config(self) -> KDAConfig:
+        return KDAConfig(scale=self.K ** -0.5, chunk_size=self.chunk_size, gate=self.gate,
+                         lower_bound=self.lower_bound, qk_l2norm=self.qk_l2norm,
+                         beta_sigmoid=self.beta_sigmoid, state_layout=self.state_layout)
+
+
+def _c(name, note, **kw) -> Case:
+    return Case(name=name, note=note, **kw)
+
+
+CASES: tuple[Case, ...] = (
+    _c("basic", "B=2, T=40 (tail chunk), H=2, lower_bound gate, h0 and dht", B=2),
+    _c("t1", "a single token", T=1, H=1),
+    _c("t15", "one partial chunk", T=15, H=3),
+    _c("t16", "exactly one chunk", T=16, H=1),
+    _c("tail", "T=17: a one-row tail chunk", T=17, H=3),
+    _c("t63", "T=63", T=63, H=1, K=24, V=16),
+    _c("t64", "T=64", T=64, H=3),
+    _c("t65", "T=65", T=65, H=1),
+    _c("t200", "T=200, K != V", T=200, H=3, K=16, V=24),
+    _c("varlen", "cu_seqlens [0,15,100,300], H=3", T=300, H=3, cu_seqlens=(0, 15, 100, 300)),
+    _c("varlen_short", "cu_seqlens [0,1,17,33]: sequences shorter than a chunk", T=33, H=2,
+       cu_seqlens=(0, 1, 17, 33)),
+    _c("k_ne_v", "K=32, V=16", T=50, K=32, V=16),
+    _c("v_gt_k", "K=16, V=48", T=50, K=16, V=48),
+    _c("gate_none", "g is the natural-log decay", gate="none"),
+    _c("gate_softplus", "-exp(A_log) softplus(g + dt_bias)", gate="softplus"),
+    _c("strong_gates", "every token at the lower bound (-5)", gates="lower", T=70),
+    _c("strong_gates_none", "g = -5 per token with the none gate", gate="none", gates="lower", T=70),
+    _c("strong_gates_softplus", "softplus gate about -5 per token", gate="softplus", gates="lower"),
+    _c("zero_gates", "gates at 0 (no decay)", gates="zero", T=70),
+    _c("zero_gates_none", "g = 0 with the none gate", gate="none", gates="zero"),
+    _c("beta_low", "beta near 0", betas="low"),
+    _c("beta_high", "beta near 1", betas="high"),
+    _c("raw", "l2norm and beta sigmoid off", qk_l2norm=False, beta_sigmoid=False),
+    _c("raw_beta_extremes", "beta sigmoid off, beta near 1", beta_sigmoid=False, betas="high"),
+    _c("no_state", "no h0, no dht", h0=False, dht=False),
+    _c("h0_only", "h0 without dht", dht=False),
+    _c("dht_only", "dht without h0", h0=False),
+    _c("kv_layout", "states in [N,H,K,V]", state_layout="kv", K=16, V=24),
+    _c("varlen_kv", "varlen with the kv layout", T=60, cu_seqlens=(0, 7, 40, 60), state_layout="kv"),
+    _c("chunk32", "chunk 32, T=100", chunk_size=32, T=100),
+    _c("chunk64", "chunk 64, T=130", chunk_size=64, T=130, H=1),
+    _c("chunk64_varlen", "chunk 64, varlen [0,5,70,150]", chunk_size=64, T=150, H=1,
+       cu_seqlens=(0, 5, 70, 150)),
+    _c("chunk64_strong", "chunk 64 with gates at the lower bound", chunk_size=64, gates="lower", T=64,
+       H=1),
+    _c("bf16", "bf16 inputs", dtype="bfloat16", T=50),
+)
+
+CASE_NAMES = tuple(c.name for c in CASES)
+BY_NAME = {c.name: c for c in CASES}
+
+
+def get_case(name: str) -> Case:
+    return BY_NAME[name]
+
+
+def make_inputs(case: Case, seed: int = 0) -> tuple[KDAInputs, KDAConfig]:
+    """Random inputs for ``case`` (deterministic in ``seed``), in the case's dtype."""
+    gen = torch.Generator().manual_seed(seed)
+
+    def randn(*shape, std=1.0):
+        return torch.randn(*shape, generator=gen, dtype=torch.float64) * std
+
+    def uniform(lo, hi, *shape):
+        return lo + (hi - lo) * torch.rand(*shape, generator=gen, dtype=torch.float64)
+
+    B, T, H, K, V = case.B, case.T, case.H, case.K, case.V
+    if case.cu_seqlens is not None:
+        B = 1
+        if case.cu_seqlens[-1] != T:
+            raise ValueError(f"case {case.name}: cu_seqlens must end at T={T}")
+    N = B if case.cu_seqlens is None else len(case.cu_seqlens) - 1
+    q, k = randn(B, T, H, K), randn(B, T, H, K)
+    v = randn(B, T, H, V)
+    A_log = dt_bias = None
+    if case.gate == "none":
+        g = {"random": torch.nn.functional.logsigmoid(randn(B, T, H, K) + 2.0),
+             "lower": torch.full((B, T, H, K), case.lower_bound, dtype=torch.float64),
+             "zero": torch.zeros(B, T, H, K, dtype=torch.float64)}[case.gates]
+    else:
+        A_log = uniform(-0.5, 0.5, H)
+        dt_bias = uniform(-1.0, 1.0, H, K)
+        if case.gate == "lower_bound":
+            g = {"random": randn(B, T, H, K), "lower": 40.0 + randn(B, T, H, K).abs(),
+                 "zero": -60.0 - randn(B, T, H, K).abs()}[case.gates]
+        else:
+            if case.gates == "lower":   # -exp(A_log) softplus(g + dt_bias) close to -5
+                A_log = torch.zeros(H, dtype=torch.float64)
+                g = 5.0 - dt_bias[None, None] + 0.1 * randn(B, T, H, K)
+            else:
+                g = {"random": randn(B, T, H, K) - 1.0, "zero": -60.0 - randn(B, T, H, K).abs()}[case.gates]
+    logits = {"random": randn(B, T, H), "low": -14.0 - randn(B, T, H).abs(),
+              "high": 14.0 + randn(B, T, H).abs()}[case.betas]
+    if case.beta_sigmoid:
+        beta = logits
+    else:
+        beta = {"random": torch.sigmoid(logits), "low": torch.full((B, T, H), 1e-6, dtype=torch.float64),
+                "high": torch.full((B, T, H), 1.0 - 1e-6, dtype=torch.float64)}[case.betas]
+    do = randn(B, T, H, V)
+    state = (N, H, V, K) if case.state_layout == "vk" else (N, H, K, V)
+    h0 = randn(*state, std=0.5) if case.h0 else None
+    dht = randn(*state, std=0.5) if case.dht else None
+    cu = torch.tensor(case.cu_seqlens, dtype=torch.int64) if case.cu_seqlens is not None else None
+    dt = DTYPES[case.dtype]
+    inputs = KDAInputs(q=q, k=k, v=v, g=g, beta=beta, do=do, dht=dht, h0=h0, cu_seqlens=cu,
+                       A_log=A_log, dt_bias=dt_bias)
+    out = {}
+    for name, t in inputs.items():
+        if name in ("A_log", "dt_bias"):
+            out[name] = t.float()
+        elif t.is_floating_point():
+            out[name] = t.to(dt)
+        else:
+            out[name] = t
+    return KDAInputs(**out), case.config
+
+
+def with_size(case: Case, **kw) -> Case:
+    return replace(case, **kw)

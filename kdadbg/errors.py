@@ -1,0 +1,15 @@
+"""The project's one user-facing exception type and its exit codes."""
+
+EXIT_OK = 0
+EXIT_NUMERIC = 1
+EXIT_BAD_INPUT = 2
+
+
+class KdadbgError(Exception):
+    """A problem with the user's input or request: printed as one line, exit code 2.
+
+    Messages name the file (when there is one), the tensor or option, what was expected
+    and what was found.
+    """
+
+    exit_code = EXIT_BAD_INPUT

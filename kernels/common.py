@@ -1,0 +1,109 @@
+"""Shared host-side structures of the kernels: the device chunk table, the forward's saved
+tensors (the contract between the forward and the backward stages) and the tap plan."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from .taps import TapSelection, alloc_tap_buffers
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def chunk_layout(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int):
+    """The chunk numbering of spec §9, as CPU int64 tensors.
+
+    Returns ``(seq_bos [N], seq_len [N], seq_chunk_base [N+1], seq [NC], t [NC], start [NC],
+    length [NC])``: chunks never straddle sequences; sequence n has ceil(len_n / C) chunks; global
+    chunk ``c = seq_chunk_base[n] + t``; ``start`` is the flattened (``B*T``) token of row 0.
+    """
+    C = chunk_size
+    if cu_seqlens is None:
+        bos = torch.arange(B, dtype=torch.long) * T
+        lens = torch.full((B,), T, dtype=torch.long)
+    else:
+        cu = cu_seqlens.detach().to("cpu", torch.long)
+        bos, lens = cu[:-1].clone(), cu[1:] - cu[:-1]
+    n_per = (lens + C - 1) // C
+    base = torch.zeros(len(lens) + 1, dtype=torch.long)
+    base[1:] = torch.cumsum(n_per, 0)
+    seq = torch.repeat_interleave(torch.arange(len(lens)), n_per)
+    t = torch.arange(int(base[-1])) - base[seq]
+    start = bos[seq] + t * C
+    length = torch.minimum(lens[seq] - t * C, torch.tensor(C))
+    return bos, lens, base, seq, t, start, length
+
+
+@dataclass(frozen=True)
+class KernelChunks:
+    """Chunk table on the device (int32). Tokens live on the flattened axis ``B*T``.
+
+    chunk_start[c]: flattened token of row 0 of chunk c; chunk_len[c]: valid rows;
+    chunk_seq[c]: its sequence; seq_chunk_base[n]: first global chunk of sequence n
+    (``seq_chunk_base[N]`` = n_chunks).
+    """
+
+    chunk_size: int
+    chunk_start: torch.Tensor
+    chunk_len: torch.Tensor
+    chunk_seq: torch.Tensor
+    seq_chunk_base: torch.Tensor
+    n_chunks: int
+    n_seqs: int
+    max_chunks: int
+
+    @staticmethod
+    def build(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int, device) -> "KernelChunks":
+        bos, lens, base, seq, t, start, length = chunk_layout(B, T, cu_seqlens, chunk_size)
+
+        def dev(x):
+            return x.to(device=device, dtype=torch.int32).contiguous()
+
+        n_per = base[1:] - base[:-1]
+        return KernelChunks(chunk_size, dev(start), dev(length), dev(seq), dev(base), int(base[-1]), len(lens),
+                            int(n_per.max()) if len(lens) else 0)
+
+
+@dataclass
+class FwdSaved:
+    """What the forward keeps for the backward (all float32, gates natural-log, math layout).
+
+    qn, kn: [BT,H,K] after l2norm (or the raw q, k when l2norm is off); gc: [BT,H,K] within-chunk
+    inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H] after activation;
+    INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state entering
+    each chunk; U: [BT,H,V].
+    """
+
+    qn: torch.Tensor
+    kn: torch.Tensor
+    gc: torch.Tensor
+    gT: torch.Tensor
+    b: torch.Tensor
+    INV: torch.Tensor
+    Mqk: torch.Tensor
+    S: torch.Tensor
+    U: torch.Tensor
+
+
+@dataclass
+class TapPlan:
+    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1."""
+
+    selection: TapSelection
+    lo: int
+    hi: int
+    head_slot: torch.Tensor  # [H] int32
+    buffers: dict[str, torch.Tensor]
+
+    @staticmethod
+    def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
+        lo, hi = sel.chunk_range(n_chunks)
+        slot = torch.full((H,), -1, dtype=torch.int32)
+        for i, h in enumerate(sel.head_list(H)):
+            slot[h] = i
+        return TapPlan(sel, lo, hi, slot.to(device), alloc_tap_buffers(sel, n_chunks, H, C, K, V, device))
+
+    def has(self, name: str) -> bool:
+        return name in self.buffers
