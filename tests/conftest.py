@@ -17,7 +17,7 @@ import pytest  # noqa: E402
 HAS_GPU = torch.cuda.is_available()
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
-GOLDEN = SHARED / "golden"
+GOLDEN = REPO / "tests" / "golden"  # copied from shared/golden
 
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
 
