@@ -1,0 +1,215 @@
+"""The ``kdadbg`` command line: a thin shell over the library.
+
+Each command parses options, calls one library function that returns plain data, renders it
+(results to stdout, progress and errors to stderr) and picks the exit code: 0 success,
+1 numerical failure, 2 bad input or usage.
+"""
+
+import functools
+import inspect
+import sys
+from enum import Enum
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+from rich.console import Console
+
+from . import report
+from .errors import EXIT_NUMERIC, KdadbgError
+
+app = typer.Typer(name="kdadbg", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+                  help="Gradient debugger for KDA (Kimi Delta Attention) chunked kernels: generate and "
+                       "inspect dumps, export per-chunk taps from the float64 reference.")
+
+
+def _out() -> Console:
+    """stdout; wide when piped so tables stay readable in files and logs."""
+    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+
+
+def _err() -> Console:
+    return Console(stderr=True, highlight=False)
+
+
+class Gate(str, Enum):
+    none = "none"
+    lower_bound = "lower_bound"
+    softplus = "softplus"
+
+
+class Layout(str, Enum):
+    vk = "vk"
+    kv = "kv"
+
+
+class Source(str, Enum):
+    reference = "reference"
+
+
+class Device(str, Enum):
+    auto = "auto"
+    cpu = "cpu"
+    cuda = "cuda"
+
+
+_PANEL = "Config overrides (beat the dump's metadata)"
+CONFIG_OPTIONS = {
+    "chunk_size": Annotated[Optional[int], typer.Option("--chunk-size", help="Chunk size: 16, 32 or 64.",
+                                                        rich_help_panel=_PANEL)],
+    "scale": Annotated[Optional[float], typer.Option("--scale", help="Query scale (default K**-0.5).",
+                                                     rich_help_panel=_PANEL)],
+    "gate": Annotated[Optional[Gate], typer.Option("--gate", help="Gate activation.", rich_help_panel=_PANEL)],
+    "lower_bound": Annotated[Optional[float], typer.Option("--lower-bound", help="Lower bound of the lower_bound "
+                                                           "gate.", rich_help_panel=_PANEL)],
+    "state_layout": Annotated[Optional[Layout], typer.Option("--state-layout", help="Layout of h0/ht/dht/dh0.",
+                                                             rich_help_panel=_PANEL)],
+    "qk_l2norm": Annotated[Optional[bool], typer.Option("--qk-l2norm/--no-qk-l2norm", help="L2-normalise q and k.",
+                                                        rich_help_panel=_PANEL)],
+    "beta_sigmoid": Annotated[Optional[bool], typer.Option("--beta-sigmoid/--no-beta-sigmoid",
+                                                           help="Apply a sigmoid to beta.", rich_help_panel=_PANEL)],
+}
+
+
+def config_options(func):
+    """Give a command the config-override options; it receives them as ``overrides: dict``
+    (config key -> value, None where not given), ready for ``load_dump``."""
+    sig = inspect.signature(func)
+    params = [p for p in sig.parameters.values() if p.name != "overrides"]
+    extra = [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None, annotation=ann)
+             for name, ann in CONFIG_OPTIONS.items()]
+
+    @functools.wraps(func)
+    def wrapper(*args, **kwargs):
+        overrides = {}
+        for name in CONFIG_OPTIONS:
+            value = kwargs.pop(name, None)
+            overrides[name] = value.value if isinstance(value, Enum) else value
+        return func(*args, overrides=overrides, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=params + extra)
+    wrapper.__annotations__ = {**{k: v for k, v in func.__annotations__.items() if k != "overrides"},
+                               **CONFIG_OPTIONS}
+    return wrapper
+
+
+def command(*args, **kwargs):
+    """``app.command`` that turns a ``KdadbgError`` into one red stderr line and its exit code."""
+    def deco(func):
+        @functools.wraps(func)
+        def wrapper(*a, **k):
+            try:
+                return func(*a, **k)
+            except KdadbgError as e:
+                report.print_error(_err(), str(e))
+                raise typer.Exit(e.exit_code) from None
+        return app.command(*args, **kwargs)(wrapper)
+    return deco
+
+
+@command("gen")
+def gen(
+    out: Annotated[Optional[Path], typer.Argument(help="Dump file to write (.safetensors).", show_default=False)]
+    = None,
+    preset: Annotated[str, typer.Option("--preset", "-p", help="Case name from the case table (see --list).")]
+    = "basic",
+    seed: Annotated[int, typer.Option("--seed", help="Random seed.")] = 0,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite OUT if it exists.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
+    B: Annotated[Optional[int], typer.Option("--B", help="Batch size (not for varlen presets).")] = None,
+    T: Annotated[Optional[int], typer.Option("--T", help="Sequence length (not for varlen presets).")] = None,
+    H: Annotated[Optional[int], typer.Option("--H", help="Heads.")] = None,
+    K: Annotated[Optional[int], typer.Option("--K", help="Key head dim.")] = None,
+    V: Annotated[Optional[int], typer.Option("--V", help="Value head dim.")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, float64, bfloat16 or float16.")] = None,
+):
+    """Write a dump (format v1) from a preset of the shared case table.
+
+    Example: kdadbg gen sample.safetensors --preset varlen_short --seed 1
+    """
+    from .gen import generate, list_presets
+
+    if list_:
+        report.render_presets(_out(), list_presets())
+        return
+    if out is None:
+        raise typer.BadParameter("missing the OUT file to write (or pass --list)", param_hint="OUT")
+    info = generate(out, preset, seed=seed, force=force, B=B, T=T, H=H, K=K, V=V, dtype=dtype)
+    report.render_generated(_out(), info)
+
+
+@command("inspect")
+def inspect_(
+    dump: Annotated[Path, typer.Argument(help="Dump file to describe.", show_default=False)],
+    json_: Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")] = False,
+):
+    """Show a dump's config, tensor statistics and validation verdict.
+
+    For each tensor: shape, dtype, min/max/mean over the finite values, NaN and Inf counts;
+    config values are marked as from the file or defaults. Exit 2 when the dump is invalid.
+
+    Example: kdadbg inspect sample_inputs/basic.safetensors
+    """
+    from .dump import describe_dump
+
+    desc = describe_dump(dump)
+    if json_:
+        report.print_json(_out(), desc)
+    else:
+        report.render_inspect(_out(), desc)
+    if not desc["ok"]:
+        raise KdadbgError(desc["verdict"])
+
+
+@command("taps")
+@config_options
+def taps(
+    dump: Annotated[Optional[Path], typer.Argument(help="Dump file to run.", show_default=False)] = None,
+    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Taps file to write.", show_default=False)]
+    = None,
+    source: Annotated[Source, typer.Option("--source", help="What computes the taps.")] = Source.reference,
+    tap_names: Annotated[Optional[str], typer.Option("--taps", help="Comma-separated tap or stage names, all or "
+                                                     "none (default all; see --list).")] = None,
+    chunks: Annotated[Optional[str], typer.Option("--chunks", help="Global chunk range A:B (half-open, either "
+                                                  "side optional) or one chunk A.")] = None,
+    heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices.")] = None,
+    device: Annotated[Device, typer.Option("--device", help="Where to compute.")] = Device.auto,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output if it exists.")] = False,
+    allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    list_: Annotated[bool, typer.Option("--list", help="List the taps of the registry and exit.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    overrides: dict = None,
+):
+    """Export outputs, gradients and per-chunk taps of a dump to a taps file (safetensors).
+
+    Exit 1 when an exported value is NaN or Inf.
+    Example: kdadbg taps sample_inputs/basic.safetensors -o basic.taps.safetensors --taps dS,dgc --chunks 0:4
+    """
+    from .export import export_taps
+    from .selection import parse_chunk_range, parse_heads, parse_tap_names
+
+    if list_:
+        report.render_tap_list(_out())
+        return
+    if dump is None or out is None:
+        raise typer.BadParameter("needs a DUMP and -o OUT (or pass --list)", param_hint="DUMP / --out")
+    names = parse_tap_names(tap_names)
+    chunk_range, head_list = parse_chunk_range(chunks), parse_heads(heads)
+    with report.progress_display(_err()) as progress:
+        info = export_taps(dump, out, source=source.value, names=names, chunks=chunk_range, heads=head_list,
+                           device=device.value, overrides=overrides, force=force,
+                           allow_nonfinite=allow_nonfinite, progress=progress)
+    if json_:
+        report.print_json(_out(), info)
+    else:
+        report.render_export(_out(), info)
+    if info["nonfinite"]:
+        raise typer.Exit(EXIT_NUMERIC)
+
+
+def main() -> None:
+    try:
+        app()
+    except KdadbgError as e:
+        report.print_error(_err(), str(e))
+        sys.exit(e.exit_code)

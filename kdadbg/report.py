@@ -1,0 +1,120 @@
+"""Rich rendering of the plain data the library returns. No computation happens here."""
+
+from __future__ import annotations
+
+import json
+from contextlib import contextmanager
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kdadbg_kernels.taps import TAPS
+
+
+def _num(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _shape(shape) -> str:
+    return "[" + ",".join(str(s) for s in shape) + "]"
+
+
+def print_json(console: Console, data) -> None:
+    console.out(json.dumps(data, indent=2, default=str), highlight=False)
+
+
+def print_error(console: Console, message: str) -> None:
+    """One red line: ``error: <message>``."""
+    console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def render_inspect(console: Console, desc: dict) -> None:
+    console.print(f"[bold]{escape(desc['path'])}[/bold]", soft_wrap=True)
+    if desc["config"] is not None:
+        t = Table(title="config", title_justify="left")
+        t.add_column("key")
+        t.add_column("value")
+        t.add_column("source")
+        for row in desc["config"]:
+            t.add_row(row["key"], str(row["value"]), "default" if row["default"] else "file")
+        console.print(t)
+    elif desc["metadata"]:
+        console.print("metadata (not a valid config): " + escape(json.dumps(desc["metadata"])), soft_wrap=True)
+    if desc["sizes"]:
+        console.print("sizes: " + "  ".join(f"{k}={v}" for k, v in desc["sizes"].items()), highlight=False)
+    if desc["tensors"]:
+        t = Table(title="tensors", title_justify="left")
+        for col in ("name", "shape", "dtype", "min", "max", "mean", "NaN", "Inf"):
+            t.add_column(col, justify="right" if col in ("min", "max", "mean", "NaN", "Inf") else "left",
+                         no_wrap=True)
+        for r in desc["tensors"]:
+            name = r["name"] if r["role"] == "input" else f"{r['name']} (extra)"
+            bad = "red" if r["nan"] or r["inf"] else None
+            t.add_row(name, _shape(r["shape"]), r["dtype"], _num(r["min"]), _num(r["max"]), _num(r["mean"]),
+                      str(r["nan"]), str(r["inf"]), style=bad)
+        console.print(t)
+    if desc["extra"]:
+        console.print("ignored extra tensors: " + ", ".join(desc["extra"]), soft_wrap=True, highlight=False)
+    verdict = "[green]valid[/green]" if desc["ok"] else f"[red]invalid:[/red] {escape(desc['verdict'])}"
+    console.print(f"verdict: {verdict}", soft_wrap=True, highlight=False)
+
+
+def render_presets(console: Console, presets: list[dict]) -> None:
+    t = Table(title="presets (kdadbg.cases)", title_justify="left")
+    for col in ("name", "B", "T", "H", "K", "V", "gate", "C", "layout", "dtype", "note"):
+        t.add_column(col)
+    for p in presets:
+        t.add_row(p["name"], *(str(p[k]) for k in ("B", "T", "H", "K", "V")), p["gate"], str(p["chunk_size"]),
+                  p["state_layout"], p["dtype"], p["note"])
+    console.print(t)
+
+
+def render_generated(console: Console, info: dict) -> None:
+    sizes = " ".join(f"{k}={v}" for k, v in info["sizes"].items())
+    console.print(f"wrote {escape(info['out'])}: preset {info['preset']} (seed {info['seed']}), {sizes}, "
+                  f"{info['dtype']}, {info['bytes']} bytes", soft_wrap=True, highlight=False)
+
+
+def render_tap_list(console: Console) -> None:
+    t = Table(title="taps (registry v1)", title_justify="left")
+    for col in ("tap", "stage", "per-chunk shape", "meaning"):
+        t.add_column(col)
+    for tap in TAPS:
+        t.add_row(tap.name, tap.stage, _shape(tap.shape), tap.meaning)
+    console.print(t)
+
+
+def tap_table_markdown() -> str:
+    """The tap registry as the Markdown table the README carries (a test keeps them in sync)."""
+    lines = ["| tap | stage | per-chunk shape | meaning |", "|---|---|---|---|"]
+    for tap in TAPS:
+        lines.append(f"| `{tap.name}` | {tap.stage} | `{_shape(tap.shape)}` | {tap.meaning} |")
+    return "\n".join(lines)
+
+
+def render_export(console: Console, info: dict) -> None:
+    lo, hi = info["chunks"]
+    heads = ",".join(str(h) for h in info["heads"])
+    console.print(f"wrote {escape(info['out'])} ({info['bytes']} bytes) from {info['source']} on {info['device']}: "
+                  f"{len(info['taps'])} taps, chunks {lo}:{hi} of {info['n_chunks']}, heads {heads}; "
+                  f"outputs {', '.join(info['outputs'])}", soft_wrap=True, highlight=False)
+    if info["nonfinite"]:
+        console.print(f"[red]non-finite values in:[/red] {', '.join(info['nonfinite'])}", soft_wrap=True)
+
+
+@contextmanager
+def progress_display(console: Console):
+    """A ``progress(stage, done, total)`` callable drawing rich progress bars on ``console``."""
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                    console=console, transient=True)
+    tasks: dict[str, int] = {}
+
+    def progress(stage: str, done: int, total: int) -> None:
+        if stage not in tasks:
+            tasks[stage] = bars.add_task(stage, total=total)
+        bars.update(tasks[stage], completed=done, total=total)
+
+    with bars:
+        yield progress

@@ -1,0 +1,161 @@
+"""The taps file: outputs, gradients, selected taps and the chunk table of one run, as safetensors.
+
+Layout (v1; other implementations may write it too)::
+
+    o, ht, dq, dk, dv, dg, dbeta      always; dump shapes, ht in the dump's state layout
+    dh0                               when the dump has h0 (dump's state layout)
+    dA_log, ddt_bias                  for the lower_bound and softplus gates
+    tap.<name>                        [n_chunks_sel, n_heads_sel, *per-chunk shape]; padding rows 0
+    chunk.index chunk.seq chunk.start chunk.len     int64 [n_chunks_sel]
+    head.index                                      int64 [n_heads_sel]
+
+Metadata: ``format`` (``kdadbg-taps-v1``), ``source`` (reference | kernel), ``dump`` (file name),
+the config keys of the dump format, ``kdadbg_version`` and, for kernels, ``precision``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from kdadbg_kernels.taps import GRADIENTS, OUTPUTS, REGISTRY, TAP_NAMES
+
+from .chunks import ChunkTable
+from .config import KDAConfig, KDAInputs
+from .errors import KdadbgError
+from .fileio import atomic_save, kdadbg_version, read_safetensors
+
+FORMAT = "kdadbg-taps-v1"
+OUTPUT_NAMES = OUTPUTS + GRADIENTS
+CHUNK_KEYS = ("chunk.index", "chunk.seq", "chunk.start", "chunk.len")
+HEAD_KEY = "head.index"
+TAP_PREFIX = "tap."
+
+
+def outputs_that_apply(inputs: KDAInputs, config: KDAConfig) -> tuple[str, ...]:
+    """Names of the whole-tensor outputs a run on this dump produces."""
+    names = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta"]
+    if inputs.h0 is not None:
+        names.append("dh0")
+    if config.gate != "none":
+        names += ["dA_log", "ddt_bias"]
+    return tuple(names)
+
+
+def zero_padding(name: str, tensor: torch.Tensor, lengths) -> torch.Tensor:
+    """Tap ``name`` of shape ``[n_chunks, n_heads, *per-chunk shape]`` with every padding row set to 0.
+
+    ``lengths[i]`` is the number of valid rows of chunk row ``i``; rows ``>= lengths[i]`` on every
+    axis indexed by a chunk row (rows and columns of ``[C,C]`` taps) become 0, NaN included.
+    Example: ``zero_padding("L", taps["L"], chunks.length)``.
+    """
+    tap = REGISTRY[name]
+    if tensor.ndim != 2 + len(tap.shape):
+        raise KdadbgError(f"tap '{name}': expected {2 + len(tap.shape)} dims [chunks,heads,"
+                          f"{','.join(tap.shape)}], found shape {list(tensor.shape)}")
+    lengths = torch.as_tensor(lengths, dtype=torch.long, device=tensor.device)
+    if lengths.shape != (tensor.shape[0],):
+        raise KdadbgError(f"tap '{name}': expected {tensor.shape[0]} chunk lengths, found {list(lengths.shape)}")
+    out = tensor
+    for axis in tap.row_dims:
+        dim = 2 + axis
+        rows = torch.arange(tensor.shape[dim], device=tensor.device)
+        shape = [1] * tensor.ndim
+        shape[0], shape[dim] = tensor.shape[0], tensor.shape[dim]
+        valid = (rows[None, :] < lengths[:, None]).reshape(shape)
+        out = torch.where(valid, out, torch.zeros((), dtype=out.dtype, device=out.device))
+    return out
+
+
+def chunk_rows(chunks: ChunkTable, lo: int, hi: int) -> dict[str, torch.Tensor]:
+    """The ``chunk.*`` tensors for global chunks ``lo..hi-1``."""
+    return {"chunk.index": torch.arange(lo, hi, dtype=torch.int64),
+            "chunk.seq": chunks.seq[lo:hi].to(torch.int64),
+            "chunk.start": chunks.export_start[lo:hi].to(torch.int64),
+            "chunk.len": chunks.length[lo:hi].to(torch.int64)}
+
+
+def taps_metadata(source: str, dump, config: KDAConfig, precision: str | None = None) -> dict[str, str]:
+    meta = {"format": FORMAT, "source": source, "dump": Path(dump).name, "kdadbg_version": kdadbg_version(),
+            **config.to_metadata()}
+    if precision is not None:
+        meta["precision"] = precision
+    return meta
+
+
+def write_taps_file(path, outputs: dict[str, torch.Tensor], taps: dict[str, torch.Tensor],
+                    chunks: dict[str, torch.Tensor], heads, metadata: dict[str, str], force: bool = False) -> Path:
+    """Write a taps file. ``taps`` are already selected (``[n_chunks_sel, n_heads_sel, ...]``); their
+    padding rows are zeroed here with ``chunks["chunk.len"]``. ``heads`` is the selected head list."""
+    unknown = [n for n in outputs if n not in OUTPUT_NAMES] + [n for n in taps if n not in REGISTRY]
+    if unknown:
+        raise ValueError(f"not part of the taps file layout: {unknown}")
+    tensors = {name: outputs[name] for name in OUTPUT_NAMES if name in outputs}
+    for name in TAP_NAMES:
+        if name in taps:
+            tensors[TAP_PREFIX + name] = zero_padding(name, taps[name], chunks["chunk.len"])
+    for key in CHUNK_KEYS:
+        tensors[key] = chunks[key].to(torch.int64)
+    tensors[HEAD_KEY] = torch.as_tensor(list(heads), dtype=torch.int64)
+    return atomic_save(tensors, metadata, path, force=force)
+
+
+def read_taps_file(path) -> dict:
+    """A taps file as plain data, checked for consistency.
+
+    Returns ``{"path", "metadata", "outputs": {name: tensor}, "taps": {name: tensor},
+    "chunks": {"index", "seq", "start", "len"} (int64), "heads": int64 tensor,
+    "missing_taps": [registry taps not in the file], "unknown": [keys outside the layout]}``.
+    Missing taps are fine; a malformed chunk table or tap shape raises ``KdadbgError``.
+    """
+    tensors, meta = read_safetensors(path)
+
+    def err(msg):
+        return KdadbgError(f"{path}: {msg}")
+
+    outputs = {n: tensors[n] for n in OUTPUT_NAMES if n in tensors}
+    taps = {n: tensors[TAP_PREFIX + n] for n in TAP_NAMES if TAP_PREFIX + n in tensors}
+    known = set(OUTPUT_NAMES) | {TAP_PREFIX + n for n in TAP_NAMES} | set(CHUNK_KEYS) | {HEAD_KEY}
+    unknown = sorted(k for k in tensors if k not in known)
+    for name, t in [*outputs.items(), *((TAP_PREFIX + n, t) for n, t in taps.items())]:
+        if not t.is_floating_point():
+            raise err(f"tensor '{name}': expected a float dtype, found {str(t.dtype).removeprefix('torch.')}")
+
+    chunks, heads = {}, None
+    present = [k for k in (*CHUNK_KEYS, HEAD_KEY) if k in tensors]
+    if taps or present:
+        for key in (*CHUNK_KEYS, HEAD_KEY):
+            if key not in tensors:
+                raise err(f"tensor '{key}': missing; a taps file with taps needs {', '.join(CHUNK_KEYS)}, {HEAD_KEY}")
+            t = tensors[key]
+            if t.ndim != 1 or t.is_floating_point() or t.dtype == torch.bool:
+                raise err(f"tensor '{key}': expected a 1-D integer tensor, found {str(t.dtype).removeprefix('torch.')} "
+                          f"{list(t.shape)}")
+        chunks = {k.removeprefix("chunk."): tensors[k].to(torch.int64) for k in CHUNK_KEYS}
+        heads = tensors[HEAD_KEY].to(torch.int64)
+        n = chunks["index"].numel()
+        for k, t in chunks.items():
+            if t.numel() != n:
+                raise err(f"tensor 'chunk.{k}': expected {n} entries (like chunk.index), found {t.numel()}")
+
+    sizes: dict[str, int] = {}
+    if "chunk_size" in meta:
+        try:
+            sizes["C"] = int(meta["chunk_size"])
+        except ValueError:
+            raise err(f"metadata chunk_size: expected an integer, found {meta['chunk_size']!r}") from None
+    for name, t in taps.items():
+        tap = REGISTRY[name]
+        want_nd = 2 + len(tap.shape)
+        if t.ndim != want_nd or t.shape[0] != chunks["index"].numel() or t.shape[1] != heads.numel():
+            raise err(f"tensor 'tap.{name}': expected shape [{chunks['index'].numel()},{heads.numel()},"
+                      f"{','.join(tap.shape)}] (chunk rows, heads, per-chunk), found {list(t.shape)}")
+        for sym, size in zip(tap.shape, t.shape[2:]):
+            if sizes.setdefault(sym, int(size)) != size:
+                raise err(f"tensor 'tap.{name}': expected per-chunk shape [{','.join(tap.shape)}] with "
+                          f"{sym}={sizes[sym]}, found {list(t.shape[2:])}")
+    if chunks and "C" in sizes and bool(((chunks["len"] < 1) | (chunks["len"] > sizes["C"])).any()):
+        raise err(f"tensor 'chunk.len': expected values in 1..{sizes['C']}, found {chunks['len'].tolist()}")
+    return {"path": str(path), "metadata": meta, "outputs": outputs, "taps": taps, "chunks": chunks,
+            "heads": heads, "missing_taps": [n for n in TAP_NAMES if n not in taps], "unknown": unknown}
