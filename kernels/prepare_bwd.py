@@ -1,0 +1,319 @@
+"""Backward prepare (spec §6.1 chunk-local part, §6.3–§6.5): parallel over chunks.
+
+``chunk_bwd_dqkg_kernel``, grid (NK, NC, H), one K-block of one chunk of one head:
+
+1. a loop over V tiles reduces ``dMqk = tril(dO U^T)``, ``dL = −stril(dvcorr U^T)``
+   (``dvcorr = INV^T dU``), ``dO S^T``, ``dvcorr S^T``, ``dkr = U dS⁺^T`` and
+   ``rowsum_v(dS⁺ ⊙ S)``; the K-block 0 program also writes ``dv = b ⊙ dvcorr``;
+2. the collapsed prepare backward (P5): ``E⊙dqd``, ``E⊙dkd``, ``E⁻⊙dki``, ``R⊙dkr`` are formed
+   without ``exp(−gc)``: each intra-chunk product ``Σ_j A[i,j] x_j exp(gc_i − gc_j)`` is split over
+   16-row blocks with an anchor ``a = gc`` at the block's first row, so every exponential is
+   ``≤ 1`` off the diagonal block and ``≤ exp(15·|decay|)`` on it;
+3. ``dqn, dkn, dgc, dgT``, the reverse cumsum ``dγ``, the gate chain (``dg`` and per-chunk partials
+   of ``dA_log`` and ``ddt_bias``) and this K-block's share of ``db``
+   (``db = rowsum(dvcorr ⊙ v) + rowsum(kn ⊙ X)``, ``X = E ⊙ (−dvcorr S^T + dL ki)``, which is
+   ``rowsum(dvcorr ⊙ W) + rowsum(dL ⊙ F)`` without W, F or a division by b).
+
+``chunk_bwd_finish_kernel``, grid (NC, H): the L2-norm backward of q and k over full rows
+(in place on ``dq``/``dk``), the K-block sum of ``db`` and the beta sigmoid.
+
+Taps: dU, dvcorr, dMqk, dL, dkr, dqd, dkd, dki, dgT, dgc here, db in the finish kernel. dqd, dkd,
+dki are recovered from the collapsed products (``dqd = (E⊙dqd) / E``, ``dki = (E⁻⊙dki) ⊙ E``): where
+the true value exceeds fp32 (``exp(−gc)`` past ~1e38, chunk 32/64 with strong gates) the tap is inf;
+no gradient reads them.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
+
+GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
+DQKG_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc")
+
+
+@triton.jit
+def chunk_bwd_dqkg_kernel(
+    qn, kn,          # [BT, H, K] fp32
+    gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
+    gT,              # [NC, H, K] fp32
+    b,               # [BT, H] fp32
+    INV,             # [NC, H, C, C] fp32
+    S, dSn,          # [NC, H, K, V] fp32: state entering each chunk; dS arriving from the next chunk
+    U, dU,           # [BT, H, V] fp32
+    v, do,           # [BT, H, V] any float dtype
+    g,               # [BT, H, K] raw gate, any float dtype
+    A_log, dt_bias,  # [H], [H, K] fp32 (gate modes lower_bound / softplus)
+    dq, dk,          # [BT, H, K] fp32 out: dqn, dkn (w.r.t. the normalised q, k)
+    dv,              # [BT, H, V] fp32 out (K-block 0 only)
+    dg,              # [BT, H, K] fp32 out: w.r.t. the raw gate
+    db_part,         # [NK, BT, H] fp32 out: this K-block's share of db
+    dA_part, ddt_part,  # [NC, H, K] fp32 out: per-chunk partials of dA_log (summed over K later), ddt_bias
+    t_dU, t_dvcorr, t_dMqk, t_dL, t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc,  # tap buffers
+    head_slot, tap_lo, tap_hi, n_sel,  # tap plan
+    chunk_start, chunk_len,  # [NC] int32
+    scale, lower_bound,  # floats
+    BT, H, K, V,     # sizes
+    C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
+    TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
+    TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
+    TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
+):
+    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n = tl.load(chunk_len + i_c)
+    first = i_k == 0
+    o_t = tl.arange(0, C)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_t, m_k = o_t < n, o_k < K
+    m_tt = m_t[:, None] & m_t[None, :]
+    m_tk = m_t[:, None] & m_k[None, :]
+    o_ch = (i_c * H + i_h).to(tl.int64)
+    o_cc = (o_ch * C + o_t[:, None]) * C + o_t[None, :]
+    o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
+
+    b_INV = tl.load(INV + o_cc, mask=m_tt, other=0.)
+    b_b = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
+    b_dMqk = tl.zeros([C, C], dtype=tl.float32)
+    b_dL = tl.zeros([C, C], dtype=tl.float32)
+    b_dOS = tl.zeros([C, BK], dtype=tl.float32)
+    b_dcS = tl.zeros([C, BK], dtype=tl.float32)
+    b_dkr = tl.zeros([C, BK], dtype=tl.float32)
+    b_dgTs = tl.zeros([BK], dtype=tl.float32)
+    b_dbv = tl.zeros([C], dtype=tl.float32)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        m_tv = m_t[:, None] & m_v[None, :]
+        m_kv = m_k[:, None] & m_v[None, :]
+        o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
+        o_kv = (o_ch * K + o_k[:, None]) * V + o_v[None, :]
+        b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
+        b_v = tl.load(v + o_tv, mask=m_tv, other=0.).to(tl.float32)
+        b_U = tl.load(U + o_tv, mask=m_tv, other=0.)
+        b_dU = tl.load(dU + o_tv, mask=m_tv, other=0.)
+        b_S = tl.load(S + o_kv, mask=m_kv, other=0.)
+        b_dSp = tl.load(dSn + o_kv, mask=m_kv, other=0.)
+        b_dvc = mm(tl.trans(b_INV), b_dU, DOT)
+        b_dMqk += mm(b_do, tl.trans(b_U), DOT)
+        b_dL += mm(b_dvc, tl.trans(b_U), DOT)
+        b_dOS += mm(b_do, tl.trans(b_S), DOT)
+        b_dcS += mm(b_dvc, tl.trans(b_S), DOT)
+        b_dkr += mm(b_U, tl.trans(b_dSp), DOT)
+        b_dgTs += tl.sum(b_dSp * b_S, axis=1)
+        b_dbv += tl.sum(b_dvc * b_v, axis=1)
+        if first:
+            tl.store(dv + o_tv, b_b[:, None] * b_dvc, mask=m_tv)
+            m_pv = (o_t >= 0)[:, None] & m_v[None, :]
+            if TAP_DU and on:
+                tl.store(t_dU + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dU, mask=m_pv)
+            if TAP_DVCORR and on:
+                tl.store(t_dvcorr + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dvc, mask=m_pv)
+    b_dMqk = tl.where((o_t[:, None] >= o_t[None, :]) & m_tt, b_dMqk, 0.)
+    b_dL = tl.where((o_t[:, None] > o_t[None, :]) & m_tt, -b_dL, 0.)
+    b_dbL = b_b[:, None] * b_dL
+    if first and on:
+        o_pcc = idx * C * C + o_t[:, None] * C + o_t[None, :]
+        if TAP_DMQK:
+            tl.store(t_dMqk + o_pcc, b_dMqk)
+        if TAP_DL:
+            tl.store(t_dL + o_pcc, b_dL)
+
+    b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
+    b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
+    b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
+    b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.)
+    b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.)
+    b_E = tl.exp(b_gc)
+    b_R = tl.exp(b_gT[None, :] - b_gc)
+
+    # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, anchored per 16-row block I:
+    # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) for i in I;  Q·[j] = sum_{i in I} A[i,j] y_i e^(gc_i-gc_j)
+    b_Pq = tl.zeros([C, BK], dtype=tl.float32)
+    b_Pl = tl.zeros([C, BK], dtype=tl.float32)
+    b_Qq = tl.zeros([C, BK], dtype=tl.float32)
+    b_Ql = tl.zeros([C, BK], dtype=tl.float32)
+    for I in tl.static_range(C // 16):
+        b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
+        m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
+        m_c = (o_t < I * 16 + 16)[:, None]
+        b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
+        b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
+        b_kc = tl.where(m_c, b_kn * b_ec, 0.)
+        b_Pq += tl.where(m_r, b_er * mm_tf32(b_dMqk, b_kc, DOT), 0.)
+        b_Pl += tl.where(m_r, b_er * mm_tf32(b_dL, b_kc, DOT), 0.)
+        b_Qq += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMqk), tl.where(m_r, b_qn * b_er, 0.), DOT), 0.)
+        b_Ql += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dbL), tl.where(m_r, b_kn * b_er, 0.), DOT), 0.)
+
+    b_dqn = scale * (b_E * b_dOS + b_Pq)          # scale E⊙dqd
+    b_X = b_Pl - b_E * b_dcS                      # E⊙dkd / b
+    b_Ed = b_b[:, None] * b_X                     # E⊙dkd
+    b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki
+    b_Rr = b_R * b_dkr                            # R⊙dkr
+    b_dkn = b_Ed + b_Ei + b_Rr
+    b_dgc = b_qn * b_dqn + b_kn * (b_Ed - b_Ei - b_Rr)
+    b_dgT = tl.exp(b_gT) * b_dgTs + tl.sum(b_kn * b_Rr, axis=0)
+    b_db = tl.sum(b_kn * b_X, axis=1) + b_dbv * first.to(tl.float32)
+    tl.store(dq + o_tk, b_dqn, mask=m_tk)
+    tl.store(dk + o_tk, b_dkn, mask=m_tk)
+    tl.store(db_part + (i_k * BT + bos + o_t) * H + i_h, b_db, mask=m_t)
+
+    # dγ[i] = sum_{r >= i} dgc[r] + dgT, then the gate activation
+    b_tri = tl.where(o_t[:, None] <= o_t[None, :], 1., 0.)
+    b_dgam = tl.dot(b_tri, b_dgc, input_precision="ieee") + b_dgT[None, :]
+    b_dgam = tl.where(m_tk, b_dgam, 0.)
+    if GATE == 0:
+        b_dg = b_dgam
+    else:
+        b_graw = tl.load(g + o_tk, mask=m_tk, other=0.).to(tl.float32)
+        b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0.)
+        b_A = tl.exp(tl.load(A_log + i_h))
+        if GATE == 1:
+            b_z = b_A * (b_graw + b_dt[None, :])
+            b_s = 1. / (1. + tl.exp(-b_z))
+            b_dz = b_dgam * lower_bound * b_s * (1. - b_s)
+            b_dg = b_A * b_dz
+            b_dA = tl.sum(tl.where(m_tk, b_dz * b_z, 0.), axis=0)
+        else:
+            b_x = b_graw + b_dt[None, :]
+            b_s = 1. / (1. + tl.exp(-b_x))
+            b_sp = tl.where(b_x > 20., b_x, tl.log(1. + tl.exp(tl.minimum(b_x, 20.))))
+            b_dg = -b_A * b_s * b_dgam
+            b_dA = tl.sum(tl.where(m_tk, -b_A * b_sp * b_dgam, 0.), axis=0)
+        b_dg = tl.where(m_tk, b_dg, 0.)
+        tl.store(dA_part + o_ch * K + o_k, b_dA, mask=m_k)
+        tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
+    tl.store(dg + o_tk, b_dg, mask=m_tk)
+
+    if on:
+        o_ptk = idx * C * K + o_t[:, None] * K + o_k[None, :]
+        m_ptk = (o_t >= 0)[:, None] & m_k[None, :]
+        if TAP_DKR:
+            tl.store(t_dkr + o_ptk, b_dkr, mask=m_ptk)
+        if TAP_DGC:
+            tl.store(t_dgc + o_ptk, b_dgc, mask=m_ptk)
+        if TAP_DGT:
+            tl.store(t_dgT + idx * K + o_k, b_dgT, mask=m_k)
+        if TAP_DQD:
+            tl.store(t_dqd + o_ptk, tl.where(m_tk, b_dqn / (scale * b_E), 0.), mask=m_ptk)
+        if TAP_DKD:
+            tl.store(t_dkd + o_ptk, tl.where(m_tk, b_Ed / b_E, 0.), mask=m_ptk)
+        if TAP_DKI:
+            tl.store(t_dki + o_ptk, b_Ei * b_E, mask=m_ptk)
+
+@triton.jit
+def l2norm_bwd_rows(x, dx, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
+    """In place on ``dx`` rows: dx = r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>, r = (|x|^2 + 1e-6)^-1/2."""
+    b_ss = tl.zeros([C], dtype=tl.float32)
+    b_sd = tl.zeros([C], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_tk = m_t[:, None] & (o_k < K)[None, :]
+        o_tk = o_th[:, None] * K + o_k[None, :]
+        b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
+        b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+        b_ss += tl.sum(b_x * b_x, axis=1)
+        b_sd += tl.sum(b_x * b_dx, axis=1)
+    b_r = 1. / tl.sqrt(b_ss + 1e-6)
+    b_c = b_r * b_r * b_r * b_sd
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_tk = m_t[:, None] & (o_k < K)[None, :]
+        o_tk = o_th[:, None] * K + o_k[None, :]
+        b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
+        b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+        tl.store(dx + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, mask=m_tk)
+
+
+@triton.jit
+def chunk_bwd_finish_kernel(
+    q, k,            # [BT, H, K] raw inputs, any float dtype
+    dq, dk,          # [BT, H, K] fp32 in: dqn, dkn; out: dq, dk (when L2NORM)
+    beta,            # [BT, H] raw beta, any float dtype
+    db_part,         # [NK, BT, H] fp32
+    dbeta,           # [BT, H] fp32 out
+    t_db,            # [hi-lo, n_sel, C] tap buffer
+    head_slot, tap_lo, tap_hi, n_sel,  # tap plan
+    chunk_start, chunk_len,  # [NC] int32
+    BT, H, K, NK,    # sizes
+    C: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr,
+    TAP_DB: tl.constexpr,
+):
+    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n = tl.load(chunk_len + i_c)
+    o_t = tl.arange(0, C)
+    m_t = o_t < n
+    o_th = (bos + o_t) * H + i_h
+    if L2NORM:
+        l2norm_bwd_rows(q, dq, o_th, m_t, K, C, BK)
+        l2norm_bwd_rows(k, dk, o_th, m_t, K, C, BK)
+    b_db = tl.zeros([C], dtype=tl.float32)
+    for i_k in range(NK):
+        b_db += tl.load(db_part + i_k * BT * H + o_th, mask=m_t, other=0.)
+    if TAP_DB:
+        idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
+        if on:
+            tl.store(t_db + idx * C + o_t, b_db)
+    if BETA_SIGMOID:
+        b_s = 1. / (1. + tl.exp(-tl.load(beta + o_th, mask=m_t, other=0.).to(tl.float32)))
+        b_db = b_db * b_s * (1. - b_s)
+    tl.store(dbeta + o_th, b_db, mask=m_t)
+
+
+def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
+                   gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None):
+    """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis.
+
+    Returns ``dqn, dkn`` [BT,H,K], ``dv`` [BT,H,V], ``dg`` [BT,H,K], ``db_part`` [NK,BT,H] and, for the
+    gates with parameters, ``dA_part, ddt_part`` [NC,H,K] (sum over chunks, and K for dA_log).
+    """
+    BT, H, K = qn.shape
+    V = v.shape[-1]
+    C, NC = chunks.chunk_size, chunks.n_chunks
+    dev = qn.device
+    BK = _pow2(K, hi=64)
+    NK = triton.cdiv(K, BK)
+    f32 = dict(device=dev, dtype=torch.float32)
+    dqn, dkn, dg = (torch.empty(BT, H, K, **f32) for _ in range(3))
+    dv = torch.empty(BT, H, V, **f32)
+    db_part = torch.empty(NK, BT, H, **f32)
+    has_params = gate != "none"
+    dA_part = torch.empty(NC, H, K, **f32) if has_params else None
+    ddt_part = torch.empty(NC, H, K, **f32) if has_params else None
+    if NC == 0:
+        return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
+    taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
+    bufs = [tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS]
+    n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
+    chunk_bwd_dqkg_kernel[(NK, NC, H)](
+        qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g,
+        A_log if has_params else dv, dt_bias if has_params else dv,
+        dqn, dkn, dv, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
+        *bufs, tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
+        tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
+        chunks.chunk_start, chunks.chunk_len, scale, lower_bound, BT, H, K, V,
+        C=C, BK=BK, BV=_pow2(V, hi=64), DOT=dot_mode(precision), GATE=GATE_IDS[gate],
+        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS})
+    return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
+
+
+def chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, *, qk_l2norm: bool, beta_sigmoid: bool, tap_plan=None):
+    """L2-norm backward in place on ``dq``/``dk`` (when on); returns ``dbeta`` [BT,H] fp32."""
+    BT, H, K = q.shape
+    dbeta = torch.empty(BT, H, device=q.device, dtype=torch.float32)
+    if chunks.n_chunks == 0:
+        return dbeta
+    tap = tap_plan is not None and tap_plan.has("db")
+    n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
+    chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
+        q, k, dq, dk, beta, db_part, dbeta, tap_plan.buffers["db"] if tap else dbeta,
+        tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
+        tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
+        chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],
+        C=chunks.chunk_size, BK=_pow2(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap)
+    return dbeta

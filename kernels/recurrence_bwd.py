@@ -1,0 +1,222 @@
+"""Backward recurrence (spec §6.1, the state path): sequential over a sequence's chunks in reverse.
+
+The state gradient obeys ``dS = exp(gT) ⊙ dS⁺ + qd^T dO − kd^T dv`` with
+``dv = Diag(b) INV^T dU`` and ``dU = Mqk^T dO + kr dS⁺``. Since ``kd^T Diag(b) INV^T = w^T`` with
+``w = INV Diag(b) kd``, the sequential step only needs ``dU = dU0 + kr dS⁺`` and
+``dS = exp(gT) ⊙ dS⁺ + qd^T dO − w^T dU``. Two kernels:
+
+- ``chunk_bwd_prep_kernel``, grid (NC, H), parallel: ``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO``
+  [BT,H,V] (written into the ``dU`` buffer);
+- ``recurrence_bwd_kernel``, grid (N, H, NV), sequential: per chunk it stores ``dS⁺`` (the
+  gradient arriving from the next chunk, read by the prepare backward), completes ``dU`` in place,
+  and steps ``dS``; after a sequence's chunk 0, ``dS`` is ``dh0``. Tap ``dS``.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def round_mantissa(x, DROP: tl.constexpr):
+    """Round fp32 to ``23 - DROP`` mantissa bits (nearest, ties to even), kept in fp32."""
+    u = x.to(tl.uint32, bitcast=True)
+    u = ((u + ((1 << (DROP - 1)) - 1) + ((u >> DROP) & 1)) >> DROP) << DROP
+    return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def mm(a, b, DOT: tl.constexpr):
+    """fp32-accumulating tensor-core product. DOT 0: fp32 operands, IEEE precision; 1: bf16 operands;
+    2: bf16 operands emulated in fp32 (the Triton interpreter truncates casts to bf16)."""
+    if DOT == 1:
+        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    elif DOT == 2:
+        return tl.dot(round_mantissa(a, 16), round_mantissa(b, 16), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def mm_tf32(a, b, DOT: tl.constexpr):
+    """Like ``mm`` but tf32 operands in the bf16 modes: for the gate-sensitive intra-chunk products,
+    whose errors the reverse cumsum of dgc would otherwise expose (as fla does)."""
+    if DOT == 1:
+        return tl.dot(a, b, input_precision="tf32")
+    elif DOT == 2:
+        return tl.dot(round_mantissa(a, 13), round_mantissa(b, 13), input_precision="ieee")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+def dot_mode(precision: str) -> int:
+    if precision == "fp32":
+        return 0
+    return 2 if os.environ.get("TRITON_INTERPRET") == "1" else 1
+
+
+@triton.jit
+def tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel):
+    """Flat ``[hi-lo, n_sel]`` index of (chunk c, head i_h) in a tap buffer, and whether to write it."""
+    slot = tl.load(head_slot + i_h)
+    on = (c >= tap_lo) & (c < tap_hi) & (slot >= 0)
+    idx = tl.where(on, (c - tap_lo) * n_sel + slot, 0).to(tl.int64)
+    return idx, on
+
+
+@triton.jit
+def chunk_bwd_prep_kernel(
+    qn, kn,          # [BT, H, K] fp32: normalised q, k
+    gc,              # [BT, H, K] fp32: within-chunk inclusive cumsum of the log-decay
+    gT,              # [NC, H, K] fp32: chunk total log-decay
+    b,               # [BT, H] fp32: write strength
+    INV, Mqk,        # [NC, H, C, C] fp32
+    do,              # [BT, H, V] any float dtype
+    qd, kr, w,       # [BT, H, K] fp32 out: scale*qn*exp(gc), kn*exp(gT-gc), INV Diag(b) kn*exp(gc)
+    dU,              # [BT, H, V] fp32 out: Mqk^T dO
+    chunk_start, chunk_len,  # [NC] int32
+    scale,           # query scale
+    H, K, V,         # sizes
+    C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+):
+    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n = tl.load(chunk_len + i_c)
+    o_t = tl.arange(0, C)
+    m_t = o_t < n
+    m_tt = m_t[:, None] & m_t[None, :]
+    o_cc = ((i_c * H + i_h).to(tl.int64) * C + o_t[:, None]) * C + o_t[None, :]
+    b_INV = tl.load(INV + o_cc, mask=m_tt, other=0.)
+    b_b = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
+        b_gT = tl.load(gT + (i_c * H + i_h).to(tl.int64) * K + o_k, mask=m_k, other=0.)
+        b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
+        b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])
+        b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.)
+        b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.)
+        b_E = tl.exp(b_gc)
+        b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
+        tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
+        tl.store(kr + o_tk, b_kn * tl.exp(b_gT[None, :] - b_gc), mask=m_tk)
+        tl.store(w + o_tk, b_w, mask=m_tk)
+    b_Mqk = tl.load(Mqk + o_cc, mask=m_tt, other=0.)
+    for i_v in range(tl.cdiv(V, BV)):
+        o_v = i_v * BV + tl.arange(0, BV)
+        m_tv = m_t[:, None] & (o_v < V)[None, :]
+        o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
+        b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
+        tl.store(dU + o_tv, mm(tl.trans(b_Mqk), b_do, DOT), mask=m_tv)
+
+
+@triton.jit
+def recurrence_bwd_kernel(
+    qd, kr, w,       # [BT, H, K] fp32 (from chunk_bwd_prep_kernel)
+    do,              # [BT, H, V] any float dtype
+    dU,              # [BT, H, V] fp32 in: Mqk^T dO; out: Mqk^T dO + kr dS⁺
+    gT,              # [NC, H, K] fp32
+    dht,             # [N, H, K, V] fp32 (math layout), read if USE_DHT
+    dSn,             # [NC, H, K, V] fp32 out: dS⁺, the gradient arriving from the next chunk
+    dh0,             # [N, H, K, V] fp32 out (math layout), written if STORE_DH0
+    chunk_start, chunk_len,  # [NC] int32
+    seq_chunk_base,  # [N+1] int32
+    tap_dS,          # [hi-lo, n_sel, K, V] fp32 tap buffer
+    head_slot,       # [H] int32: tap slot of each head, or -1
+    tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
+    H, K, V,         # sizes
+    C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
+):
+    i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    c0 = tl.load(seq_chunk_base + i_n)
+    c1 = tl.load(seq_chunk_base + i_n + 1)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    o_t = tl.arange(0, C)
+    m_k, m_v = o_k < K, o_v < V
+    m_kv = m_k[:, None] & m_v[None, :]
+    o_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    if USE_DHT:
+        b_dS = tl.load(dht + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, mask=m_kv, other=0.)
+    else:
+        b_dS = tl.zeros([BK, BV], dtype=tl.float32)
+    for i in range(c1 - c0):
+        c = c1 - 1 - i
+        bos = tl.load(chunk_start + c).to(tl.int64)
+        n = tl.load(chunk_len + c)
+        m_t = o_t < n
+        m_tk = m_t[:, None] & m_k[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        o_ck = (c * H + i_h).to(tl.int64) * K
+        tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
+        o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
+        o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
+        b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
+        b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
+        b_w = tl.load(w + o_tk, mask=m_tk, other=0.)
+        b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
+        b_dU = tl.load(dU + o_tv, mask=m_tv, other=0.) + mm(b_kr, b_dS, DOT)
+        tl.store(dU + o_tv, b_dU, mask=m_tv)
+        b_eT = tl.exp(tl.load(gT + o_ck + o_k, mask=m_k, other=0.))
+        b_dS = b_eT[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        if TAP_DS:
+            idx, on = tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel)
+            if on:
+                tl.store(tap_dS + idx * K * V + o_kv, b_dS, mask=m_kv)
+    if STORE_DH0:
+        tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
+
+
+def _pow2(x: int, lo: int = 16, hi: int | None = None) -> int:
+    p = max(lo, triton.next_power_of_2(x))
+    return p if hi is None else min(p, hi)
+
+
+def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32"):
+    """``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO`` [BT,H,V], all fp32 (token-major, flattened B*T)."""
+    BT, H, K = qn.shape
+    V = do.shape[-1]
+    C = chunks.chunk_size
+    qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=torch.float32) for _ in range(3))
+    dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
+    if chunks.n_chunks == 0:
+        return qd, kr, w, dU
+    chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
+        qn, kn, gc, gT, b, INV, Mqk, do, qd, kr, w, dU, chunks.chunk_start, chunks.chunk_len, scale, H, K, V,
+        C=C, BK=_pow2(K, hi=64), BV=_pow2(V, hi=64), DOT=dot_mode(precision))
+    return qd, kr, w, dU
+
+
+def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precision: str = "fp32", tap_plan=None):
+    """Run the reverse state recurrence. Completes ``dU`` in place.
+
+    Returns ``(dSn [NC,H,K,V], dh0 [N,H,K,V] or None)``; ``dSn[c]`` is the gradient arriving at
+    chunk c from its successor (``dht`` for a sequence's last chunk).
+    """
+    BT, H, K = qd.shape
+    V = do.shape[-1]
+    dev = qd.device
+    dSn = torch.empty(chunks.n_chunks, H, K, V, device=dev, dtype=torch.float32)
+    dh0 = torch.empty(chunks.n_seqs, H, K, V, device=dev, dtype=torch.float32) if has_h0 else None
+    if chunks.n_seqs == 0:
+        return dSn, dh0
+    BK = _pow2(K)
+    BV = _pow2(V, hi=32 if K > 128 else 64)
+    tap = tap_plan is not None and tap_plan.has("dS")
+    dummy = dSn
+    recurrence_bwd_kernel[(chunks.n_seqs, H, triton.cdiv(V, BV))](
+        qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if has_h0 else dummy,
+        chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
+        tap_plan.buffers["dS"] if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
+        tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
+        tap_plan.buffers["dS"].shape[1] if tap else 0,
+        H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
+        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap)
+    return dSn, dh0
