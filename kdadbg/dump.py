@@ -54,12 +54,12 @@ def save_dump(path, inputs: KDAInputs, config: KDAConfig, force: bool = False,
     return atomic_save(tensors, meta, path, force=force)
 
 
-def apply_overrides(config: KDAConfig, overrides: dict | None) -> KDAConfig:
+def apply_overrides(config: KDAConfig, overrides: dict | None, where: str = "dump") -> KDAConfig:
     """``config`` with the non-None ``overrides`` applied, each checked like a metadata value."""
     kw = {k: v for k, v in (overrides or {}).items() if v is not None}
     for key, value in kw.items():
         if key not in CONFIG_KEYS:
-            raise KdadbgError(f"config override {key!r}: unknown key; known: {', '.join(CONFIG_KEYS)}")
+            raise KdadbgError(f"{where}: config override {key!r}: unknown key; known: {', '.join(CONFIG_KEYS)}")
         ok = {"chunk_size": lambda v: v in CHUNK_SIZES, "gate": lambda v: v in GATES,
               "state_layout": lambda v: v in LAYOUTS,
               "scale": lambda v: isinstance(v, (int, float)) and not isinstance(v, bool),
@@ -69,7 +69,7 @@ def apply_overrides(config: KDAConfig, overrides: dict | None) -> KDAConfig:
             expected = {"chunk_size": "one of 16, 32, 64", "gate": "one of " + ", ".join(GATES),
                         "state_layout": "one of " + ", ".join(LAYOUTS)}.get(key, "a number" if key in (
                             "scale", "lower_bound") else "true or false")
-            raise KdadbgError(f"config override {key}: expected {expected}, found {value!r}")
+            raise KdadbgError(f"{where}: config override {key}: expected {expected}, found {value!r}")
     kw = {k: float(v) if k in ("scale", "lower_bound") else v for k, v in kw.items()}
     return config.with_overrides(**kw)
 
@@ -108,7 +108,7 @@ def validate(where: str, tensors: dict[str, torch.Tensor], meta: dict[str, str],
         raise err("q", f"expected shape [B,T,H,K] with 4 non-empty dims, found {_fmt(q.shape)}")
     B, T, H, K = q.shape
     config = parse_config(meta, K, "A_log" in tensors, where=where)
-    config = apply_overrides(config, overrides)
+    config = apply_overrides(config, overrides, where)
     for key in ("scale", "lower_bound"):
         if not math.isfinite(getattr(config, key)):
             raise KdadbgError(f"{where}: config {key}: expected a finite number, found {getattr(config, key)}")

@@ -41,6 +41,7 @@ def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path
     try:
         save_file({k: t.detach().to("cpu").contiguous().clone() for k, t in tensors.items()}, tmp,
                   metadata=dict(metadata))
+        os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
         if force:
             os.replace(tmp, path)
         else:
@@ -49,6 +50,12 @@ def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def _link_no_clobber(tmp: str, path: Path) -> None:

@@ -10,8 +10,6 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kdadbg_kernels.taps import TAPS
-
 
 def _num(x) -> str:
     return "-" if x is None else f"{x:.4g}"
@@ -78,6 +76,8 @@ def render_generated(console: Console, info: dict) -> None:
 
 
 def render_tap_list(console: Console) -> None:
+    from kdadbg_kernels.taps import TAPS
+
     t = Table(title="taps (registry v1)", title_justify="left")
     for col in ("tap", "stage", "per-chunk shape", "meaning"):
         t.add_column(col)
@@ -88,6 +88,8 @@ def render_tap_list(console: Console) -> None:
 
 def tap_table_markdown() -> str:
     """The tap registry as the Markdown table the README carries (a test keeps them in sync)."""
+    from kdadbg_kernels.taps import TAPS
+
     lines = ["| tap | stage | per-chunk shape | meaning |", "|---|---|---|---|"]
     for tap in TAPS:
         lines.append(f"| `{tap.name}` | {tap.stage} | `{_shape(tap.shape)}` | {tap.meaning} |")

@@ -33,6 +33,10 @@ HEAD_KEY = "head.index"
 TAP_PREFIX = "tap."
 
 
+def _fmt(shape) -> str:
+    return "[" + ",".join(str(int(s)) for s in shape) + "]"
+
+
 def outputs_that_apply(inputs: KDAInputs, config: KDAConfig) -> tuple[str, ...]:
     """Names of the whole-tensor outputs a run on this dump produces."""
     names = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta"]
@@ -53,10 +57,10 @@ def zero_padding(name: str, tensor: torch.Tensor, lengths) -> torch.Tensor:
     tap = REGISTRY[name]
     if tensor.ndim != 2 + len(tap.shape):
         raise KdadbgError(f"tap '{name}': expected {2 + len(tap.shape)} dims [chunks,heads,"
-                          f"{','.join(tap.shape)}], found shape {list(tensor.shape)}")
+                          f"{','.join(tap.shape)}], found shape {_fmt(tensor.shape)}")
     lengths = torch.as_tensor(lengths, dtype=torch.long, device=tensor.device)
     if lengths.shape != (tensor.shape[0],):
-        raise KdadbgError(f"tap '{name}': expected {tensor.shape[0]} chunk lengths, found {list(lengths.shape)}")
+        raise KdadbgError(f"tap '{name}': expected {tensor.shape[0]} chunk lengths, found {_fmt(lengths.shape)}")
     out = tensor
     for axis in tap.row_dims:
         dim = 2 + axis
@@ -131,7 +135,7 @@ def read_taps_file(path) -> dict:
             t = tensors[key]
             if t.ndim != 1 or t.is_floating_point() or t.dtype == torch.bool:
                 raise err(f"tensor '{key}': expected a 1-D integer tensor, found {str(t.dtype).removeprefix('torch.')} "
-                          f"{list(t.shape)}")
+                          f"{_fmt(t.shape)}")
         chunks = {k.removeprefix("chunk."): tensors[k].to(torch.int64) for k in CHUNK_KEYS}
         heads = tensors[HEAD_KEY].to(torch.int64)
         n = chunks["index"].numel()
@@ -150,11 +154,11 @@ def read_taps_file(path) -> dict:
         want_nd = 2 + len(tap.shape)
         if t.ndim != want_nd or t.shape[0] != chunks["index"].numel() or t.shape[1] != heads.numel():
             raise err(f"tensor 'tap.{name}': expected shape [{chunks['index'].numel()},{heads.numel()},"
-                      f"{','.join(tap.shape)}] (chunk rows, heads, per-chunk), found {list(t.shape)}")
+                      f"{','.join(tap.shape)}] (chunk rows, heads, per-chunk), found {_fmt(t.shape)}")
         for sym, size in zip(tap.shape, t.shape[2:]):
             if sizes.setdefault(sym, int(size)) != size:
                 raise err(f"tensor 'tap.{name}': expected per-chunk shape [{','.join(tap.shape)}] with "
-                          f"{sym}={sizes[sym]}, found {list(t.shape[2:])}")
+                          f"{sym}={sizes[sym]}, found {_fmt(t.shape[2:])}")
     if chunks and "C" in sizes and bool(((chunks["len"] < 1) | (chunks["len"] > sizes["C"])).any()):
         raise err(f"tensor 'chunk.len': expected values in 1..{sizes['C']}, found {chunks['len'].tolist()}")
     return {"path": str(path), "metadata": meta, "outputs": outputs, "taps": taps, "chunks": chunks,

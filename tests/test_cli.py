@@ -1,0 +1,271 @@
+"""The command line, through typer's CliRunner against fixture files written to tmp_path."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import GOLDEN, HAS_GPU, REPO
+from kdadbg import cli
+from kdadbg.cases import CASE_NAMES, get_case, make_inputs
+from kdadbg.dump import load_dump
+from kdadbg.reference import run_reference
+from kdadbg.tapsfile import read_taps_file
+from kdadbg_kernels.taps import TAP_NAMES
+from test_dump import MALFORMED, write_malformed
+
+runner = CliRunner()
+
+
+def kdadbg(*args):
+    return runner.invoke(cli.app, [str(a) for a in args])
+
+
+def assert_one_error_line(result, *fragments, code=2):
+    assert result.exit_code == code, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    for frag in fragments:
+        assert frag in lines[0], lines[0]
+    assert "Traceback" not in result.output
+
+
+@pytest.fixture
+def basic(tmp_path):
+    """B=2, T=40 (chunks of 16, 16, 8 per row), H=2, K=V=16, lower_bound gate, h0 and dht."""
+    path = tmp_path / "basic.safetensors"
+    assert kdadbg("gen", path).exit_code == 0
+    return path
+
+
+def test_gen_list_shows_every_preset():
+    r = kdadbg("gen", "--list")
+    assert r.exit_code == 0
+    listed = {line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")}
+    assert listed == set(CASE_NAMES)
+
+
+def test_gen_writes_the_case(tmp_path):
+    path = tmp_path / "v.safetensors"
+    r = kdadbg("gen", path, "--preset", "varlen_short", "--seed", "5")
+    assert r.exit_code == 0 and str(path) in r.stdout
+    got, cfg = load_dump(path)
+    want, want_cfg = make_inputs(get_case("varlen_short"), seed=5)
+    assert torch.equal(got.q, want.q) and torch.equal(got.cu_seqlens, want.cu_seqlens) and cfg == want_cfg
+
+
+def test_gen_sizes(tmp_path):
+    path = tmp_path / "s.safetensors"
+    r = kdadbg("gen", path, "--B", 1, "--T", 33, "--H", 1, "--K", 32, "--V", 8, "--dtype", "bfloat16")
+    assert r.exit_code == 0, r.output
+    inputs, _ = load_dump(path)
+    assert inputs.shape == (1, 33, 1, 32, 8) and inputs.q.dtype == torch.bfloat16
+
+
+def test_gen_refuses_overwrite_without_force(tmp_path, basic):
+    before = basic.read_bytes()
+    r = kdadbg("gen", basic, "--seed", 9)
+    assert_one_error_line(r, str(basic), "already exists")
+    assert basic.read_bytes() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.safetensors"]
+    assert kdadbg("gen", basic, "--seed", 9, "--force").exit_code == 0
+    assert basic.read_bytes() != before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["basic.safetensors"]
+
+
+@pytest.mark.parametrize("args, fragment", [
+    pytest.param(["--preset", "nope"], "unknown preset 'nope'", id="unknown-preset"),
+    pytest.param(["--preset", "varlen", "--T", "10"], "cu_seqlens", id="varlen-resize"),
+    pytest.param(["--dtype", "int8"], "--dtype", id="bad-dtype"),
+    pytest.param(["--K", "0"], "--K", id="zero-size"),
+])
+def test_gen_bad_options(tmp_path, args, fragment):
+    path = tmp_path / "x.safetensors"
+    assert_one_error_line(kdadbg("gen", path, *args), fragment)
+    assert not path.exists()
+
+
+def test_gen_without_out_is_a_usage_error():
+    r = kdadbg("gen")
+    assert r.exit_code == 2 and "OUT" in r.output
+
+
+def test_inspect_valid(basic):
+    r = kdadbg("inspect", basic)
+    assert r.exit_code == 0, r.output
+    out = r.stdout
+    for row in ("q ", "[2,40,2,16]", "h0", "[2,2,16,16]", "dt_bias", "[2,16]", "float32"):
+        assert row in out
+    assert "verdict: valid" in out and "n_chunks=6" in out
+    assert r.stderr == ""
+
+
+def test_inspect_json_marks_defaults(tmp_path):
+    path = tmp_path / "d.safetensors"
+    inputs, _ = make_inputs(get_case("gate_none"))
+    from safetensors.torch import save_file
+    save_file({**dict(inputs.items()), "my_note": torch.ones(2)}, str(path), metadata={"chunk_size": "32"})
+    r = kdadbg("inspect", path, "--json")
+    assert r.exit_code == 0, r.output
+    d = json.loads(r.stdout)
+    cfg = {row["key"]: row for row in d["config"]}
+    assert cfg["chunk_size"] == {"key": "chunk_size", "value": 32, "default": False}
+    assert cfg["gate"] == {"key": "gate", "value": "none", "default": True}
+    assert d["extra"] == ["my_note"] and d["ok"]
+
+
+@pytest.mark.parametrize("base, mutate, fragments, overrides",
+                         [p for p in MALFORMED if p.values[3] is None])
+def test_inspect_malformed(tmp_path, base, mutate, fragments, overrides):
+    path = write_malformed(tmp_path, base, mutate)
+    r = kdadbg("inspect", path)
+    assert_one_error_line(r, f"error: {path}: ", *fragments)
+    assert "verdict: invalid" in r.stdout
+    if "tensor 'q'" not in fragments[0]:
+        assert "[B,T,H,K]" in r.stdout or "beta" in r.stdout  # the tensors are still listed
+
+
+def test_inspect_unreadable(tmp_path):
+    path = tmp_path / "x.safetensors"
+    path.write_text("hello")
+    assert_one_error_line(kdadbg("inspect", path), str(path), "not a readable safetensors file")
+    assert_one_error_line(kdadbg("inspect", tmp_path / "none.safetensors"), "file not found")
+
+
+def test_taps_selection_layout_and_padding(tmp_path, basic):
+    out = tmp_path / "t.safetensors"
+    r = kdadbg("taps", basic, "-o", out, "--taps", "L,S,dgc,b", "--chunks", "1:3", "--heads", "1")
+    assert r.exit_code == 0, r.output
+    f = read_taps_file(out)
+    assert set(f["taps"]) == {"L", "S", "dgc", "b"}
+    # global chunks 1, 2 of 6: row 0's second (full) and third (8 valid rows) chunks
+    assert f["chunks"]["index"].tolist() == [1, 2] and f["chunks"]["seq"].tolist() == [0, 0]
+    assert f["chunks"]["start"].tolist() == [16, 32] and f["chunks"]["len"].tolist() == [16, 8]
+    assert f["heads"].tolist() == [1]
+    assert f["taps"]["L"].shape == (2, 1, 16, 16) and f["taps"]["S"].shape == (2, 1, 16, 16)
+    assert f["taps"]["b"].shape == (2, 1, 16) and f["taps"]["L"].dtype == torch.float64
+    L = f["taps"]["L"][1, 0]
+    assert (L[8:] == 0).all() and (L[:, 8:] == 0).all() and (L[:8, :8] != 0).any()
+    assert (f["taps"]["dgc"][1, 0, 8:] == 0).all()
+    inputs, cfg = load_dump(basic)
+    ref = run_reference(inputs, cfg, taps=("L", "S"))
+    assert torch.equal(f["taps"]["S"], ref.taps["S"][1:3, 1:2])
+    assert torch.equal(f["taps"]["L"], ref.taps["L"][1:3, 1:2])
+    assert set(f["outputs"]) == {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"}
+    assert torch.equal(f["outputs"]["dq"], ref.outputs["dq"])
+    meta = f["metadata"]
+    assert meta["source"] == "reference" and meta["dump"] == "basic.safetensors" and meta["gate"] == "lower_bound"
+
+
+def test_taps_outputs_that_apply(tmp_path):
+    dump, out = tmp_path / "d.safetensors", tmp_path / "t.safetensors"
+    assert kdadbg("gen", dump, "--preset", "varlen_kv").exit_code == 0
+    r = kdadbg("taps", dump, "-o", out, "--taps", "none", "--gate", "none")
+    assert r.exit_code == 0, r.output
+    f = read_taps_file(out)
+    assert f["taps"] == {} and set(f["outputs"]) == {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0"}
+    assert f["outputs"]["ht"].shape == (3, 2, 16, 16) and f["metadata"]["gate"] == "none"
+    assert f["chunks"]["start"].tolist() == [0, 7, 23, 39, 40, 56]  # packed token index for varlen
+
+
+def test_taps_config_overrides_reach_the_run(tmp_path, basic):
+    out = tmp_path / "t.safetensors"
+    r = kdadbg("taps", basic, "-o", out, "--taps", "L", "--chunk-size", 32, "--scale", 0.5, "--no-qk-l2norm",
+               "--lower-bound", -3, "--no-beta-sigmoid", "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert info["config"] == {"scale": 0.5, "chunk_size": 32, "gate": "lower_bound", "lower_bound": -3.0,
+                              "qk_l2norm": False, "beta_sigmoid": False, "state_layout": "vk"}
+    f = read_taps_file(out)
+    assert f["taps"]["L"].shape == (4, 2, 32, 32) and f["chunks"]["len"].tolist() == [32, 8, 32, 8]
+    assert f["metadata"]["chunk_size"] == "32" and f["metadata"]["qk_l2norm"] == "false"
+
+
+def test_every_command_with_a_dump_has_every_config_override():
+    helps = kdadbg("taps", "--help").stdout
+    for opt in ("--chunk-size", "--scale", "--gate", "--lower-bound", "--state-layout", "--qk-l2norm",
+                "--beta-sigmoid"):
+        assert opt in helps
+    assert set(cli.CONFIG_OPTIONS) == {"chunk_size", "scale", "gate", "lower_bound", "state_layout", "qk_l2norm",
+                                       "beta_sigmoid"}
+
+
+@pytest.mark.parametrize("args, fragments", [
+    pytest.param(["--taps", "dS,bogus"], ["unknown tap 'bogus'", "dgc", "fwd_prepare"], id="unknown-tap"),
+    pytest.param(["--chunks", "6:9"], ["selects no chunk", "6 chunks"], id="chunks-past-end"),
+    pytest.param(["--chunks", "3:1"], ["A < B"], id="chunks-reversed"),
+    pytest.param(["--chunks", "a:b"], ["--chunks"], id="chunks-syntax"),
+    pytest.param(["--chunks", "-2:"], ["non-negative"], id="chunks-negative"),
+    pytest.param(["--heads", "0,2"], ["head 2 out of range", "H=2"], id="head-out-of-range"),
+    pytest.param(["--heads", "1,1"], ["distinct"], id="head-duplicate"),
+    pytest.param(["--chunk-size", 48], ["chunk_size", "48"], id="chunk-size-48"),
+])
+def test_taps_bad_requests(tmp_path, basic, args, fragments):
+    out = tmp_path / "t.safetensors"
+    assert_one_error_line(kdadbg("taps", basic, "-o", out, *args), *fragments)
+    assert not out.exists()
+
+
+def test_taps_source_is_a_choice(tmp_path, basic):
+    r = kdadbg("taps", basic, "-o", tmp_path / "t.safetensors", "--source", "kernel")
+    assert r.exit_code == 2 and "reference" in r.output
+
+
+@pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")
+def test_taps_cuda_without_gpu(tmp_path, basic):
+    assert_one_error_line(kdadbg("taps", basic, "-o", tmp_path / "t.safetensors", "--device", "cuda"),
+                          "no CUDA device")
+
+
+def test_taps_refuses_overwrite(tmp_path, basic):
+    out = tmp_path / "t.safetensors"
+    out.write_bytes(b"keep me")
+    assert_one_error_line(kdadbg("taps", basic, "-o", out, "--taps", "none"), str(out), "already exists")
+    assert out.read_bytes() == b"keep me"
+    assert kdadbg("taps", basic, "-o", out, "--taps", "none", "--force").exit_code == 0
+    assert read_taps_file(out)["outputs"]
+
+
+def test_taps_nonfinite_inputs(tmp_path):
+    dump, out = tmp_path / "d.safetensors", tmp_path / "t.safetensors"
+    inputs, cfg = make_inputs(get_case("t16"))
+    inputs.v[0, 3, 0, 2] = float("nan")
+    from kdadbg.dump import save_dump
+    save_dump(dump, inputs, cfg)
+    assert_one_error_line(kdadbg("taps", dump, "-o", out), "tensor 'v'", "first at [0,3,0,2]")
+    r = kdadbg("taps", dump, "-o", out, "--allow-nonfinite", "--taps", "U")
+    assert r.exit_code == 1 and "non-finite" in r.stdout and out.exists()
+
+
+@pytest.mark.parametrize("name", ["golden_basic", "golden_varlen_kv", "golden_softplus_c32_bf16"])
+def test_taps_matches_golden(tmp_path, name):
+    out = tmp_path / "t.safetensors"
+    r = kdadbg("taps", GOLDEN / f"{name}.safetensors", "-o", out, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    got, want = read_taps_file(out), read_taps_file(GOLDEN / f"{name}.expected.safetensors")
+    assert set(got["outputs"]) == set(want["outputs"]) and set(got["taps"]) == set(want["taps"]) == set(TAP_NAMES)
+    for key in want["chunks"]:
+        assert torch.equal(got["chunks"][key], want["chunks"][key]), key
+    assert torch.equal(got["heads"], want["heads"])
+    for group in ("outputs", "taps"):
+        for key, w in want[group].items():
+            g = got[group][key]
+            assert g.shape == w.shape and g.dtype == torch.float64, key
+            torch.testing.assert_close(g, w, rtol=1e-9, atol=1e-12 * max(1.0, w.abs().max().item()), msg=key)
+
+
+def test_main_prints_one_red_line(monkeypatch, capsys, tmp_path):
+    monkeypatch.setattr(sys, "argv", ["kdadbg", "inspect", str(tmp_path / "missing.safetensors")])
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and "file not found" in err[0]
+
+
+def test_python_dash_m_help():
+    r = subprocess.run([sys.executable, "-m", "kdadbg", "--help"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0 and all(c in r.stdout for c in ("gen", "inspect", "taps"))

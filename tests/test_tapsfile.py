@@ -1,0 +1,107 @@
+"""Taps file layout: padding zeroing, the writer, the reader's checks, and the README's tap table."""
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from conftest import REPO
+from kdadbg.errors import KdadbgError
+from kdadbg.report import tap_table_markdown
+from kdadbg.tapsfile import read_taps_file, write_taps_file, zero_padding
+from kdadbg_kernels.taps import REGISTRY, TAP_NAMES
+
+
+def test_zero_padding_rows_and_columns():
+    lengths = torch.tensor([16, 5, 1])
+    x = torch.randn(3, 2, 16, 16)
+    x[1, :, 10, 12] = float("nan")  # padding NaN must become 0 too
+    y = zero_padding("L", x, lengths)
+    for c, n in enumerate(lengths.tolist()):
+        assert torch.equal(y[c, :, :n, :n], x[c, :, :n, :n])
+        assert (y[c, :, n:, :] == 0).all() and (y[c, :, :, n:] == 0).all()
+    assert not torch.isnan(y).any()
+    assert torch.equal(x[1, :, 10, 12].isnan(), torch.tensor([True, True]))  # input untouched
+
+
+@pytest.mark.parametrize("name", ["S", "gT", "b", "U", "dgc"])
+def test_zero_padding_only_on_chunk_row_axes(name):
+    tap = REGISTRY[name]
+    dims = tap.dims(8, 4, 6)
+    x = torch.randn(2, 3, *dims)
+    y = zero_padding(name, x, [8, 3])
+    assert torch.equal(y[0], x[0])
+    if not tap.row_dims:
+        assert torch.equal(y, x)
+    else:
+        assert tap.row_dims == (0,)
+        assert torch.equal(y[1, :, :3], x[1, :, :3]) and (y[1, :, 3:] == 0).all()
+
+
+def test_zero_padding_rejects_wrong_rank():
+    with pytest.raises(KdadbgError, match="tap 'L'"):
+        zero_padding("L", torch.zeros(3, 2, 16), [16, 16, 16])
+
+
+def _chunks(n, lengths):
+    return {"chunk.index": torch.arange(n), "chunk.seq": torch.zeros(n, dtype=torch.long),
+            "chunk.start": torch.arange(n) * 16, "chunk.len": torch.tensor(lengths)}
+
+
+def test_write_then_read(tmp_path):
+    C, K, V = 16, 4, 6
+    taps = {"L": torch.randn(2, 1, C, C), "S": torch.randn(2, 1, K, V), "b": torch.randn(2, 1, C)}
+    outs = {"o": torch.randn(1, 20, 2, V), "dq": torch.randn(1, 20, 2, K)}
+    path = write_taps_file(tmp_path / "t.safetensors", outs, taps, _chunks(2, [16, 4]), [1],
+                           {"source": "reference", "chunk_size": "16"})
+    f = read_taps_file(path)
+    assert set(f["taps"]) == {"L", "S", "b"} and set(f["outputs"]) == {"o", "dq"}
+    assert f["missing_taps"] == [n for n in TAP_NAMES if n not in ("L", "S", "b")]
+    assert f["heads"].tolist() == [1] and f["chunks"]["len"].tolist() == [16, 4]
+    assert (f["taps"]["L"][1, :, 4:] == 0).all() and (f["taps"]["L"][1, :, :, 4:] == 0).all()
+    assert torch.equal(f["taps"]["S"], taps["S"])
+    raw = load_file(path)
+    assert all(raw[k].dtype == torch.int64 for k in ("chunk.index", "chunk.len", "head.index"))
+
+
+def _write(path, tensors, meta=None):
+    save_file(tensors, str(path), metadata=meta or {})
+    return path
+
+
+@pytest.mark.parametrize("tensors, fragment", [
+    pytest.param({"tap.S": torch.zeros(2, 1, 4, 6), **{k: v for k, v in _chunks(2, [16, 4]).items()
+                                                      if k != "chunk.len"}, "head.index": torch.tensor([0])},
+                 "tensor 'chunk.len': missing", id="no-chunk-len"),
+    pytest.param({"tap.S": torch.zeros(3, 1, 4, 6), **_chunks(2, [16, 4]), "head.index": torch.tensor([0])},
+                 "tensor 'tap.S': expected shape [2,1,K,V]", id="tap-rows-vs-chunks"),
+    pytest.param({"tap.S": torch.zeros(2, 2, 4, 6), **_chunks(2, [16, 4]), "head.index": torch.tensor([0])},
+                 "tensor 'tap.S'", id="tap-heads-vs-head-index"),
+    pytest.param({"tap.S": torch.zeros(2, 1, 4, 6), "tap.kd": torch.zeros(2, 1, 16, 5), **_chunks(2, [16, 4]),
+                  "head.index": torch.tensor([0])}, "tensor 'tap.S': expected per-chunk shape [K,V] with K=5, found [4,6]",
+                 id="inconsistent-K"),
+    pytest.param({"tap.b": torch.zeros(2, 1, 32), **_chunks(2, [16, 4]), "head.index": torch.tensor([0])},
+                 "with C=16", id="C-vs-metadata"),
+    pytest.param({"tap.S": torch.zeros(2, 1, 4, 6), **{**_chunks(2, [16, 4]), "chunk.seq": torch.zeros(3)},
+                  "head.index": torch.tensor([0])}, "tensor 'chunk.seq': expected a 1-D integer", id="float-chunk-seq"),
+    pytest.param({"tap.S": torch.zeros(2, 1, 4, 6), **{**_chunks(2, [16, 4]), "chunk.seq": torch.zeros(3).long()},
+                  "head.index": torch.tensor([0])}, "expected 2 entries", id="chunk-seq-length"),
+    pytest.param({"tap.b": torch.zeros(2, 1, 16), **_chunks(2, [16, 17]), "head.index": torch.tensor([0])},
+                 "tensor 'chunk.len': expected values in 1..16", id="chunk-len-over-C"),
+    pytest.param({"o": torch.zeros(2, dtype=torch.int32)}, "tensor 'o': expected a float dtype", id="int-output"),
+])
+def test_read_malformed_taps_file(tmp_path, tensors, fragment):
+    path = _write(tmp_path / "t.safetensors", tensors, {"chunk_size": "16"})
+    with pytest.raises(KdadbgError) as e:
+        read_taps_file(path)
+    assert str(e.value).startswith(f"{path}: ") and fragment in str(e.value)
+
+
+def test_read_outputs_only_and_unknown_keys(tmp_path):
+    path = _write(tmp_path / "t.safetensors", {"o": torch.zeros(1, 3, 1, 2), "tap.extra": torch.zeros(1)})
+    f = read_taps_file(path)
+    assert f["taps"] == {} and f["missing_taps"] == list(TAP_NAMES) and f["unknown"] == ["tap.extra"]
+
+
+def test_readme_tap_table_matches_registry():
+    readme = (REPO / "README.md").read_text()
+    assert tap_table_markdown() in readme
