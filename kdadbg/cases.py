@@ -28,7 +28,7 @@ class Case:
     V: int = 16
     cu_seqlens: tuple[int, ...] | None = None
     gate: str = "lower_bound"
-    gates: str = "random"        # random | lower (at the lower bound) | zero (no decay)
+    gates: str = "random"        # random | lower (at the lower bound) | zero (no decay) | masked
     betas: str = "random"        # random | low (b near 0) | high (b near 1)
     chunk_size: int = 16
     state_layout: str = "vk"
@@ -38,6 +38,7 @@ class Case:
     beta_sigmoid: bool = True
     lower_bound: float = -5.0
     dtype: str = "float32"
+    kernels: bool = True         # False: outside the kernels' documented range (reference only)
     note: str = field(default="", compare=False)
 
     @property
@@ -89,9 +90,12 @@ CASES: tuple[Case, ...] = (
     _c("chunk64_strong", "chunk 64 with gates at the lower bound", chunk_size=64, gates="lower", T=64,
        H=1),
     _c("bf16", "bf16 inputs", dtype="bfloat16", T=50),
+    _c("masked_gates", "none gate with a third of the tokens masked to -1000 (reference only)",
+       gate="none", gates="masked", T=50, kernels=False),
 )
 
 CASE_NAMES = tuple(c.name for c in CASES)
+KERNEL_CASES = tuple(c for c in CASES if c.kernels)
 BY_NAME = {c.name: c for c in CASES}
 
 
@@ -121,7 +125,10 @@ def make_inputs(case: Case, seed: int = 0) -> tuple[KDAInputs, KDAConfig]:
     if case.gate == "none":
         g = {"random": torch.nn.functional.logsigmoid(randn(B, T, H, K) + 2.0),
              "lower": torch.full((B, T, H, K), case.lower_bound, dtype=torch.float64),
-             "zero": torch.zeros(B, T, H, K, dtype=torch.float64)}[case.gates]
+             "zero": torch.zeros(B, T, H, K, dtype=torch.float64),
+             "masked": torch.where(torch.rand(B, T, H, 1, generator=gen) < 1 / 3,
+                                   torch.tensor(-1000.0, dtype=torch.float64),
+                                   torch.nn.functional.logsigmoid(randn(B, T, H, K) + 2.0))}[case.gates]
     else:
         A_log = uniform(-0.5, 0.5, H)
         dt_bias = uniform(-1.0, 1.0, H, K)

@@ -19,6 +19,7 @@ finite). Taps are returned chunk-major ``[n_chunks, H, *shape]`` with padding ro
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -98,10 +99,76 @@ def pair_decay(gc: torch.Tensor, diag: bool = True) -> torch.Tensor:
     return torch.where(m, torch.exp(torch.where(m, d, zero)), zero)
 
 
-def _pairwise(fn, n: int, per_chunk: int):
-    """Run ``fn(lo, hi)`` over blocks of chunks and concatenate along dim 0."""
-    step = max(1, _PAIR_BLOCK_ELEMS // max(1, per_chunk))
-    return [fn(lo, min(n, lo + step)) for lo in range(0, n, step)]
+class Decay:
+    """Products with the within-chunk decay ``P[i,j,k] = exp(gc[i,k] - gc[j,k])``, ``i >= j``.
+
+    Three contractions cover every use (``X, Y`` are ``[..., C, K]``, ``M`` is ``[..., C, C]``):
+
+    * ``scores(X, Y)[i,j] = sum_k X[i,k] Y[j,k] P[i,j,k]``    (kd ki^T, qd ki^T; lower part)
+    * ``left(M, Y)[i,k]   = sum_j M[i,j] Y[j,k] P[i,j,k]``    (E * (M ki))
+    * ``right(M, X)[j,k]  = sum_i M[i,j] X[i,k] P[i,j,k]``    (E^-1 * (M^T qd))
+
+    Fast path: matrix products in 16-row blocks with the exponent anchored at the first row
+    ``a_I`` of the later block ``I``: ``exp(gc_i - a_I) <= 1`` and, for an earlier block ``J``,
+    ``exp(a_I - gc_j) <= 1``; only the diagonal block has growing factors, bounded by 16 tokens
+    of decay. If those could overflow the dtype (gates masked to -1000, say), the exact masked
+    pairwise form :func:`pair_decay` is used instead. Upper-triangle results are not meaningful:
+    callers mask them.
+    """
+
+    BLOCK = 16
+
+    def __init__(self, gc: torch.Tensor):
+        *lead, C, K = gc.shape
+        self.C, self.nb = C, C // self.BLOCK
+        self.gc = gc
+        gb = self._blocks(gc)
+        a = gb[..., :1, :]                                               # anchors [.., I, 1, K]
+        ij = torch.tril(torch.ones(self.nb, self.nb, dtype=torch.bool, device=gc.device))[:, :, None, None]
+        expo = torch.where(ij, a.unsqueeze(-3) - gb.unsqueeze(-4), torch.zeros((), dtype=gc.dtype,
+                                                                               device=gc.device))
+        limit = 0.9 * math.log(torch.finfo(gc.dtype).max)
+        self.pairwise = bool((expo > limit).any())
+        if not self.pairwise:
+            self.left_f = torch.exp(gb - a)                              # [.., I, 16, K]     <= 1
+            self.right_f = torch.where(ij, torch.exp(expo), torch.zeros((), dtype=gc.dtype,
+                                                                        device=gc.device))  # [.., I, J, 16, K]
+
+    def _blocks(self, X):
+        return X.reshape(*X.shape[:-2], self.nb, self.BLOCK, X.shape[-1])
+
+    def _mblocks(self, M):
+        B = self.BLOCK
+        return M.reshape(*M.shape[:-2], self.nb, B, self.nb, B).transpose(-3, -2)   # [.., I, J, 16, 16]
+
+    def _exact(self, spec, A, Bm):
+        """The masked pairwise einsum, over slices of chunks to bound memory."""
+        per = max(1, A[:1].numel() * self.C)
+        step = max(1, _PAIR_BLOCK_ELEMS // per)
+        return torch.cat([torch.einsum(spec, A[s], Bm[s], pair_decay(self.gc[s]))
+                          for s in (slice(lo, lo + step) for lo in range(0, A.shape[0], step))])
+
+    def scores(self, X, Y):
+        if self.pairwise:
+            return self._exact("nhik,nhjk,nhijk->nhij", X, Y)
+        Xl = (self._blocks(X) * self.left_f).unsqueeze(-3)               # [.., I, 1, 16, K]
+        Yr = self._blocks(Y).unsqueeze(-4) * self.right_f                # [.., I, J, 16, K]
+        out = Xl @ Yr.transpose(-1, -2)                                  # [.., I, J, 16, 16]
+        return out.transpose(-3, -2).reshape(*X.shape[:-2], self.C, self.C)
+
+    def left(self, M, Y):
+        if self.pairwise:
+            return self._exact("nhij,nhjk,nhijk->nhik", M, Y)
+        Yr = self._blocks(Y).unsqueeze(-4) * self.right_f                # [.., I, J, 16, K]
+        out = (self._mblocks(M) @ Yr).sum(-3) * self.left_f              # [.., I, 16, K]
+        return out.reshape(Y.shape)
+
+    def right(self, M, X):
+        if self.pairwise:
+            return self._exact("nhij,nhik,nhijk->nhjk", M, X)
+        Xl = (self._blocks(X) * self.left_f).unsqueeze(-3)               # [.., I, 1, 16, K]
+        out = (self._mblocks(M).transpose(-1, -2) @ Xl) * self.right_f   # [.., I, J, 16, K]
+        return out.sum(-4).reshape(X.shape)
 
 
 def fwd_prepare(x: dict, scale: float) -> dict:
@@ -115,19 +182,13 @@ def fwd_prepare(x: dict, scale: float) -> dict:
     ki = kn * torch.exp(-gc)
     kr = kn * torch.exp(gT[:, :, None, :] - gc)
 
-    def pair(lo, hi):
-        P = pair_decay(gc[lo:hi])
-        Fm = torch.einsum("nhik,nhjk,nhijk->nhij", kn[lo:hi], kn[lo:hi], P)
-        Mqk = scale * torch.einsum("nhik,nhjk,nhijk->nhij", qn[lo:hi], kn[lo:hi], P)
-        return Fm, Mqk
-
-    parts = _pairwise(pair, NC, H * C * C * K)
-    Fm = torch.cat([p[0] for p in parts]).tril(-1)
-    Mqk = torch.cat([p[1] for p in parts])
+    decay = Decay(gc)
+    Fm = decay.scores(kn, kn).tril(-1)
+    Mqk = (scale * decay.scores(qn, kn)).tril()
     L = b[..., :, None] * Fm
     eye = torch.eye(C, dtype=kn.dtype, device=kn.device).expand(NC, H, C, C)
     INV = torch.linalg.solve_triangular(eye + L, eye, upper=False, unitriangular=True)
-    return dict(gc=gc, gT=gT, b=b, qd=qd, kd=kd, ki=ki, kr=kr, F=Fm, L=L, INV=INV, Mqk=Mqk)
+    return dict(gc=gc, gT=gT, b=b, qd=qd, kd=kd, ki=ki, kr=kr, F=Fm, L=L, INV=INV, Mqk=Mqk, decay=decay)
 
 
 def _walk(ct: ChunkTable, reverse: bool):
@@ -207,17 +268,10 @@ def bwd_prepare(x: dict, p: dict, r: dict, scale: float) -> dict:
     dMqk, dF = r["dMqk"], p["b"][..., :, None] * r["dL"]
     E = torch.exp(gc)
 
-    def pair(lo, hi):
-        P = pair_decay(gc[lo:hi])
-        s = slice(lo, hi)
-        q_intra = torch.einsum("nhij,nhjk,nhijk->nhik", dMqk[s], kn[s], P)   # E * (dMqk ki)
-        k_intra = torch.einsum("nhij,nhjk,nhijk->nhik", dF[s], kn[s], P)     # E * (dF ki)
-        i_intra = torch.einsum("nhij,nhik,nhijk->nhjk", dMqk[s], scale * qn[s], P) \
-            + torch.einsum("nhij,nhik,nhijk->nhjk", dF[s], kn[s], P)          # E^-1 * dki
-        return q_intra, k_intra, i_intra
-
-    parts = _pairwise(pair, NC, H * C * C * K)
-    q_intra, k_intra, Ei_dki = (torch.cat([pp[i] for pp in parts]) for i in range(3))
+    decay = p["decay"]
+    q_intra = decay.left(dMqk, kn)                                   # E * (dMqk ki)
+    k_intra = decay.left(dF, kn)                                     # E * (dF ki)
+    Ei_dki = decay.right(dMqk, scale * qn) + decay.right(dF, kn)     # E^-1 * dki
     E_dqd = E * r["dqd_inter"] + q_intra
     E_dkd = E * r["dkd_inter"] + k_intra
     R_dkr = torch.exp(p["gT"][:, :, None, :] - gc) * r["dkr"]
@@ -314,5 +368,6 @@ def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | No
     outputs = {n: t.detach() for n, t in outputs.items()}
 
     pool = {**p, **f, **r, **bp}
+    del pool["decay"]
     tap_out = {n: _zero_padding(n, pool[n], valid) for n in taps}
     return ReferenceResult(outputs, tap_out, ct)
