@@ -107,3 +107,18 @@ class TapPlan:
 
     def has(self, name: str) -> bool:
         return name in self.buffers
+
+
+def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor):
+    """Kernel arguments for one stage's taps: ``(buffers, head_slot, lo, hi, n_sel, store, present)``.
+
+    ``buffers`` follows ``names``; a tap not in the plan gets ``dummy`` and ``present[name] = False``
+    so its store compiles out; ``store`` is False when the stage records nothing at all.
+    """
+    present = {n: plan is not None and plan.has(n) for n in names}
+    bufs = [plan.buffers[n] if present[n] else dummy for n in names]
+    if plan is None or not any(present.values()):
+        slot = torch.full((1,), -1, dtype=torch.int32, device=dummy.device)
+        return bufs, slot, 0, 0, 0, False, present
+    n_sel = next(iter(plan.buffers.values())).shape[1]
+    return bufs, plan.head_slot, plan.lo, plan.hi, n_sel, True, present

@@ -1,0 +1,206 @@
+"""Forward stage 2, "recurrence" (spec §5): the state pass, sequential over chunks, then the
+output pass, parallel over chunks.
+
+State pass, grid (N, H, V-blocks): S [K, BV] fp32 stays in registers; per chunk of the sequence,
+in order, it stores S (the state entering the chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)),
+then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1). The last S is ht.
+
+Output pass, grid (NC, H, V-blocks): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``; it also
+writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .common import tap_kernel_args
+from .tlmath import mm
+
+OUTPUT_TAPS = ("S", "vcorr", "U")
+
+
+@triton.jit
+def kda_fwd_recurrence_kernel(
+    kn,              # [BT, H, K] fp32
+    gc,              # [BT, H, K] fp32
+    gT,              # [NC, H, K] fp32
+    w,               # [BT, H, K] fp32: INV Diag(b) kd
+    u,               # [BT, H, V] fp32: INV Diag(b) v
+    h0,              # [N, H, K, V] fp32 initial state (math layout), if HAS_H0
+    S,               # out [NC, H, K, V] fp32: state entering each chunk
+    U,               # out [BT, H, V] fp32
+    ht,              # out [N, H, K, V] fp32: final state
+    chunk_start,     # [NC] int32
+    chunk_len,       # [NC] int32
+    seq_chunk_base,  # [N + 1] int32
+    H: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    HAS_H0: tl.constexpr,
+    BF16: tl.constexpr,
+):
+    i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    o_t = tl.arange(0, BC)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_k = o_k < K
+    m_v = o_v < V
+    o_kv = o_k[:, None] * V + o_v[None, :]
+    m_kv = m_k[:, None] & m_v[None, :]
+
+    o_nh = (i_n * H + i_h).to(tl.int64)
+    if HAS_H0:
+        b_S = tl.load(h0 + o_nh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+    else:
+        b_S = tl.zeros([BK, BV], dtype=tl.float32)
+
+    c_lo = tl.load(seq_chunk_base + i_n)
+    c_hi = tl.load(seq_chunk_base + i_n + 1)
+    for i_c in range(c_lo, c_hi):
+        bos = tl.load(chunk_start + i_c).to(tl.int64)
+        n_valid = tl.load(chunk_len + i_c)
+        m_t = o_t < n_valid
+        o_tok = bos + o_t
+        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+        o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
+        m_tk = m_t[:, None] & m_k[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        o_ch = (i_c * H + i_h).to(tl.int64)
+
+        tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
+        b_w = tl.load(w + o_tk, mask=m_tk, other=0)
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0) - mm(b_w, b_S, BF16)
+        tl.store(U + o_tv, b_U, mask=m_tv)
+
+        b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
+        b_kn = tl.load(kn + o_tk, mask=m_tk, other=0)
+        b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
+        b_kr = tl.where(m_tk, b_kn * tl.exp(b_gT[None, :] - b_gc), 0.0)
+        b_S = b_S * tl.exp(b_gT)[:, None] + mm(tl.trans(b_kr), b_U, BF16)
+
+    tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
+
+
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel"])
+def kda_fwd_output_kernel(
+    qn,              # [BT, H, K] fp32
+    kn,              # [BT, H, K] fp32 (vcorr tap only)
+    gc,              # [BT, H, K] fp32
+    v,               # [BT, H, V] value (vcorr tap only)
+    b,               # [BT, H] fp32 (vcorr tap only)
+    Mqk,             # [NC, H, BC, BC] fp32
+    S,               # [NC, H, K, V] fp32: state entering each chunk
+    U,               # [BT, H, V] fp32
+    o,               # out [BT, H, V] fp32
+    chunk_start,     # [NC] int32
+    chunk_len,       # [NC] int32
+    scale,           # query scale
+    t_S, t_vcorr, t_U,  # tap buffers [hi-lo, n_sel, *shape]
+    head_slot,       # [H] int32: tap slot of each head, -1 if not tapped
+    tap_lo,          # first tapped chunk
+    tap_hi,          # one past the last tapped chunk
+    n_sel,           # number of tapped heads
+    H: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    BV: tl.constexpr,
+    BF16: tl.constexpr,
+    STORE_TAPS: tl.constexpr,
+    TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
+):
+    i_c, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n_valid = tl.load(chunk_len + i_c)
+    o_t = tl.arange(0, BC)
+    o_k = tl.arange(0, BK)
+    o_v = i_v * BV + tl.arange(0, BV)
+    m_t = o_t < n_valid
+    m_k = o_k < K
+    m_v = o_v < V
+    o_tok = bos + o_t
+    o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+    o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
+    m_tk = m_t[:, None] & m_k[None, :]
+    m_tv = m_t[:, None] & m_v[None, :]
+    o_kv = o_k[:, None] * V + o_v[None, :]
+    m_kv = m_k[:, None] & m_v[None, :]
+    o_ch = (i_c * H + i_h).to(tl.int64)
+
+    b_S = tl.load(S + o_ch * K * V + o_kv, mask=m_kv, other=0)
+    b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
+    b_qd = tl.where(m_tk, tl.load(qn + o_tk, mask=m_tk, other=0) * scale * tl.exp(b_gc), 0.0)
+    b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
+    b_U = tl.load(U + o_tv, mask=m_tv, other=0)
+    b_o = mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16)
+    tl.store(o + o_tv, b_o, mask=m_tv)
+
+    if STORE_TAPS:
+        i_slot = tl.load(head_slot + i_h)
+        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
+            o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
+            o_cv = o_t[:, None] * V + o_v[None, :]
+            m_cv = (o_t >= 0)[:, None] & m_v[None, :]
+            if TAP_S:
+                tl.store(t_S + o_tap * K * V + o_kv, b_S, mask=m_kv)
+            if TAP_U:
+                tl.store(t_U + o_tap * BC * V + o_cv, b_U, mask=m_cv)
+            if TAP_VCORR:
+                b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0) * tl.exp(b_gc), 0.0)
+                b_v = tl.load(v + o_tv, mask=m_tv, other=0).to(tl.float32)
+                b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
+                b_vc = b_b[:, None] * (b_v - mm(b_kd, b_S, BF16))
+                tl.store(t_vcorr + o_tap * BC * V + o_cv, b_vc, mask=m_cv)
+
+
+def _block_v(K: int, V: int) -> int:
+    """V block of the state tile [BK, BV]: at most 64 columns, at most 8192 fp32 elements."""
+    BK = triton.next_power_of_2(K)
+    return max(16, min(triton.next_power_of_2(V), 64, 8192 // BK))
+
+
+def kda_fwd_recurrence(kn, gc, gT, w, u, h0, chunks, *, precision):
+    """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout)."""
+    BT, H, K = kn.shape
+    V = u.shape[-1]
+    N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
+    dev, f32 = kn.device, torch.float32
+    S = torch.empty(NC, H, K, V, device=dev, dtype=f32)
+    U = torch.empty(BT, H, V, device=dev, dtype=f32)
+    ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
+    if N == 0:
+        return S, U, ht
+    BV = _block_v(K, V)
+    kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
+        kn, gc, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
+        chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
+        H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
+        BF16=precision == "bf16", num_warps=4,
+    )
+    return S, U, ht
+
+
+def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap_plan=None):
+    """Output pass: ``o [BT,H,V]`` fp32 (and the S, vcorr, U taps)."""
+    BT, H, K = qn.shape
+    V = v.shape[-1]
+    NC, C = chunks.n_chunks, chunks.chunk_size
+    o = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
+    if NC == 0:
+        return o
+    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o)
+    BV = _block_v(K, V)
+    kda_fwd_output_kernel[(NC, H, triton.cdiv(V, BV))](
+        qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
+        *bufs, slot, lo, hi, n_sel,
+        H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, BF16=precision == "bf16",
+        STORE_TAPS=store, TAP_S=present["S"], TAP_VCORR=present["vcorr"], TAP_U=present["U"],
+        num_warps=4,
+    )
+    return o

@@ -1,0 +1,60 @@
+"""Triton device helpers shared by the forward and backward stages: matmul precision modes, the
+stable sigmoid/softplus and the gate activations of spec §1.3 (natural-log units)."""
+
+import os
+
+import triton
+import triton.language as tl
+
+# The CPU interpreter multiplies bf16 operands as raw 16-bit integers; there the fast mode is
+# emulated by rounding the operands to bf16 (round-to-nearest-even) and multiplying in fp32, which
+# is what a bf16 tensor-core MMA with fp32 accumulation computes.
+INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
+
+GATE_NONE, GATE_LOWER_BOUND, GATE_SOFTPLUS = 0, 1, 2
+GATE_IDS = {"none": GATE_NONE, "lower_bound": GATE_LOWER_BOUND, "softplus": GATE_SOFTPLUS}
+
+
+@triton.jit
+def round_bf16(x):
+    """fp32 -> nearest bf16 (ties to even), kept in fp32."""
+    i = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    i = (i + 0x7FFF + ((i >> 16) & 1)) & 0xFFFF0000
+    return i.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def mm(a, b, BF16: tl.constexpr):
+    """a @ b with fp32 accumulation: bf16 operands (fast mode) or exact fp32 ("ieee", debug mode)."""
+    if BF16:
+        if INTERPRET:
+            return tl.dot(round_bf16(a), round_bf16(b), input_precision="ieee")
+        else:
+            return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+
+
+@triton.jit
+def sigmoid(x):
+    # exp of a non-positive argument only: no overflow, full relative accuracy on both tails
+    e = tl.exp(-tl.abs(x))
+    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+@triton.jit
+def softplus(x):
+    # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)); a two-term series replaces log1p for tiny e
+    e = tl.exp(-tl.abs(x))
+    return tl.maximum(x, 0.0) + tl.where(e < 1e-4, e * (1.0 - 0.5 * e), tl.log(1.0 + e))
+
+
+@triton.jit
+def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr):
+    """Per-token natural-log decay gamma from the raw gate [BC, BK] (b_dt [BK], a_h = exp(A_log[h]))."""
+    if GATE == 1:
+        return lower_bound * sigmoid(a_h * (b_g + b_dt[None, :]))
+    elif GATE == 2:
+        return -a_h * softplus(b_g + b_dt[None, :])
+    else:
+        return b_g
