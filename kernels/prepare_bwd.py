@@ -133,6 +133,9 @@ def chunk_bwd_dqkg_kernel(
 
     # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, anchored per 16-row block I:
     # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) for i in I;  Q·[j] = sum_{i in I} A[i,j] y_i e^(gc_i-gc_j)
+    # the diagonal of dMqk is applied exactly, outside: its dgc terms cancel (qn dMqk_ii kn - kn dMqk_ii qn)
+    b_dMs = tl.where(o_t[:, None] > o_t[None, :], b_dMqk, 0.)
+    b_dd = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dMqk, 0.), axis=1)
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
@@ -144,27 +147,30 @@ def chunk_bwd_dqkg_kernel(
         b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
         b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
         b_kc = tl.where(m_c, b_kn * b_ec, 0.)
-        b_Pq += tl.where(m_r, b_er * mm_tf32(b_dMqk, b_kc, DOT), 0.)
+        b_Pq += tl.where(m_r, b_er * mm_tf32(b_dMs, b_kc, DOT), 0.)
         b_Pl += tl.where(m_r, b_er * mm_tf32(b_dL, b_kc, DOT), 0.)
-        b_Qq += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMqk), tl.where(m_r, b_qn * b_er, 0.), DOT), 0.)
+        b_Qq += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMs), tl.where(m_r, b_qn * b_er, 0.), DOT), 0.)
         b_Ql += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dbL), tl.where(m_r, b_kn * b_er, 0.), DOT), 0.)
 
-    b_dqn = scale * (b_E * b_dOS + b_Pq)          # scale E⊙dqd
+    b_Eq = b_E * b_dOS + b_Pq                     # E⊙dqd without the dMqk diagonal
     b_X = b_Pl - b_E * b_dcS                      # E⊙dkd / b
     b_Ed = b_b[:, None] * b_X                     # E⊙dkd
-    b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki
+    b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
     b_Rr = b_R * b_dkr                            # R⊙dkr
-    b_dkn = b_Ed + b_Ei + b_Rr
-    b_dgc = b_qn * b_dqn + b_kn * (b_Ed - b_Ei - b_Rr)
-    b_dgT = tl.exp(b_gT) * b_dgTs + tl.sum(b_kn * b_Rr, axis=0)
+    b_dqn = scale * (b_Eq + b_dd[:, None] * b_kn)
+    b_dkn = b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr
+    b_dgx = scale * b_qn * b_Eq + b_kn * (b_Ed - b_Ei)   # dgc without the kr path
+    b_dkrr = b_kn * b_Rr                          # kr⊙dkr
     b_db = tl.sum(b_kn * b_X, axis=1) + b_dbv * first.to(tl.float32)
     tl.store(dq + o_tk, b_dqn, mask=m_tk)
     tl.store(dk + o_tk, b_dkn, mask=m_tk)
     tl.store(db_part + (i_k * BT + bos + o_t) * H + i_h, b_db, mask=m_t)
 
-    # dγ[i] = sum_{r >= i} dgc[r] + dgT, then the gate activation
-    b_tri = tl.where(o_t[:, None] <= o_t[None, :], 1., 0.)
-    b_dgam = tl.dot(b_tri, b_dgc, input_precision="ieee") + b_dgT[None, :]
+    # dγ[i] = sum_{r >= i} dgc[r] + dgT with dgT = eT⊙rowsum(dS⁺⊙S) + sum_r kr⊙dkr[r]; the kr path
+    # enters dgc[r] as -kr⊙dkr[r], so it is summed as the prefix r < i rather than total - suffix
+    b_dgam = (tl.dot(tl.where(o_t[:, None] <= o_t[None, :], 1., 0.), b_dgx, input_precision="ieee")
+              + tl.dot(tl.where(o_t[:, None] > o_t[None, :], 1., 0.), b_dkrr, input_precision="ieee")
+              + (tl.exp(b_gT) * b_dgTs)[None, :])
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
         b_dg = b_dgam
@@ -174,8 +180,7 @@ def chunk_bwd_dqkg_kernel(
         b_A = tl.exp(tl.load(A_log + i_h))
         if GATE == 1:
             b_z = b_A * (b_graw + b_dt[None, :])
-            b_s = 1. / (1. + tl.exp(-b_z))
-            b_dz = b_dgam * lower_bound * b_s * (1. - b_s)
+            b_dz = b_dgam * lower_bound / ((1. + tl.exp(-b_z)) * (1. + tl.exp(b_z)))
             b_dg = b_A * b_dz
             b_dA = tl.sum(tl.where(m_tk, b_dz * b_z, 0.), axis=0)
         else:
@@ -195,15 +200,16 @@ def chunk_bwd_dqkg_kernel(
         if TAP_DKR:
             tl.store(t_dkr + o_ptk, b_dkr, mask=m_ptk)
         if TAP_DGC:
-            tl.store(t_dgc + o_ptk, b_dgc, mask=m_ptk)
+            tl.store(t_dgc + o_ptk, b_dgx - b_dkrr, mask=m_ptk)
         if TAP_DGT:
-            tl.store(t_dgT + idx * K + o_k, b_dgT, mask=m_k)
+            tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
         if TAP_DQD:
             tl.store(t_dqd + o_ptk, tl.where(m_tk, b_dqn / (scale * b_E), 0.), mask=m_ptk)
         if TAP_DKD:
             tl.store(t_dkd + o_ptk, tl.where(m_tk, b_Ed / b_E, 0.), mask=m_ptk)
         if TAP_DKI:
-            tl.store(t_dki + o_ptk, b_Ei * b_E, mask=m_ptk)
+            tl.store(t_dki + o_ptk, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, mask=m_ptk)
+
 
 @triton.jit
 def l2norm_bwd_rows(x, dx, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
@@ -260,8 +266,8 @@ def chunk_bwd_finish_kernel(
         if on:
             tl.store(t_db + idx * C + o_t, b_db)
     if BETA_SIGMOID:
-        b_s = 1. / (1. + tl.exp(-tl.load(beta + o_th, mask=m_t, other=0.).to(tl.float32)))
-        b_db = b_db * b_s * (1. - b_s)
+        b_x = tl.load(beta + o_th, mask=m_t, other=0.).to(tl.float32)
+        b_db = b_db / ((1. + tl.exp(-b_x)) * (1. + tl.exp(b_x)))  # σ(x) σ(-x)
     tl.store(dbeta + o_th, b_db, mask=m_t)
 
 
