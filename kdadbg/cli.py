@@ -125,6 +125,8 @@ def gen(
 ):
     """Write a dump (format v1) from a preset of the shared case table.
 
+    --B/--T/--H/--K/--V/--dtype resize the preset; an existing OUT needs --force.
+
     Example: kdadbg gen sample.safetensors --preset varlen_short --seed 1
     """
     from .gen import generate, list_presets
@@ -145,8 +147,9 @@ def inspect_(
 ):
     """Show a dump's config, tensor statistics and validation verdict.
 
-    For each tensor: shape, dtype, min/max/mean over the finite values, NaN and Inf counts;
-    config values are marked as from the file or defaults. Exit 2 when the dump is invalid.
+    Per tensor: shape, dtype, min/max/mean over the finite values, NaN and Inf counts.
+    Config values are marked as coming from the file or as defaults.
+    Exit 2 when the dump is invalid (what could be read is still shown).
 
     Example: kdadbg inspect sample_inputs/basic.safetensors
     """
@@ -182,6 +185,7 @@ def taps(
 ):
     """Export outputs, gradients and per-chunk taps of a dump to a taps file (safetensors).
 
+    Each tap is stored as \\[chunks, heads, *per-chunk shape] with padding rows 0 (README: taps file layout).
     Exit 1 when an exported value is NaN or Inf.
     Example: kdadbg taps sample_inputs/basic.safetensors -o basic.taps.safetensors --taps dS,dgc --chunks 0:4
     """
