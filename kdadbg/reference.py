@@ -26,10 +26,11 @@ from typing import Callable, Iterable
 import torch
 import torch.nn.functional as F
 
-from kdadbg_kernels.taps import REGISTRY, TAP_NAMES
+from kdadbg_kernels.taps import TAP_NAMES
 
 from .chunks import ChunkTable, chunk_table
 from .config import KDAConfig, KDAInputs
+from .tapsfile import zero_padding
 
 Progress = Callable[[str, int, int], None]
 
@@ -298,15 +299,6 @@ def _state_out(S: torch.Tensor, layout: str) -> torch.Tensor:
     return S.transpose(-1, -2).contiguous() if layout == "vk" else S.contiguous()
 
 
-def _zero_padding(name: str, t: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
-    """Zero rows (and for [C,C] taps, columns) past each chunk's valid length."""
-    for axis in REGISTRY[name].row_dims:
-        shape = [valid.shape[0], 1] + [1] * (t.dim() - 2)
-        shape[2 + axis] = valid.shape[1]
-        t = torch.where(valid.reshape(shape), t, torch.zeros((), dtype=t.dtype, device=t.device))
-    return t
-
-
 def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | None = TAP_NAMES,
                   device="cpu", dtype=torch.float64, progress: Progress | None = None) -> ReferenceResult:
     """Forward and backward of chunked KDA in ``dtype`` (float64: the judge).
@@ -369,5 +361,5 @@ def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | No
 
     pool = {**p, **f, **r, **bp}
     del pool["decay"]
-    tap_out = {n: _zero_padding(n, pool[n], valid) for n in taps}
+    tap_out = {n: zero_padding(n, pool[n], ct.length.to(device)) for n in taps}
     return ReferenceResult(outputs, tap_out, ct)

@@ -1,0 +1,58 @@
+"""Run our Triton kernels on a dump's inputs.
+
+Without a GPU the kernels run under the Triton interpreter on CPU tensors. The interpreter is
+chosen when ``@triton.jit`` decorates, i.e. when the kernel modules are first imported, so
+:func:`kernels_module` sets ``TRITON_INTERPRET=1`` before that import when the device is the CPU.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import torch
+
+from kdadbg_kernels.taps import TapSelection
+
+from .config import KDAConfig, KDAInputs
+from .errors import KdadbgError
+
+PRECISIONS = ("fp32", "bf16")
+
+
+def kernels_module(device: str):
+    """Import ``kdadbg_kernels.chunk`` for ``device`` (``cpu``: interpreter; ``cuda``: compiled)."""
+    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    loaded = "kdadbg_kernels.chunk" in sys.modules
+    if device == "cpu" and not interpret:
+        if loaded:
+            raise KdadbgError("--device cpu: the kernels were already compiled for CUDA in this process; "
+                              "set TRITON_INTERPRET=1 before starting it")
+        os.environ["TRITON_INTERPRET"] = "1"
+    if device == "cuda" and interpret:
+        raise KdadbgError("--device cuda: TRITON_INTERPRET is set, so kernels run only on the CPU; "
+                          "unset it or use --device cpu")
+    from kdadbg_kernels import chunk
+
+    return chunk
+
+
+def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", device: str = "cpu",
+                taps: TapSelection | None = None):
+    """Forward and backward of our kernels: ``(outputs, tap buffers, TapPlan | None)``.
+
+    Outputs and gradients are float32 in the dump's shapes (``ht``/``dh0`` in its state layout);
+    tap buffers are ``[n_sel_chunks, n_sel_heads, *shape]``, NaN where nothing was written.
+    """
+    if precision not in PRECISIONS:
+        raise KdadbgError(f"--precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}")
+    chunk = kernels_module(device)
+    x = inputs.to(device)
+    outputs, buffers, plan = chunk.kda_forward_backward(
+        x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens, A_log=x.A_log,
+        dt_bias=x.dt_bias, scale=config.scale, chunk_size=config.chunk_size, gate=config.gate,
+        lower_bound=config.lower_bound, qk_l2norm=config.qk_l2norm, beta_sigmoid=config.beta_sigmoid,
+        state_layout=config.state_layout, precision=precision, taps=taps)
+    if device == "cuda":
+        torch.cuda.synchronize()
+    return outputs, buffers, plan
