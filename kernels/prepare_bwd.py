@@ -18,9 +18,9 @@
 (in place on ``dq``/``dk``), the K-block sum of ``db`` and the beta sigmoid.
 
 Taps: dU, dvcorr, dMqk, dL, dkr, dqd, dkd, dki, dgT, dgc here, db in the finish kernel. dqd, dkd,
-dki are recovered from the collapsed products (``dqd = (E⊙dqd) / E``, ``dki = (E⁻⊙dki) ⊙ E``): where
-the true value exceeds fp32 (``exp(−gc)`` past ~1e38, chunk 32/64 with strong gates) the tap is inf;
-no gradient reads them.
+dki are their definitional values, ``dMqk ki`` and ``dL ki`` formed per 16-column block with an anchor
+so that no masked product meets an overflowed ``exp(−gc)``; where the true value exceeds fp32 (chunk
+32/64 with strong gates) the tap is inf. ``dki = (E⁻⊙dki) ⊙ E`` is always finite. No gradient reads them.
 """
 
 from __future__ import annotations
@@ -33,6 +33,15 @@ from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 DQKG_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc")
+
+
+@triton.jit
+def scale_exp(p, x):
+    """``p * exp(x)`` that stays finite while the product is, and is 0 where p is (taps only)."""
+    big = x > 80.
+    b_s = tl.exp(tl.where(big, 0., x))
+    b_l = tl.exp(tl.log(tl.where(big & (p != 0.), tl.abs(p), 1.)) + tl.where(big, x, 0.))
+    return tl.where(p == 0., 0., tl.where(big, tl.where(p < 0., -b_l, b_l), p * b_s))
 
 
 @triton.jit
@@ -203,10 +212,21 @@ def chunk_bwd_dqkg_kernel(
             tl.store(t_dgc + o_ptk, b_dgx - b_dkrr, mask=m_ptk)
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
-        if TAP_DQD:
-            tl.store(t_dqd + o_ptk, tl.where(m_tk, b_dqn / (scale * b_E), 0.), mask=m_ptk)
-        if TAP_DKD:
-            tl.store(t_dkd + o_ptk, tl.where(m_tk, b_Ed / b_E, 0.), mask=m_ptk)
+        if TAP_DQD or TAP_DKD:
+            # dMqk ki and dL ki per column block J, anchored at J's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
+            # exp(-a) <= exp(-gc_j): it overflows only where every ki of the block does
+            b_Tq = tl.zeros([C, BK], dtype=tl.float32)
+            b_Tl = tl.zeros([C, BK], dtype=tl.float32)
+            for J in tl.static_range(C // 16):
+                b_a = tl.sum(tl.where(o_t[:, None] == J * 16, b_gc, 0.), axis=0)
+                m_j = ((o_t >= J * 16) & (o_t < J * 16 + 16))[:, None]
+                b_x = tl.where(m_j & m_tk, b_kn * tl.exp(tl.where(m_j, b_a[None, :] - b_gc, 0.)), 0.)
+                b_Tq += scale_exp(tl.dot(b_dMqk, b_x, input_precision="ieee"), -b_a[None, :])
+                b_Tl += scale_exp(tl.dot(b_dL, b_x, input_precision="ieee"), -b_a[None, :])
+            if TAP_DQD:
+                tl.store(t_dqd + o_ptk, b_dOS + b_Tq, mask=m_ptk)
+            if TAP_DKD:
+                tl.store(t_dkd + o_ptk, b_b[:, None] * (b_Tl - b_dcS), mask=m_ptk)
         if TAP_DKI:
             tl.store(t_dki + o_ptk, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, mask=m_ptk)
 
