@@ -7,6 +7,7 @@ Each command parses options, calls one library function that returns plain data,
 
 import functools
 import inspect
+import json
 import sys
 from enum import Enum
 from pathlib import Path
@@ -45,6 +46,12 @@ class Layout(str, Enum):
 
 class Source(str, Enum):
     reference = "reference"
+    kernel = "kernel"
+
+
+class Precision(str, Enum):
+    fp32 = "fp32"
+    bf16 = "bf16"
 
 
 class Device(str, Enum):
@@ -177,6 +184,8 @@ def taps(
                                                   "side optional) or one chunk A.")] = None,
     heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices.")] = None,
     device: Annotated[Device, typer.Option("--device", help="Where to compute.")] = Device.auto,
+    precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands (--source kernel): "
+                                                 "fp32 (IEEE) or bf16.")] = Precision.fp32,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output if it exists.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the taps of the registry and exit.")] = False,
@@ -186,6 +195,8 @@ def taps(
     """Export outputs, gradients and per-chunk taps of a dump to a taps file (safetensors).
 
     Each tap is stored as \\[chunks, heads, *per-chunk shape] with padding rows 0 (README: taps file layout).
+    --source reference: the float64 chunked reference (float64 taps); --source kernel: our Triton
+    kernels at --precision (float32 taps).
     Exit 1 when an exported value is NaN or Inf.
     Example: kdadbg taps sample_inputs/basic.safetensors -o basic.taps.safetensors --taps dS,dgc --chunks 0:4
     """
@@ -202,12 +213,62 @@ def taps(
     with report.progress_display(_err()) as progress:
         info = export_taps(dump, out, source=source.value, names=names, chunks=chunk_range, heads=head_list,
                            device=device.value, overrides=overrides, force=force,
-                           allow_nonfinite=allow_nonfinite, progress=progress)
+                           allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value)
     if json_:
         report.print_json(_out(), info)
     else:
         report.render_export(_out(), info)
     if info["nonfinite"]:
+        raise typer.Exit(EXIT_NUMERIC)
+
+
+@command("run")
+@config_options
+def run(
+    dump: Annotated[Path, typer.Argument(help="Dump file to run.", show_default=False)],
+    device: Annotated[Device, typer.Option("--device", help="Where to compute (auto: cuda if present, else the "
+                                           "CPU under the Triton interpreter).")] = Device.auto,
+    precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands: fp32 (IEEE, the "
+                                                 "debugging mode) or bf16 (fp32 accumulation, production-like).")]
+    = Precision.fp32,
+    tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override one tolerance: NAME=VALUE "
+                                                     "(repeatable), e.g. --tol dg=5e-2.")] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
+                                                      "to this file.")] = None,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
+                                                 "(float32 safetensors) to this file.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save files if they exist.")] = False,
+    allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    overrides: dict = None,
+):
+    """Run our kernels forward + backward and the float64 reference on a dump, and compare.
+
+    One row per output and gradient: shape, max abs error and where, fla's ratio
+    RMS(ref-x)/(RMS(ref)+1e-8), cosine, NaN/Inf count, tolerance, verdict.
+    A tensor passes when ratio <= tol or max abs error <= 1e-6, and has no NaN/Inf.
+    Tolerances: fp32 mode 1e-5 for every tensor; bf16 mode fla's (o, ht 5e-3; dq, dk, dv, dh0 8e-3;
+    dg, dbeta 2e-2; ddt_bias 8e-3; dA_log 1e-2).
+    Exit 0 when all pass, 1 when any fails, 2 on bad input.
+
+    Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json
+    """
+    from .dump import load_dump
+    from .export import resolve_device
+    from .fileio import atomic_write_text
+    from .run import check
+
+    for path in (json_file, save):
+        if path is not None and path.exists() and not force:
+            raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
+    inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
+    dev = resolve_device(device.value)
+    with report.progress_display(_err()) as progress:
+        result = check(inputs, config, dump=str(dump), precision=precision.value, device=dev, tol_overrides=tol,
+                       progress=progress, save=None if save is None else str(save), force=force)
+    report.render_run(_out(), result)
+    if json_file is not None:
+        atomic_write_text(json.dumps(result.as_json(), indent=2), json_file, force=force)
+    if not result.passed:
         raise typer.Exit(EXIT_NUMERIC)
 
 

@@ -7,6 +7,8 @@ from typing import Callable
 
 import torch
 
+from kdadbg_kernels.taps import TapSelection
+
 from .chunks import chunk_table
 from .config import KDAConfig, KDAInputs
 from .dump import load_dump
@@ -14,7 +16,7 @@ from .errors import KdadbgError
 from .selection import resolve_selection
 from .tapsfile import chunk_rows, outputs_that_apply, taps_metadata, write_taps_file
 
-SOURCES = ("reference",)
+SOURCES = ("reference", "kernel")
 DEVICES = ("auto", "cpu", "cuda")
 
 Progress = Callable[[str, int, int], None]
@@ -31,18 +33,34 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _reference(inputs: KDAInputs, config: KDAConfig, names: tuple[str, ...], device: str,
+def _reference(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str, precision: str,
                progress: Progress | None) -> tuple[dict, dict]:
+    """float64 outputs and the selected taps ``[n_sel_chunks, n_sel_heads, ...]``."""
     from .reference import run_reference
 
-    res = run_reference(inputs, config, taps=names, device=device, dtype=torch.float64, progress=progress)
-    return res.outputs, res.taps
+    res = run_reference(inputs, config, taps=sel.names, device=device, dtype=torch.float64, progress=progress)
+    lo, hi = sel.chunk_range(res.chunks.n_chunks)
+    heads = torch.tensor(sel.head_list(inputs.shape[2]), dtype=torch.long, device=device)
+    return res.outputs, {n: t[lo:hi].index_select(1, heads) for n, t in res.taps.items()}
+
+
+def _kernel(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str, precision: str,
+            progress: Progress | None) -> tuple[dict, dict]:
+    """Our kernels' float32 outputs and tap buffers (already selected by the kernels)."""
+    from .backend import run_kernels
+
+    if progress:
+        progress("kernels", 0, 1)
+    outputs, buffers, _ = run_kernels(inputs, config, precision, device, taps=sel)
+    if progress:
+        progress("kernels", 1, 1)
+    return outputs, buffers
 
 
 def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | None = None,
                 chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
                 device: str = "auto", overrides: dict | None = None, force: bool = False,
-                allow_nonfinite: bool = False, progress: Progress | None = None) -> dict:
+                allow_nonfinite: bool = False, progress: Progress | None = None, precision: str = "fp32") -> dict:
     """Run ``source`` on the dump ``dump`` and write the taps file ``out``; returns a summary.
 
     ``names``: taps to export (None = all); ``chunks``: half-open global chunk range, either end
@@ -62,22 +80,20 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
     dev = resolve_device(device)
 
-    outputs, taps = _reference(inputs, config, sel.names, dev, progress)
+    run = _reference if source == "reference" else _kernel
+    outputs, taps = run(inputs, config, sel, dev, precision, progress)
 
     lo, hi = sel.chunk_range(table.n_chunks)
     head_list = list(sel.head_list(H))
-    head_idx = torch.tensor(head_list, dtype=torch.long)
-    picked = {}
-    for name in sel.names:
-        t = taps[name].detach().to("cpu")
-        picked[name] = t[lo:hi].index_select(1, head_idx)
+    picked = {name: taps[name].detach().to("cpu") for name in sel.names}
     applies = outputs_that_apply(inputs, config)
     missing = [n for n in applies if n not in outputs]
     if missing:
         raise RuntimeError(f"source {source} returned no {missing}")
     outs = {n: outputs[n].detach().to("cpu") for n in applies}
     path = write_taps_file(out, outs, picked, chunk_rows(table, lo, hi), head_list,
-                           taps_metadata(source, dump, config), force=force)
+                           taps_metadata(source, dump, config, precision if source == "kernel" else None),
+                           force=force)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
     return {"out": str(path), "dump": str(dump), "source": source, "device": dev, "config": config.as_dict(),
             "taps": list(sel.names), "chunks": [lo, hi], "n_chunks": table.n_chunks, "heads": head_list,

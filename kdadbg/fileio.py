@@ -19,12 +19,9 @@ from safetensors.torch import save_file
 from .errors import KdadbgError
 
 
-def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path, force: bool = False) -> Path:
-    """Write ``tensors`` and string ``metadata`` to the safetensors file ``path``.
-
-    Refuses to replace an existing file unless ``force``. Example:
-    ``atomic_save({"x": torch.zeros(3)}, {"note": "hi"}, "out.safetensors")``.
-    """
+def _atomic_write(path, force: bool, write) -> Path:
+    """Call ``write(tmp_path)`` on a temporary file beside ``path``, then move it into place:
+    never over an existing file unless ``force``; no temporary file is left behind."""
     path = Path(path)
     if path.is_dir():
         raise KdadbgError(f"{path}: is a folder, expected a file path to write")
@@ -33,14 +30,10 @@ def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path
     folder = path.parent if str(path.parent) else Path(".")
     if not folder.is_dir():
         raise KdadbgError(f"{path}: folder {folder} does not exist")
-    bad = [k for k, v in metadata.items() if not isinstance(v, str)]
-    if bad:
-        raise TypeError(f"metadata values must be strings: {bad}")
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=folder)
     os.close(fd)
     try:
-        save_file({k: t.detach().to("cpu").contiguous().clone() for k, t in tensors.items()}, tmp,
-                  metadata=dict(metadata))
+        write(tmp)
         os.chmod(tmp, path.stat().st_mode & 0o777 if path.exists() else 0o666 & ~_umask())
         if force:
             os.replace(tmp, path)
@@ -50,6 +43,24 @@ def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path
         if os.path.exists(tmp):
             os.unlink(tmp)
     return path
+
+
+def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path, force: bool = False) -> Path:
+    """Write ``tensors`` and string ``metadata`` to the safetensors file ``path``.
+
+    Refuses to replace an existing file unless ``force``. Example:
+    ``atomic_save({"x": torch.zeros(3)}, {"note": "hi"}, "out.safetensors")``.
+    """
+    bad = [k for k, v in metadata.items() if not isinstance(v, str)]
+    if bad:
+        raise TypeError(f"metadata values must be strings: {bad}")
+    cpu = {k: t.detach().to("cpu").contiguous().clone() for k, t in tensors.items()}
+    return _atomic_write(path, force, lambda tmp: save_file(cpu, tmp, metadata=dict(metadata)))
+
+
+def atomic_write_text(text: str, path, force: bool = False) -> Path:
+    """Write a text file (JSON reports) with the same no-clobber, temp-then-move rule."""
+    return _atomic_write(path, force, lambda tmp: Path(tmp).write_text(text))
 
 
 def _umask() -> int:

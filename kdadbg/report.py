@@ -120,3 +120,28 @@ def progress_display(console: Console):
 
     with bars:
         yield progress
+
+
+def render_run(console: Console, result) -> None:
+    """The ``kdadbg run`` table: one row per output and gradient, then the verdict."""
+    cfg = result.config
+    t = Table(title=f"{escape(result.dump)}: kernels ({result.precision}, {result.device}) vs float64 reference",
+              title_justify="left")
+    for col in ("tensor", "shape", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
+        t.add_column(col, justify="left" if col in ("tensor", "shape", "at", "verdict") else "right")
+    for r in result.tensors:
+        verdict = "[green]pass[/green]" if r.passed else "[bold red]FAIL[/bold red]"
+        t.add_row(r.name, _shape(r.shape), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
+                  f"{r.cosine:.8f}", str(r.nonfinite), _num(r.tol), verdict)
+    console.print(t)
+    console.print(f"config: chunk_size={cfg.chunk_size} gate={cfg.gate} lower_bound={cfg.lower_bound} "
+                  f"scale={cfg.scale:.6g} qk_l2norm={cfg.qk_l2norm} beta_sigmoid={cfg.beta_sigmoid} "
+                  f"state_layout={cfg.state_layout}", soft_wrap=True, highlight=False)
+    times = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
+    failed = [r.name for r in result.tensors if not r.passed]
+    if failed:
+        console.print(f"[bold red]FAIL[/bold red]: {', '.join(failed)} over tolerance ({times}); "
+                      f"`kdadbg diff` locates the first diverging chunk and stage", soft_wrap=True)
+    else:
+        console.print(f"[bold green]PASS[/bold green]: {len(result.tensors)} tensors within tolerance ({times})",
+                      soft_wrap=True)
