@@ -20,6 +20,7 @@ finite). Taps are returned chunk-major ``[n_chunks, H, *shape]`` with padding ro
 from __future__ import annotations
 
 import math
+from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Callable, Iterable
 
@@ -36,6 +37,21 @@ Progress = Callable[[str, int, int], None]
 
 # Pairwise [chunks, H, C, C, K] work is done this many chunks at a time to bound memory.
 _PAIR_BLOCK_ELEMS = 1 << 25
+
+# Rounding of matrix-product operands (run_reference's ``dot_dtype``); None: exact in ``dtype``.
+_DOT_DTYPE: ContextVar[torch.dtype | None] = ContextVar("kdadbg_reference_dot_dtype", default=None)
+
+
+def _round(x: torch.Tensor) -> torch.Tensor:
+    d = _DOT_DTYPE.get()
+    return x if d is None else x.to(d).to(x.dtype)
+
+
+def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """``a @ b`` with both operands rounded to the active ``dot_dtype`` (accumulation stays in their dtype)."""
+    if _DOT_DTYPE.get() is None:
+        return a @ b
+    return _round(a) @ _round(b)
 
 
 @dataclass
@@ -146,7 +162,7 @@ class Decay:
         """The masked pairwise einsum, over slices of chunks to bound memory."""
         per = max(1, A[:1].numel() * self.C)
         step = max(1, _PAIR_BLOCK_ELEMS // per)
-        return torch.cat([torch.einsum(spec, A[s], Bm[s], pair_decay(self.gc[s]))
+        return torch.cat([torch.einsum(spec, _round(A[s]), _round(Bm[s]), pair_decay(self.gc[s]))
                           for s in (slice(lo, lo + step) for lo in range(0, A.shape[0], step))])
 
     def scores(self, X, Y):
@@ -154,21 +170,21 @@ class Decay:
             return self._exact("nhik,nhjk,nhijk->nhij", X, Y)
         Xl = (self._blocks(X) * self.left_f).unsqueeze(-3)               # [.., I, 1, 16, K]
         Yr = self._blocks(Y).unsqueeze(-4) * self.right_f                # [.., I, J, 16, K]
-        out = Xl @ Yr.transpose(-1, -2)                                  # [.., I, J, 16, 16]
+        out = mm(Xl, Yr.transpose(-1, -2))                               # [.., I, J, 16, 16]
         return out.transpose(-3, -2).reshape(*X.shape[:-2], self.C, self.C)
 
     def left(self, M, Y):
         if self.pairwise:
             return self._exact("nhij,nhjk,nhijk->nhik", M, Y)
         Yr = self._blocks(Y).unsqueeze(-4) * self.right_f                # [.., I, J, 16, K]
-        out = (self._mblocks(M) @ Yr).sum(-3) * self.left_f              # [.., I, 16, K]
+        out = mm(self._mblocks(M), Yr).sum(-3) * self.left_f             # [.., I, 16, K]
         return out.reshape(Y.shape)
 
     def right(self, M, X):
         if self.pairwise:
             return self._exact("nhij,nhik,nhijk->nhjk", M, X)
         Xl = (self._blocks(X) * self.left_f).unsqueeze(-3)               # [.., I, 1, 16, K]
-        out = (self._mblocks(M).transpose(-1, -2) @ Xl) * self.right_f   # [.., I, J, 16, K]
+        out = mm(self._mblocks(M).transpose(-1, -2), Xl) * self.right_f  # [.., I, J, 16, K]
         return out.sum(-4).reshape(X.shape)
 
 
@@ -212,12 +228,12 @@ def fwd_recurrence(p: dict, v: torch.Tensor, S0: torch.Tensor, ct: ChunkTable, d
         seqs, cs = seqs.to(dev), cs.to(dev)
         s = S[seqs]
         kd, qd, kr = p["kd"][cs], p["qd"][cs], p["kr"][cs]
-        W = v[cs] - kd @ s
+        W = v[cs] - mm(kd, s)
         vcorr = p["b"][cs][..., None] * W
-        U = p["INV"][cs] @ vcorr
+        U = mm(p["INV"][cs], vcorr)
         out["S"][cs], out["W"][cs], out["vcorr"][cs], out["U"][cs] = s, W, vcorr, U
-        out["o"][cs] = qd @ s + p["Mqk"][cs] @ U
-        S[seqs] = torch.exp(p["gT"][cs])[..., None] * s + kr.transpose(-1, -2) @ U
+        out["o"][cs] = mm(qd, s) + mm(p["Mqk"][cs], U)
+        S[seqs] = torch.exp(p["gT"][cs])[..., None] * s + mm(kr.transpose(-1, -2), U)
         if progress:
             progress("forward", step + 1, total)
     out["ht"] = S
@@ -238,17 +254,17 @@ def bwd_recurrence(p: dict, f: dict, do: torch.Tensor, dhT: torch.Tensor, ct: Ch
         S, U, W, dO = f["S"][cs], f["U"][cs], f["W"][cs], do[cs]
         Mqk, INV, kr, kd, qd, b = (p[n][cs] for n in ("Mqk", "INV", "kr", "kd", "qd", "b"))
         eT = torch.exp(p["gT"][cs])
-        dU = Mqk.transpose(-1, -2) @ dO + kr @ ds
-        dkr = U @ ds.transpose(-1, -2)
-        dMqk = torch.tril(dO @ U.transpose(-1, -2))
-        dvcorr = INV.transpose(-1, -2) @ dU
-        dL = -torch.tril(dvcorr @ U.transpose(-1, -2), -1)
+        dU = mm(Mqk.transpose(-1, -2), dO) + mm(kr, ds)
+        dkr = mm(U, ds.transpose(-1, -2))
+        dMqk = torch.tril(mm(dO, U.transpose(-1, -2)))
+        dvcorr = mm(INV.transpose(-1, -2), dU)
+        dL = -torch.tril(mm(dvcorr, U.transpose(-1, -2)), -1)
         dv = b[..., None] * dvcorr
         db = (dvcorr * W).sum(-1) + (dL * p["F"][cs]).sum(-1)
         dgT = eT * (ds * S).sum(-1) + (dkr * kr).sum(-2)
-        dS = eT[..., None] * ds + qd.transpose(-1, -2) @ dO - kd.transpose(-1, -2) @ dv
+        dS = eT[..., None] * ds + mm(qd.transpose(-1, -2), dO) - mm(kd.transpose(-1, -2), dv)
         vals = dict(dU=dU, dkr=dkr, dMqk=dMqk, dvcorr=dvcorr, dL=dL, dv=dv, db=db, dgT=dgT,
-                    dqd_inter=dO @ S.transpose(-1, -2), dkd_inter=-dv @ S.transpose(-1, -2), dS=dS)
+                    dqd_inter=mm(dO, S.transpose(-1, -2)), dkd_inter=-mm(dv, S.transpose(-1, -2)), dS=dS)
         for n in names:
             if n not in out:
                 out[n] = torch.empty((ct.n_chunks, *vals[n].shape[1:]), dtype=dS.dtype, device=dS.device)
@@ -281,9 +297,9 @@ def bwd_prepare(x: dict, p: dict, r: dict, scale: float) -> dict:
     dgc = qn * dqn + kn * (E_dkd - Ei_dki - R_dkr)
     dgam = torch.flip(torch.cumsum(torch.flip(dgc, [2]), 2), [2]) + r["dgT"][:, :, None, :]
     return dict(
-        dqd=r["dqd_inter"] + dMqk @ p["ki"],
-        dkd=r["dkd_inter"] + dF @ p["ki"],
-        dki=dMqk.transpose(-1, -2) @ p["qd"] + dF.transpose(-1, -2) @ p["kd"],
+        dqd=r["dqd_inter"] + mm(dMqk, p["ki"]),
+        dkd=r["dkd_inter"] + mm(dF, p["ki"]),
+        dki=mm(dMqk.transpose(-1, -2), p["qd"]) + mm(dF.transpose(-1, -2), p["kd"]),
         dgc=dgc, dqn=dqn, dkn=dkn, dgam=dgam,
     )
 
@@ -300,7 +316,8 @@ def _state_out(S: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | None = TAP_NAMES,
-                  device="cpu", dtype=torch.float64, progress: Progress | None = None) -> ReferenceResult:
+                  device="cpu", dtype=torch.float64, progress: Progress | None = None,
+                  dot_dtype: torch.dtype | None = None) -> ReferenceResult:
     """Forward and backward of chunked KDA in ``dtype`` (float64: the judge).
 
     Args:
@@ -308,6 +325,8 @@ def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | No
         config: scale, chunk size, gate mode, flags, state layout.
         taps: registry names to return (all by default; ``None`` or ``()`` for none).
         device: ``"cpu"`` or ``"cuda"``.
+        dot_dtype: round the operands of every matrix product to this dtype (e.g. ``torch.bfloat16``),
+            accumulating in ``dtype``: a model of low-precision kernels for noise floors. None: exact.
     Returns:
         outputs in the dump's shapes (``ht``/``dh0`` in its state layout), taps chunk-major.
 
@@ -315,7 +334,15 @@ def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | No
         >>> res = run_reference(*make_inputs(get_case("basic")))
         >>> res.outputs["dq"].shape, res.taps["S"].shape
     """
-    taps = tuple(taps or ())
+    token = _DOT_DTYPE.set(dot_dtype)
+    try:
+        return _run_reference(inputs, config, tuple(taps or ()), device, dtype, progress)
+    finally:
+        _DOT_DTYPE.reset(token)
+
+
+def _run_reference(inputs: KDAInputs, config: KDAConfig, taps: tuple[str, ...], device, dtype,
+                   progress: Progress | None) -> ReferenceResult:
     B, T, H, K, V = inputs.shape
     N, C = inputs.n_seqs, config.chunk_size
     ct = chunk_table(B, T, inputs.cu_seqlens, C)
