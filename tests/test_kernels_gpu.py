@@ -1,0 +1,109 @@
+"""Large cases on the GPU (skipped without CUDA): the kernels against the float64 reference at
+training sizes, both precisions, taps on/off bit equality, and run-to-run determinism.
+
+One call on the GPU machine runs these with the rest of the suite: ``bash benchmarks/gpu_check.sh``.
+"""
+
+import dataclasses
+
+import pytest
+import torch
+
+from conftest import gpu
+from kdadbg.backend import run_kernels
+from kdadbg.cases import Case, make_inputs
+from kdadbg.metrics import compare
+from kdadbg.reference import run_reference
+from kdadbg.tapsfile import outputs_that_apply
+from kdadbg.tolerances import TOLERANCES
+from kdadbg_kernels.taps import REGISTRY, TAP_NAMES, TapSelection
+
+pytestmark = gpu
+
+# ki = kn exp(-gc), and dqd, dkd (which multiply by ki), reach exp(64 * 5) over 32/64 rows:
+# past float32's range by definition, so float32 taps of them cannot match there.
+OVERFLOWING = ("ki", "dqd", "dkd")
+MIXED6 = (2600, 1094, 4096, 1926, 542, 6126)  # 16384 tokens, the peer benchmark's varlen batch
+
+BIG = {
+    "dense_T16384_H16": Case("dense_T16384_H16", T=16384, H=16, K=128, V=128),
+    "varlen_mixed6_H16": Case("varlen_mixed6_H16", T=16384, H=16, K=128, V=128,
+                              cu_seqlens=tuple(sum(MIXED6[:i]) for i in range(len(MIXED6) + 1))),
+    "chunk64_T8192_H16_kv": Case("chunk64_T8192_H16_kv", T=8192, H=16, K=128, V=128, chunk_size=64,
+                                 state_layout="kv"),
+    "strong_T4096_K256_V64": Case("strong_T4096_K256_V64", T=4096, H=4, K=256, V=64, gates="lower"),
+    "softplus_T4096_K100_V72_bf16in": Case("softplus_T4096_K100_V72_bf16in", T=4096, H=4, K=100, V=72,
+                                           gate="softplus", dtype="bfloat16", chunk_size=32),
+}
+
+
+@pytest.fixture(scope="module")
+def reference_cache():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache.clear()  # one large reference in memory at a time
+            inputs, cfg = make_inputs(BIG[name], seed=7)
+            cache[name] = (inputs, cfg, run_reference(inputs, cfg, taps=TAP_NAMES, device="cuda"))
+        return cache[name]
+    return get
+
+
+def _tap_mask(name, lengths, shape):
+    """True on valid rows (and columns, for [C,C] taps) of ``[n_chunks, n_heads, *shape]``."""
+    m = torch.ones(shape, dtype=torch.bool)
+    for axis in REGISTRY[name].row_dims:
+        dim = 2 + axis
+        rows = torch.arange(shape[dim])
+        view = [1] * len(shape)
+        view[0], view[dim] = shape[0], shape[dim]
+        m = m & (rows[None, :] < lengths[:, None]).reshape(view)
+    return m
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(BIG))
+def test_large_against_reference(reference_cache, name, precision):
+    inputs, cfg, ref = reference_cache(name)
+    tols = TOLERANCES[precision]
+    out, taps, _ = run_kernels(inputs, cfg, precision, "cuda", taps=TapSelection())
+    for key in outputs_that_apply(inputs, cfg):
+        c = compare(key, out[key], ref.outputs[key]).judge(tols[key])
+        assert c.passed, c
+    if precision == "fp32":
+        for key in TAP_NAMES:
+            if key in OVERFLOWING and cfg.chunk_size > 16:
+                continue
+            mask = _tap_mask(key, ref.chunks.length, tuple(ref.taps[key].shape))
+            c = compare(key, taps[key], ref.taps[key], mask).judge(1e-5)
+            assert c.passed, c
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_taps_do_not_change_bits_and_runs_repeat(precision):
+    inputs, cfg = make_inputs(BIG["varlen_mixed6_H16"], seed=3)
+    plain, _, _ = run_kernels(inputs, cfg, precision, "cuda")
+    again, _, _ = run_kernels(inputs, cfg, precision, "cuda")
+    window, taps, _ = run_kernels(inputs, cfg, precision, "cuda", taps=TapSelection(chunks=(100, 164)))
+    everything, _, _ = run_kernels(inputs, cfg, precision, "cuda", taps=TapSelection())
+    for key, t in plain.items():
+        assert torch.equal(t, again[key]), f"{key}: two runs differ"
+        assert torch.equal(t, window[key]), f"{key}: taps on a window change the bits"
+        assert torch.equal(t, everything[key]), f"{key}: all taps change the bits"
+    for key, t in taps.items():
+        assert t.shape[0] == 64 and not torch.isnan(t[:, :, ...]).all(), key
+
+
+def test_bf16_case_table_on_gpu():
+    """The CPU case table, on the GPU, in bf16 mode with fla's tolerances."""
+    from kdadbg.cases import KERNEL_CASES
+
+    for case in KERNEL_CASES:
+        case = dataclasses.replace(case, T=max(case.T, 1))
+        inputs, cfg = make_inputs(case, seed=11)
+        ref = run_reference(inputs, cfg, taps=(), device="cuda")
+        out, _, _ = run_kernels(inputs, cfg, "bf16", "cuda")
+        for key in outputs_that_apply(inputs, cfg):
+            c = compare(key, out[key], ref.outputs[key]).judge(TOLERANCES["bf16"][key])
+            assert c.passed, (case.name, c)
