@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# The whole GPU check in one call on the device machine (torch, triton, pytest preinstalled, no
+# network): the test suite on CUDA, `kdadbg run` end to end, the reference timing, and the
+# benchmark against fla. Logs land in $OUT (default .out/).
+#   bash benchmarks/gpu_check.sh [tests|run|bench|all]...   (default: all)
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-$PWD/.out}
+mkdir -p "$OUT"
+what=${*:-all}
+
+# kdadbg importable without pip: the repo root, plus kernels/ under its import name.
+mkdir -p /tmp/kdadbg_path && ln -sfn "$PWD/kernels" /tmp/kdadbg_path/kdadbg_kernels
+export PYTHONPATH="$PWD:/tmp/kdadbg_path:${PYTHONPATH:-}"
+if [ -d .peer ] && ls .peer/fla_core-*.whl >/dev/null 2>&1; then
+    python3 -m pip install -q --no-index --no-deps --target "$PWD/.peer/site" .peer/fla_core-*.whl \
+        && export PYTHONPATH="$PWD/.peer/site:$PYTHONPATH"
+fi
+export FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1
+status=0
+{ nvidia-smi; python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } \
+    > "$OUT/env.txt" 2>&1
+
+has() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
+
+if has tests; then
+    python3 -m pytest -q -p no:cacheprovider tests 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+fi
+if has run; then
+    d=$(mktemp -d)
+    {
+        python3 -m kdadbg gen "$d/big.safetensors" --preset basic --B 1 --T 16384 --H 16 --K 128 --V 128
+        for i in 1 2; do   # the first call includes compilation; the second is the steady state
+            /usr/bin/time -f "kdadbg run wall %e s (call $i)" python3 -m kdadbg run "$d/big.safetensors" \
+                --device cuda --json "$d/run$i.json"
+        done
+        python3 benchmarks/reference_cpu.py --T 16384 --H 16 --device cuda
+    } 2>&1 | tee "$OUT/gpu_run.log" | tail -40
+fi
+if has bench; then
+    python3 benchmarks/bench.py --json "$OUT/bench.json" 2>&1 | tee "$OUT/bench.log" | tail -30
+fi
+exit $status
