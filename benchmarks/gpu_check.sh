@@ -32,8 +32,10 @@ if has run; then
     {
         python3 -m kdadbg gen "$d/big.safetensors" --preset basic --B 1 --T 16384 --H 16 --K 128 --V 128
         for i in 1 2; do   # the first call includes compilation; the second is the steady state
-            /usr/bin/time -f "kdadbg run wall %e s (call $i)" python3 -m kdadbg run "$d/big.safetensors" \
-                --device cuda --json "$d/run$i.json"
+            t0=$(date +%s.%N)
+            python3 -m kdadbg run "$d/big.safetensors" --device cuda --json "$OUT/run$i.json" --force
+            rc=$?
+            echo "kdadbg run: call $i, exit $rc, wall $(python3 -c "import time; print(round(time.time() - $t0, 2))") s"
         done
         python3 benchmarks/reference_cpu.py --T 16384 --H 16 --device cuda
     } 2>&1 | tee "$OUT/gpu_run.log" | tail -40
