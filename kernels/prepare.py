@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import tap_kernel_args
-from .tlmath import GATE_IDS, gate_act, mm, sigmoid
+from .tlmath import GATE_IDS, gate_act, mm, mm3, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
 
@@ -112,8 +112,8 @@ def kda_fwd_prepare_kernel(
         b_el = tl.exp(tl.where(m_s[:, None], b_gc - b_a[None, :], 0.0))
         b_er = tl.exp(tl.where(m_j[:, None], b_a[None, :] - b_gc, 0.0))
         b_kj = tl.where(m_j[:, None], b_k * b_er, 0.0)
-        b_Akk += mm(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
-        b_Aqk += mm(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
+        b_Akk += mm3(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
+        b_Aqk += mm3(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
     b_L = tl.where(o_t[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
     b_M = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.0)
 
@@ -139,7 +139,7 @@ def kda_fwd_prepare_kernel(
             b_inv = b_inv + mm(b_X2 - b_X - mm(b_X, b_X2, False), b_inv, False)
 
     b_kd = b_k * tl.exp(b_gc)
-    b_w = mm(b_inv, b_kd * b_b[:, None], BF16)
+    b_w = mm3(b_inv, b_kd * b_b[:, None], BF16)
 
     tl.store(qn + o_tk, b_q, mask=m_tk)
     tl.store(kn + o_tk, b_k, mask=m_tk)
@@ -157,7 +157,7 @@ def kda_fwd_prepare_kernel(
         m_tv = m_t[:, None] & (o_v < V)[None, :]
         o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
         b_v = tl.load(v + o_tv, mask=m_tv, other=0).to(tl.float32)
-        tl.store(u + o_tv, mm(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
+        tl.store(u + o_tv, mm3(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
 
     if STORE_TAPS:
         i_slot = tl.load(head_slot + i_h)

@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .common import tap_kernel_args
-from .tlmath import mm
+from .tlmath import mm, mm3
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -74,14 +74,14 @@ def kda_fwd_recurrence_kernel(
 
         tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0)
-        b_U = tl.load(u + o_tv, mask=m_tv, other=0) - mm(b_w, b_S, BF16)
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0) - mm3(b_w, b_S, BF16)
         tl.store(U + o_tv, b_U, mask=m_tv)
 
         b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
         b_kn = tl.load(kn + o_tk, mask=m_tk, other=0)
         b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
         b_kr = tl.where(m_tk, b_kn * tl.exp(b_gT[None, :] - b_gc), 0.0)
-        b_S = b_S * tl.exp(b_gT)[:, None] + mm(tl.trans(b_kr), b_U, BF16)
+        b_S = b_S * tl.exp(b_gT)[:, None] + mm3(tl.trans(b_kr), b_U, BF16)
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 
