@@ -12,11 +12,14 @@ import torch
 from safetensors.torch import load_file
 
 from conftest import GOLDEN
+from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.config import KDAInputs, parse_config
+from kdadbg.reference import run_reference
 from kdadbg_kernels.chunk_bwd import kda_backward
 from kdadbg_kernels.common import FwdSaved, KernelChunks, TapPlan
 from kdadbg_kernels.taps import REGISTRY, TapSelection
 
+FWD_SAVED_TAPS = ("gc", "gT", "b", "INV", "Mqk", "S", "U")
 BWD_TAPS = tuple(n for n, t in REGISTRY.items() if t.stage in ("bwd_recurrence", "bwd_prepare"))
 GRADS = ("dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias")
 BF16_TOL = {"dq": 8e-3, "dk": 8e-3, "dv": 8e-3, "dh0": 8e-3, "dg": 2e-2, "dbeta": 2e-2, "ddt_bias": 8e-3,
@@ -85,7 +88,11 @@ def valid_mask(name, chunks, K, V):
     return m[:, None]
 
 
-def compare(grads, taps_out, ref_grads, ref_taps, chunks, cfg, K, V, tol=1e-5, skip_taps=()):
+def compare(grads, taps_out, ref_grads, ref_taps, chunks, cfg, K, V, tol=1e-5, tap_tol=None):
+    """Names whose ratio exceeds the tolerance, with the ratio. ``tol``: a float or a per-gradient dict.
+
+    Tap elements beyond 1e37 are skipped (fp32 cannot hold them: dqd, dkd at chunk 32/64 with strong
+    gates). ``tap_tol`` maps tap names to looser limits."""
     bad = {}
     for name in GRADS:
         if name not in ref_grads or ref_grads[name] is None:
@@ -95,15 +102,13 @@ def compare(grads, taps_out, ref_grads, ref_taps, chunks, cfg, K, V, tol=1e-5, s
         if name == "dh0":
             x = x.transpose(-1, -2) if cfg.state_layout == "vk" else x
         r = ratio(ref, x.reshape(ref.shape))
-        if not r <= (tol if isinstance(tol, float) else tol[name]):
+        if not r <= (tol if isinstance(tol, float) else tol.get(name, 1e-5)):
             bad[name] = r
     for name, buf in (taps_out or {}).items():
-        if name in skip_taps:
-            continue
         m = valid_mask(name, chunks, K, V).expand_as(buf)
         m = m & (ref_taps[name].abs() < 1e37)  # fp32 cannot hold the rest (dqd, dkd at strong gates)
         r = ratio(ref_taps[name][m], buf[m])
-        if not r <= 1e-5:
+        if not r <= (tap_tol or {}).get(name, 1e-5):
             bad["tap." + name] = r
     return bad
 
@@ -121,6 +126,11 @@ def load_golden(name):
     return inputs, cfg, exp, taps
 
 
+# dA_log is one number per head, a sum with cancellation (about 25x here); gc reaches -92 in fp32,
+# and a 1-ulp change of gc alone moves dA_log by ~5e-6 and dg by ~3e-6.
+GOLDEN_TOL = {"golden_softplus_c32_bf16": {"dA_log": 5e-5}}
+
+
 @pytest.mark.parametrize("name", ["golden_basic", "golden_varlen_kv", "golden_softplus_c32_bf16"])
 def test_golden(name):
     inputs, cfg, exp, taps = load_golden(name)
@@ -129,4 +139,90 @@ def test_golden(name):
     saved = saved_from_taps(taps, inputs, cfg, chunks)
     plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
     grads = run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
-    assert not compare(grads, plan.buffers, exp, taps, chunks, cfg, K, V)
+    assert not compare(grads, plan.buffers, exp, taps, chunks, cfg, K, V, tol=GOLDEN_TOL.get(name, 1e-5))
+
+
+def reference_case(case):
+    inputs, cfg = make_inputs(case)
+    res = run_reference(inputs, cfg, taps=FWD_SAVED_TAPS + BWD_TAPS)
+    B, T, H, K, V = inputs.shape
+    chunks = KernelChunks.build(B, T, inputs.cu_seqlens, cfg.chunk_size, "cpu")
+    return inputs, cfg, res, chunks, saved_from_taps(res.taps, inputs, cfg, chunks)
+
+
+FP32_CASES = ("basic", "t1", "t15", "tail", "t63", "t65", "varlen_short", "varlen_kv", "k_ne_v", "v_gt_k",
+              "gate_none", "gate_softplus", "strong_gates", "strong_gates_none", "strong_gates_softplus",
+              "zero_gates", "beta_low", "beta_high", "raw", "raw_beta_extremes", "no_state", "h0_only",
+              "kv_layout", "chunk32", "chunk64_varlen", "chunk64_strong", "bf16")
+# K > 64: two K-blocks in the prepare backward, and K, V not powers of two
+EXTRA_CASES = {"k72_v40": with_size(get_case("basic"), B=1, T=20, K=72, V=40)}
+# exp(-gc) carries gc's fp32 rounding (|gc| up to ~300 at chunk 64): about 1e-5 relative on ki
+LONG_CHUNK_TAP_TOL = {"dqd": 5e-5, "dkd": 5e-5, "dki": 5e-5}
+
+
+def _case(name):
+    return EXTRA_CASES[name] if name in EXTRA_CASES else get_case(name)
+
+
+@pytest.mark.parametrize("name", FP32_CASES + tuple(EXTRA_CASES))
+def test_reference_fp32(name):
+    case = _case(name)
+    inputs, cfg, res, chunks, saved = reference_case(case)
+    B, T, H, K, V = inputs.shape
+    plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    grads = run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
+    tap_tol = LONG_CHUNK_TAP_TOL if cfg.chunk_size > 16 else None
+    assert not compare(grads, plan.buffers, res.outputs, res.taps, chunks, cfg, K, V, tap_tol=tap_tol)
+
+
+@pytest.mark.parametrize("name", ("basic", "varlen_short", "varlen_kv", "gate_softplus", "strong_gates", "bf16"))
+def test_reference_bf16(name):
+    inputs, cfg, res, chunks, saved = reference_case(get_case(name))
+    B, T, H, K, V = inputs.shape
+    grads = run_bwd(saved, chunks, inputs, cfg, precision="bf16")
+    assert not compare(grads, None, res.outputs, res.taps, chunks, cfg, K, V, tol=BF16_TOL)
+
+
+@pytest.mark.parametrize("name", ("k72_v40", "chunk32"))
+def test_taps_same_bits(name):
+    """Taps on or off, a partial selection, and a second run: identical gradient bits."""
+    inputs, cfg, res, chunks, saved = reference_case(_case(name))
+    B, T, H, K, V = inputs.shape
+    off = run_bwd(saved, chunks, inputs, cfg)
+    again = run_bwd(saved, chunks, inputs, cfg)
+    full = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    on = run_bwd(saved, chunks, inputs, cfg, tap_plan=full)
+    sel = TapSelection(names=("dS", "dgc", "db", "dMqk"), chunks=(1, 3), heads=(H - 1,))
+    part = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    on_part = run_bwd(saved, chunks, inputs, cfg, tap_plan=part)
+    for other in (again, on, on_part):
+        assert off.keys() == other.keys()
+        for n in off:
+            assert torch.equal(off[n], other[n]), n
+    for n, buf in part.buffers.items():
+        assert torch.equal(buf, full.buffers[n][1:3, H - 1:H]), n
+    assert not any(torch.isnan(b).any() for b in full.buffers.values())
+
+
+def _forward():
+    try:
+        from kdadbg_kernels.chunk import kda_forward
+    except ImportError:
+        pytest.skip("forward kernels not present")
+    return kda_forward
+
+
+@pytest.mark.parametrize("name", ("basic", "varlen_kv", "gate_softplus", "chunk64_varlen", "raw"))
+def test_forward_backward(name):
+    kda_forward = _forward()
+    case = get_case(name)
+    inputs, cfg = make_inputs(case)
+    res = run_reference(inputs, cfg, taps=())
+    _, _, saved, chunks = kda_forward(
+        inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, scale=cfg.scale, chunk_size=cfg.chunk_size,
+        gate=cfg.gate, lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
+        A_log=inputs.A_log, dt_bias=inputs.dt_bias, h0=to_math(inputs.h0, cfg.state_layout),
+        cu_seqlens=inputs.cu_seqlens)
+    B, T, H, K, V = inputs.shape
+    grads = run_bwd(saved, chunks, inputs, cfg)
+    assert not compare(grads, None, res.outputs, None, chunks, cfg, K, V)
