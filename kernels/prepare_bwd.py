@@ -324,7 +324,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, scale, lower_bound, BT, H, K, V,
         C=C, BK=BK, BV=_pow2(V, hi=64), DOT=dot_mode(precision), GATE=GATE_IDS[gate],
-        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS})
+        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS}, num_warps=4 if C <= 32 else 8)
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 
