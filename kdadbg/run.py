@@ -3,6 +3,7 @@ compared tensor by tensor."""
 
 from __future__ import annotations
 
+import math
 import platform
 import time
 from dataclasses import dataclass, field
@@ -42,13 +43,19 @@ class RunResult:
             "dump": self.dump,
             "precision": self.precision,
             "device": self.device,
-            "tensors": [{"name": t.name, "shape": list(t.shape), "max_abs": t.max_abs,
-                         "max_index": list(t.max_index), "ratio": t.ratio, "cosine": t.cosine,
+            "tensors": [{"name": t.name, "shape": list(t.shape), "max_abs": finite_or_none(t.max_abs),
+                         "max_index": list(t.max_index), "ratio": finite_or_none(t.ratio),
+                         "cosine": finite_or_none(t.cosine),
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed} for t in self.tensors],
             "config": self.config.as_dict(),
             "env": environment(self.device),
             "timings_s": self.timings,
         }
+
+
+def finite_or_none(x: float) -> float | None:
+    """JSON has no Infinity/NaN: non-finite figures are written as null."""
+    return x if math.isfinite(x) else None
 
 
 def environment(device: str) -> dict:
