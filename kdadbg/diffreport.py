@@ -1,0 +1,230 @@
+"""Rich rendering of a ``DiffResult``: the tap × chunk grid, per-head breakdown, minimum tolerances,
+the first divergence with its origin and amplification, non-finite values and determinism.
+Nothing is computed here beyond formatting: the numbers come from ``kdadbg.diff``."""
+
+from __future__ import annotations
+
+import math
+
+from rich.console import Console
+from rich.markup import escape
+from rich.table import Table
+from rich.text import Text
+
+from kdadbg_kernels.taps import STAGES
+
+STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red"}
+
+
+def short(x: float | None) -> str:
+    """A ratio in at most 5 characters: ``3e-7``, ``0``, ``inf``."""
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    if math.isnan(x):
+        return "nan"
+    if math.isinf(x):
+        return "inf"
+    if x == 0:
+        return "0"
+    m, e = f"{x:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+def num(x) -> str:
+    if x is None:
+        return "-"
+    if isinstance(x, str):
+        return x
+    return f"{x:.4g}"
+
+
+def render(console: Console, res, max_columns: int | None = None) -> None:
+    """Everything ``kdadbg diff`` prints, in reading order."""
+    render_header(console, res)
+    if res.cells:
+        render_grid(console, res, max_columns)
+        render_heads(console, res)
+        render_min_tol(console, res)
+    render_first(console, res)
+    render_nonfinite(console, res)
+    render_missing(console, res)
+    render_repeat(console, res)
+    for note in res.notes:
+        console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
+    verdict = "[green]pass[/green]" if res.passed else "[bold red]fail[/bold red]"
+    console.print(f"verdict: {verdict}", highlight=False)
+
+
+def render_header(console: Console, res) -> None:
+    what = {"kernels": "our kernels vs the float64 reference",
+            "against": f"{escape(str(res.files.get('theirs')))} vs the float64 reference",
+            "files": f"{escape(str(res.files.get('theirs')))} vs {escape(str(res.files.get('reference')))}"}[res.mode]
+    chunks = f"chunks {res.chunks[0]}:{res.chunks[-1] + 1}" if res.chunks else "no chunks"
+    extra = ""
+    if res.mode != "kernels" and res.files:
+        extra = f", theirs converted: state layout {res.files['state_layout']}, gates {res.files['gate_units']}"
+    src = f"{escape(res.dump)}: " if res.dump else ""
+    console.print(f"[bold]kdadbg diff[/bold] {src}{what}; precision {res.precision}"
+                  f"{', device ' + res.device if res.device else ''}; {chunks}, heads "
+                  f"{','.join(str(h) for h in res.heads)}{extra}", soft_wrap=True, highlight=False)
+
+
+def render_grid(console: Console, res, max_columns: int | None = None) -> None:
+    if max_columns is None:
+        max_columns = max(4, (console.width - 14) // 6)
+    grid = res.grid(max_columns)
+    title = "fla ratio per tap × chunk, worst head" + (
+        f" (columns: {grid['bucket']} chunks each, worst cell)" if grid["bucket"] > 1 else "")
+    t = Table(title=title, title_justify="left", padding=(0, 0), show_edge=False, pad_edge=False)
+    t.add_column("tap", no_wrap=True, style="bold")
+    for lo, hi in grid["columns"]:
+        t.add_column(f" {lo}" if lo == hi else f" {lo}-{hi}", justify="right", no_wrap=True)
+    stage = None
+    for row in grid["rows"]:
+        if row["stage"] != stage:
+            if stage is not None:
+                t.add_section()
+            stage = row["stage"]
+        cells = [Text(" " + short(c["ratio"]), style=STYLE[c["label"]]) for c in row["cells"]]
+        t.add_row(row["tap"], *cells)
+    console.print(t)
+    console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare); "
+                  "[green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
+                  "[bold red]BUG[/bold red] beyond it", soft_wrap=True, highlight=False)
+
+
+def render_heads(console: Console, res) -> None:
+    t = Table(title="per head", title_justify="left")
+    t.add_column("head", justify="right")
+    stages = [s for s in STAGES if any(c.stage == s for c in res.cells.values())]
+    for s in stages:
+        t.add_column(f"worst {s}", justify="right")
+    t.add_column("failing cells", justify="right")
+    t.add_column("first failing")
+    for row in res.per_head():
+        first = row["first"]
+        t.add_row(str(row["head"]), *(short(row["worst"].get(s)) for s in stages), str(row["failing"]),
+                  "-" if first is None else f"{first['tap']} chunk {first['chunk']}",
+                  style="red" if row["failing"] else None)
+    console.print(t)
+
+
+def render_min_tol(console: Console, res) -> None:
+    t = Table(title="minimum tolerance that would have passed (worst ratio per tap)", title_justify="left")
+    for col in ("tap", "tol", "min tol", "at chunk", "head", "DRIFT", "BUG"):
+        t.add_column(col, justify="left" if col == "tap" else "right")
+    for name, m in res.min_tolerance().items():
+        style = "red" if m["bug"] else ("yellow" if m["drift"] else None)
+        t.add_row(name, short(m["tol"]), num(m["min_tol"]), str(m["chunk"]), str(m["head"]), str(m["drift"]),
+                  str(m["bug"]), style=style)
+    console.print(t)
+
+
+def _where(d: dict) -> str:
+    parts = [f"seq {d['seq']}", f"chunk {d['chunk_in_seq']} of it"]
+    if d.get("row") is not None:
+        parts.append(f"row {d['row']} (token {d['token']})")
+    for axis in ("k", "v"):
+        if axis in d:
+            parts.append(f"{axis} {d[axis]}")
+    if d.get("axes") == ["C", "C"]:
+        parts.append(f"col {d['index'][1]}")
+    return ", ".join(parts)
+
+
+def render_first(console: Console, res) -> None:
+    first = res.first_divergence
+    kname, rname = res.sources if res.mode != "files" else ("B", "A")
+    if first is None:
+        console.print("[green]no divergence[/green]: every compared cell is within its tolerance", highlight=False)
+        return
+    style = STYLE[first["label"]]
+    console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) chunk "
+                  f"{first['chunk']}, head {first['head']}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
+                  f" ([{style}]{first['label']}[/{style}]"
+                  f"{', noise floor ' + num(first['floor']) if first['floor'] is not None else ''})",
+                  soft_wrap=True, highlight=False)
+    console.print(f"  worst element {first['index']}: {_where(first)}: {kname} {num(first['kernel'])}, "
+                  f"{rname} {num(first['reference'])}, |diff| {num(first['max_abs'])}"
+                  f"{', ' + str(first['nonfinite']) + ' NaN/Inf' if first['nonfinite'] else ''}",
+                  soft_wrap=True, highlight=False)
+    o = res.origin
+    if o is not None:
+        lo, hi = o["window"]
+        how = (f"window chunks {lo}..{hi} of seq {o['seq']}, seeded with {o['seeded']['h0']} and "
+               f"{o['seeded']['dht']}")
+        if o["verdict"] == "introduced":
+            console.print(f"  [bold red]introduced here[/bold red]: rerun on {how}: {o['tap']} at chunk {o['chunk']} "
+                          f"still diverges (ratio {num(o['ratio'])})", soft_wrap=True, highlight=False)
+        elif o["verdict"] == "inherited":
+            console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is within "
+                          f"tolerance (ratio {num(o['ratio'])}); the error was carried in", soft_wrap=True,
+                          highlight=False)
+        else:
+            console.print(f"  origin unknown: {escape(o.get('reason', ''))}", soft_wrap=True, highlight=False)
+    for a in res.amplification:
+        steps = []
+        for i, (c, r) in enumerate(zip(a["chunks"], a["ratios"])):
+            g = a["growth"][i - 1] if i else None
+            steps.append(f"{c}:{short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
+        if steps:
+            console.print(f"  amplification of {a['tap']} ({a['direction']}, head {a['head']}): " + " → ".join(steps),
+                          soft_wrap=True, highlight=False)
+    bug = res.first_bug
+    if bug is not None and (bug["tap"], bug["chunk"], bug["head"]) != (first["tap"], first["chunk"], first["head"]):
+        console.print(f"[bold]first BUG[/bold]: [bold red]{bug['tap']}[/bold red] chunk {bug['chunk']}, head "
+                      f"{bug['head']}: ratio {num(bug['ratio'])} (floor {num(bug['floor'])}); {_where(bug)}",
+                      soft_wrap=True, highlight=False)
+
+
+def render_nonfinite(console: Console, res) -> None:
+    nf = res.first_nonfinite
+    flagged = [e for e in res.exponents if e["overflow_fp32"]]
+    if nf is None and not flagged:
+        return
+    if nf is not None:
+        console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, head {nf['head']}, "
+                      f"element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, reference {num(nf['reference'])}",
+                      soft_wrap=True, highlight=False)
+    t = Table(title="exponent arguments per chunk (reference): exp overflows float32 above 88.7",
+              title_justify="left")
+    for col in ("chunk", "seq", "gc", "gT - gc", "-gc", "max"):
+        t.add_column(col, justify="right")
+    for e in res.exponents:
+        t.add_row(str(e["chunk"]), str(e["seq"]), *(f"{e[k][0]:.3g}..{e[k][1]:.3g}" for k in
+                                                     ("gc", "gT_minus_gc", "neg_gc")),
+                  f"{e['max_exponent']:.3g}", style="red" if e["overflow_fp32"] else None)
+    console.print(t)
+
+
+def render_missing(console: Console, res) -> None:
+    m = res.missing or {}
+    labels = {"taps": "taps missing from theirs", "chunks": "chunks missing from theirs",
+              "heads": "heads not compared", "not_written": "taps the kernels did not write (all NaN)",
+              "not_in_reference_file": "taps missing from the reference file"}
+    for key, label in labels.items():
+        if m.get(key):
+            console.print(f"[yellow]{label}[/yellow]: {', '.join(str(x) for x in m[key])}", soft_wrap=True,
+                          highlight=False)
+
+
+def render_repeat(console: Console, res) -> None:
+    r = res.repeat
+    if r is None:
+        return
+    if r["identical"]:
+        console.print(f"determinism: all {r['runs']} runs were bit-identical", highlight=False)
+    elif r.get("tap"):
+        console.print(f"[bold red]nondeterministic[/bold red]: run {r['run']} differs from run 1 first at "
+                      f"{r['tap']} chunk {r['chunk']}, head {r['head']} ({r['elements']} elements)", highlight=False)
+    else:
+        console.print(f"[bold red]nondeterministic[/bold red]: run {r['run']} differs from run 1 in output "
+                      f"{r['output']} (every tap identical)", highlight=False)
+
+
+def render_plot(console: Console, info: dict) -> None:
+    console.print(f"wrote {escape(info['path'])}: rows {' '.join(info['rows'])}; columns chunks "
+                  f"{info['chunks'][0]}..{info['chunks'][1]}; colour log10 ratio -8 (blue) .. 0 (red)",
+                  soft_wrap=True, highlight=False)
