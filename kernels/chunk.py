@@ -1,12 +1,14 @@
-"""Chunked KDA on Triton: the forward as a list of stages (prepare → state pass → output pass)."""
+"""Chunked KDA on Triton: the forward as a list of stages (prepare → state pass → output pass), the
+forward+backward call ``kdadbg run`` makes, and the autograd op ``chunk_kda``."""
 
 from __future__ import annotations
 
 import torch
 
-from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
+from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, chunk_layout
 from .prepare import kda_fwd_prepare
 from .recurrence import kda_fwd_output, kda_fwd_recurrence
+from .taps import TapSelection
 from .tlmath import GATE_IDS
 
 CHUNK_SIZES = (16, 32, 64)
@@ -97,3 +99,143 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                        tap_plan=tap_plan)
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U)
     return o.view(B, T, H, V), ht, saved, chunks
+
+
+def _to_math(state, layout: str):
+    """``[N,H,V,K]`` (``vk``) or ``[N,H,K,V]`` (``kv``) -> fp32 math layout ``[N,H,K,V]``."""
+    if state is None:
+        return None
+    if layout not in ("vk", "kv"):
+        raise ValueError(f"state_layout: expected 'vk' or 'kv', found {layout!r}")
+    return (state.transpose(-1, -2) if layout == "vk" else state).float().contiguous()
+
+
+def _from_math(state, layout: str):
+    return state.transpose(-1, -2).contiguous() if layout == "vk" else state
+
+
+def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layout="vk", cu_seqlens=None,
+                         A_log=None, dt_bias=None, scale, chunk_size=16, gate="none", lower_bound=-5.0,
+                         qk_l2norm=True, beta_sigmoid=True, precision="fp32", taps: TapSelection | None = None):
+    """Forward and backward in one call (what ``kdadbg run`` executes).
+
+    Shapes as in :func:`kda_forward`; ``do`` is ``[B,T,H,V]``; ``h0``/``dht`` use ``state_layout``
+    (``vk``: ``[N,H,V,K]``, ``kv``: ``[N,H,K,V]``).
+
+    Returns:
+        ``(outputs, buffers, plan)``: ``outputs`` holds fp32 ``o, ht, dq, dk, dv, dg, dbeta`` and, when
+        they apply, ``dh0`` (with ``h0``) and ``dA_log, ddt_bias`` (gates with parameters), with
+        ``ht``/``dh0`` in ``state_layout``; ``buffers`` maps each selected tap to its
+        ``[n_sel_chunks, n_sel_heads, *shape]`` buffer (NaN where nothing was written); ``plan`` is
+        the ``TapPlan`` (None without taps).
+
+    Example:
+        >>> out, taps, plan = kda_forward_backward(q, k, v, g, beta, do, h0=h0, dht=dht, scale=K ** -0.5,
+        ...                                        gate="lower_bound", A_log=A_log, dt_bias=dt_bias,
+        ...                                        taps=TapSelection(names=("S", "dS"), chunks=(0, 4)))
+    """
+    from .chunk_bwd import kda_backward
+
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    plan = None
+    if taps is not None:
+        NC = int(chunk_layout(B, T, cu_seqlens, chunk_size)[2][-1])
+        plan = TapPlan.build(taps, NC, H, chunk_size, K, V, q.device)
+    opts = dict(scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm, beta_sigmoid=beta_sigmoid,
+                A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=plan)
+    o, ht, saved, chunks = kda_forward(q, k, v, g, beta, chunk_size=chunk_size, h0=_to_math(h0, state_layout),
+                                       cu_seqlens=cu_seqlens, **opts)
+    grads = kda_backward(saved, chunks, q, k, v, g, beta, do, _to_math(dht, state_layout),
+                         has_h0=h0 is not None, **opts)
+    outputs = {"o": o, "ht": _from_math(ht, state_layout), **grads}
+    if "dh0" in outputs:
+        outputs["dh0"] = _from_math(outputs["dh0"], state_layout)
+    return outputs, (plan.buffers if plan is not None else {}), plan
+
+
+class ChunkKDAFunction(torch.autograd.Function):
+    """Autograd op over :func:`kda_forward` / ``kda_backward``; states in math layout ``[N,H,K,V]``."""
+
+    @staticmethod
+    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan):
+        o, ht, saved, chunks = kda_forward(q, k, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
+                                           A_log=A_log, dt_bias=dt_bias, **opts)
+        ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
+                              saved.INV, saved.Mqk, saved.S, saved.U)
+        ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0 = chunks, opts, plan, h0 is not None
+        ctx.set_materialize_grads(False)
+        return o.to(v.dtype), ht
+
+    @staticmethod
+    def backward(ctx, do, dht):
+        from .chunk_bwd import kda_backward
+
+        q, k, v, g, beta, A_log, dt_bias, *rest = ctx.saved_tensors
+        saved = FwdSaved(*rest)
+        if do is None:
+            do = torch.zeros_like(v, dtype=torch.float32)
+        opts = {n: ctx.opts[n] for n in ("scale", "gate", "lower_bound", "qk_l2norm", "beta_sigmoid", "precision")}
+        grads = kda_backward(saved, ctx.chunks, q, k, v, g, beta, do, dht, A_log=A_log, dt_bias=dt_bias,
+                             tap_plan=ctx.plan, has_h0=ctx.has_h0, **opts)
+        has_gate = ctx.opts["gate"] != "none"
+        return (grads["dq"].to(q.dtype), grads["dk"].to(k.dtype), grads["dv"].to(v.dtype), grads["dg"].to(g.dtype),
+                grads["dbeta"].to(beta.dtype),
+                grads["dA_log"].to(A_log.dtype) if has_gate and ctx.needs_input_grad[5] else None,
+                grads["ddt_bias"].reshape(dt_bias.shape).to(dt_bias.dtype)
+                if has_gate and ctx.needs_input_grad[6] else None,
+                grads.get("dh0"), None, None, None)
+
+
+def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
+              chunk_size=16, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=False,
+              use_beta_sigmoid_in_kernel=False, lower_bound=None, A_log=None, dt_bias=None, state_v_first=False,
+              precision="bf16", taps: TapSelection | None = None):
+    """Chunked KDA with autograd, with flash-linear-attention's ``chunk_kda`` argument names.
+
+    Args:
+        q, k: ``[B, T, H, K]``; v: ``[B, T, H, V]``; beta: ``[B, T, H]`` (b itself, or logits with
+            ``use_beta_sigmoid_in_kernel``).
+        g: ``[B, T, H, K]`` natural-log decay, or with ``use_gate_in_kernel`` the raw gate: then
+            ``gamma = -exp(A_log) softplus(g + dt_bias)``, or ``lower_bound * sigmoid(exp(A_log)
+            (g + dt_bias))`` when ``lower_bound`` is given (``A_log``/``dt_bias`` default to 0).
+        scale: query scale (default ``K ** -0.5``).
+        initial_state: ``[N, H, K, V]`` (``[N, H, V, K]`` with ``state_v_first``) or None.
+        output_final_state: also return the final state (fp32, same layout as ``initial_state``).
+        cu_seqlens: ``[N + 1]`` varlen offsets, with B == 1.
+        chunk_size: 16, 32 or 64.
+        precision: ``"bf16"`` (bf16 MMA operands, fp32 accumulation) or ``"fp32"`` (exact fp32 matmuls).
+        taps: record taps (``TapSelection``); then a third value is returned, the ``TapPlan`` whose
+            buffers the forward fills and the backward completes.
+
+    Returns:
+        ``(o [B, T, H, V] in v's dtype, final_state or None)`` (plus the ``TapPlan`` with ``taps``).
+
+    Example:
+        >>> q, k = (torch.randn(1, 256, 4, 128, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+        >>> v = torch.randn(1, 256, 4, 128, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        >>> g = F.logsigmoid(torch.randn(1, 256, 4, 128, device="cuda")) / 16
+        >>> beta = torch.rand(1, 256, 4, device="cuda", dtype=torch.bfloat16).sigmoid()
+        >>> o, ht = chunk_kda(q, k, v, g, beta, output_final_state=True, chunk_size=64)
+        >>> o.sum().backward()
+    """
+    B, T, H, K = q.shape
+    V = v.shape[-1]
+    if use_gate_in_kernel:
+        gate = "softplus" if lower_bound is None else "lower_bound"
+        A_log = torch.zeros(H, device=q.device) if A_log is None else A_log
+        dt_bias = torch.zeros(H, K, device=q.device) if dt_bias is None else dt_bias
+    else:
+        gate, A_log, dt_bias = "none", None, None
+    opts = dict(scale=K ** -0.5 if scale is None else scale, chunk_size=chunk_size, gate=gate,
+                lower_bound=-5.0 if lower_bound is None else lower_bound, qk_l2norm=use_qk_l2norm_in_kernel,
+                beta_sigmoid=use_beta_sigmoid_in_kernel, precision=precision)
+    layout = "vk" if state_v_first else "kv"
+    h0 = _to_math(initial_state, layout)  # differentiable: dh0 flows back through the transpose
+    plan = None
+    if taps is not None:
+        NC = int(chunk_layout(B, T, cu_seqlens, chunk_size)[2][-1])
+        plan = TapPlan.build(taps, NC, H, chunk_size, K, V, q.device)
+    o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan)
+    final = _from_math(ht, layout) if output_final_state else None
+    return (o, final, plan) if taps is not None else (o, final)

@@ -1,0 +1,109 @@
+"""The combined forward+backward call (``kda_forward_backward``) and the autograd op ``chunk_kda``
+against the float64 reference; taps on/off bit equality of every output and gradient."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from conftest import gpu
+from kdadbg.cases import get_case, make_inputs, with_size
+from kdadbg.metrics import compare
+from kdadbg.reference import run_reference
+from kdadbg.tolerances import TOLERANCES
+from kdadbg_kernels import TapSelection, chunk_kda
+from kdadbg_kernels.chunk import kda_forward_backward
+
+CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", "chunk32", "chunk64_varlen")
+
+
+def run_fb(inputs, cfg, precision="fp32", taps=None):
+    return kda_forward_backward(
+        inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, inputs.do, dht=inputs.dht, h0=inputs.h0,
+        state_layout=cfg.state_layout, cu_seqlens=inputs.cu_seqlens, A_log=inputs.A_log, dt_bias=inputs.dt_bias,
+        scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate, lower_bound=cfg.lower_bound,
+        qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, precision=precision, taps=taps)
+
+
+def run_op(inputs, cfg, precision="fp32"):
+    """chunk_kda with fla's argument names; returns outputs and gradients keyed like the reference."""
+    leaves = {n: getattr(inputs, n).clone().requires_grad_(True) for n in ("q", "k", "v", "g", "beta")}
+    extra = {}
+    if cfg.gate != "none":
+        extra = dict(use_gate_in_kernel=True, A_log=inputs.A_log.clone().requires_grad_(True),
+                     dt_bias=inputs.dt_bias.clone().requires_grad_(True),
+                     lower_bound=cfg.lower_bound if cfg.gate == "lower_bound" else None)
+    h0 = inputs.h0.clone().requires_grad_(True) if inputs.h0 is not None else None
+    o, ht = chunk_kda(**leaves, scale=cfg.scale, initial_state=h0, output_final_state=True,
+                      cu_seqlens=inputs.cu_seqlens, chunk_size=cfg.chunk_size,
+                      use_qk_l2norm_in_kernel=cfg.qk_l2norm, use_beta_sigmoid_in_kernel=cfg.beta_sigmoid,
+                      state_v_first=cfg.state_layout == "vk", precision=precision, **extra)
+    assert o.dtype == inputs.v.dtype
+    loss = (o.float() * inputs.do.float()).sum()
+    if inputs.dht is not None:
+        loss = loss + (ht * inputs.dht.float()).sum()
+    loss.backward()
+    out = {"o": o, "ht": ht, **{"d" + n: t.grad for n, t in leaves.items()}}
+    if h0 is not None:
+        out["dh0"] = h0.grad
+    if extra:
+        out["dA_log"], out["ddt_bias"] = extra["A_log"].grad, extra["dt_bias"].grad
+    return out
+
+
+def check_all(got: dict, ref: dict, tol: dict):
+    assert sorted(got) == sorted(ref)
+    for name, r in ref.items():
+        c = compare(name, got[name], r).judge(tol[name])
+        assert c.passed, f"{name}: ratio {c.ratio:.3e} > {tol[name]:g} ({c.nonfinite} non-finite)"
+
+
+@pytest.mark.parametrize("name", CASES)
+def test_forward_backward_vs_reference(name):
+    inputs, cfg = make_inputs(get_case(name))
+    out, buffers, plan = run_fb(inputs, cfg)
+    assert buffers == {} and plan is None
+    check_all(out, run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["fp32"])
+
+
+@pytest.mark.parametrize("name", ("basic", "varlen_kv", "gate_softplus", "kv_layout"))
+def test_autograd_op_vs_reference(name):
+    inputs, cfg = make_inputs(get_case(name))
+    check_all(run_op(inputs, cfg), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["fp32"])
+
+
+@pytest.mark.parametrize("name", ("basic", "chunk64_varlen"))
+def test_autograd_op_bf16_mode(name):
+    inputs, cfg = make_inputs(get_case(name))
+    check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
+
+
+def test_op_without_final_state_and_lower_bound_without_params():
+    inputs, cfg = make_inputs(with_size(get_case("basic"), T=20))
+    q, k, v, g, beta = (getattr(inputs, n) for n in ("q", "k", "v", "g", "beta"))
+    o, ht = chunk_kda(q, k, v, g, beta, use_gate_in_kernel=True, lower_bound=-3.0, precision="fp32")
+    assert ht is None and o.shape == v.shape
+    ref_inputs = type(inputs)(**{**dict(inputs.items()), "h0": None, "A_log": torch.zeros(2),
+                                 "dt_bias": torch.zeros(2, 16)})
+    ref = run_reference(ref_inputs, type(cfg)(scale=16 ** -0.5, gate="lower_bound", lower_bound=-3.0,
+                                              beta_sigmoid=False), taps=())
+    assert compare("o", o, ref.outputs["o"]).ratio < 1e-5
+
+
+@pytest.mark.parametrize("name,precision", [("basic", "fp32"), ("chunk64_varlen", "bf16")])
+def test_taps_do_not_change_outputs_or_gradients(name, precision):
+    inputs, cfg = make_inputs(get_case(name))
+    plain, *_ = run_fb(inputs, cfg, precision)
+    tapped, buffers, _ = run_fb(inputs, cfg, precision, TapSelection())
+    for n, t in plain.items():
+        assert torch.equal(t.contiguous().view(torch.int32), tapped[n].contiguous().view(torch.int32)), n
+    assert set(buffers) == set(TapSelection().names)
+
+
+@gpu
+def test_op_gpu_bf16_large():
+    case = with_size(get_case("varlen"), K=128, V=128, H=4, chunk_size=64, dtype="bfloat16")
+    inputs, cfg = make_inputs(case)
+    inputs = inputs.to("cuda")
+    check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=(), device="cuda").outputs,
+              TOLERANCES["bf16"])
