@@ -87,7 +87,8 @@ class TapSelection:
         if self.chunks is None:
             return 0, n_chunks
         lo, hi = self.chunks
-        return max(0, lo), min(n_chunks, hi)
+        hi = min(n_chunks, hi)
+        return min(max(0, lo), max(hi, 0)), max(hi, 0)
 
     def head_list(self, n_heads: int) -> tuple[int, ...]:
         return tuple(range(n_heads)) if self.heads is None else tuple(self.heads)
