@@ -1,0 +1,328 @@
+"""``kdadbg diff``: cells, dataflow order, noise floor, window rerun, taps files, JSON, PNG, and the
+proof that it finds bugs: planted faults must be named exactly (tap and chunk) as the first divergence."""
+
+import json
+import math
+import zlib
+
+import pytest
+import torch
+
+from kdadbg.cases import get_case, make_inputs
+from kdadbg.diff import (LN2, TAP_ORDER, ChunkInfo, cell_metrics, convert_theirs, dataflow_key, diff_dump,
+                         diff_taps_files, tap_tolerances, window_inputs, write_plot)
+from kdadbg.chunks import chunk_table
+from kdadbg.errors import KdadbgError
+from kdadbg.noise import BUG, DRIFT, OK, classify
+from kdadbg.png import read_png_size
+from kdadbg.reference import run_reference
+from kdadbg.tapsfile import chunk_rows, read_taps_file, taps_metadata, write_taps_file
+from kdadbg_kernels.taps import TAP_NAMES
+
+
+def inputs_for(name, seed=1, **kw):
+    import dataclasses
+    case = dataclasses.replace(get_case(name), **kw) if kw else get_case(name)
+    return make_inputs(case, seed=seed)
+
+
+def select(taps, sel, n_chunks, H):
+    lo, hi = sel.chunk_range(n_chunks)
+    hs = torch.tensor(sel.head_list(H))
+    return {n: t[lo:hi].index_select(1, hs) for n, t in taps.items() if n in sel.names}
+
+
+def stand_in(perturb=None, follow=True, nondeterministic=None):
+    """A kernel stand-in: the float32 chunked reference. ``perturb = (tap, key)`` scales that tap by
+    (1 + 1e-3) + 1e-3 in the chunk whose first token's q equals ``key``: like a real bug, the fault follows
+    the chunk's data into a window rerun (``follow=False``: only the first call is faulty)."""
+    calls = []
+
+    def run(inputs, config, precision, device, sel):
+        calls.append(1)
+        res = run_reference(inputs, config, taps=sel.names, dtype=torch.float32)
+        ct, (B, T, H, K, V) = res.chunks, inputs.shape
+        taps = dict(res.taps)
+        if perturb is not None and (follow or len(calls) == 1):
+            tap, key = perturb
+            q = inputs.q.reshape(B * T, H, K)
+            for c in range(ct.n_chunks):
+                if torch.equal(q[int(ct.start[c])], key):
+                    t = taps[tap].clone()
+                    t[c] = t[c] * (1 + 1e-3) + 1e-3
+                    taps[tap] = t
+        if nondeterministic is not None and len(calls) == 2:
+            tap, c = nondeterministic
+            t = taps[tap].clone()
+            t[c, 0].view(-1)[0] = torch.nextafter(t[c, 0].view(-1)[0], torch.tensor(1e9))
+            taps[tap] = t
+        return res.outputs, select(taps, sel, ct.n_chunks, H)
+
+    run.calls = calls
+    return run
+
+
+def first_token_q(inputs, chunk, config):
+    B, T, H, K, V = inputs.shape
+    ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+    return inputs.q.reshape(B * T, H, K)[int(ct.start[chunk])]
+
+
+# --- cells and order -------------------------------------------------------------------------------
+
+
+def test_tap_order_is_dataflow():
+    assert TAP_ORDER[:10] == ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
+    assert TAP_ORDER[10:13] == ("S", "vcorr", "U")
+    assert TAP_ORDER[13:] == ("dU", "dkr", "dMqk", "dvcorr", "dL", "dqd", "dkd", "dki", "db", "dgT", "dS", "dgc")
+    assert set(TAP_ORDER) == set(TAP_NAMES)
+
+
+def test_dataflow_key_walks_each_sequence():
+    inputs, cfg = inputs_for("varlen_short")            # cu_seqlens [0,1,17,33]: chunks 0 | 1 | 2
+    info = ChunkInfo.from_table(chunk_table(1, 33, inputs.cu_seqlens, 16))
+    inputs2, cfg2 = inputs_for("basic")                 # B=2, T=40: chunks 0,1,2 | 3,4,5
+    info2 = ChunkInfo.from_table(chunk_table(2, 40, None, 16))
+    cells = sorted(((t, c) for t in ("S", "dS", "dU", "gc", "dgc") for c in range(6)),
+                   key=lambda p: dataflow_key(*p, info2))
+    assert cells[:6] == [("gc", c) for c in range(6)]
+    assert cells[6:12] == [("S", 0), ("S", 1), ("S", 2), ("S", 3), ("S", 4), ("S", 5)]
+    assert cells[12:18] == [("dU", 2), ("dS", 2), ("dU", 1), ("dS", 1), ("dU", 0), ("dS", 0)]
+    assert cells[-6:] == [("dgc", c) for c in range(6)]
+    assert info.seq == {0: 0, 1: 1, 2: 2} and info.length == {0: 1, 1: 16, 2: 16}
+
+
+def test_cell_metrics_mask_padding_rows_and_cols():
+    ref = torch.randn(2, 1, 4, 4, dtype=torch.float64)
+    x = ref.clone()
+    x[0, 0, 3, :] = 1e9                 # padding row of chunk 0 (len 3): ignored
+    x[0, 0, :, 3] = float("nan")        # padding column: ignored
+    x[1, 0, 2, 1] += 0.5                # inside chunk 1 (len 4)
+    met = cell_metrics("L", x, ref, torch.tensor([3, 4]))
+    assert met["ratio"][0, 0] == 0 and met["nonfinite"][0, 0] == 0
+    assert met["max_abs"][1, 0] == pytest.approx(0.5) and int(met["index"][1, 0]) == 2 * 4 + 1
+    x[1, 0, 0, 0] = float("inf")
+    met = cell_metrics("L", x, ref, torch.tensor([3, 4]))
+    assert met["nonfinite"][1, 0] == 1 and math.isinf(met["ratio"][1, 0]) and int(met["index"][1, 0]) == 0
+    # [K]-shaped taps have no chunk-row axis: everything counts
+    g = torch.zeros(1, 1, 4, dtype=torch.float64)
+    assert cell_metrics("gT", g + 1, g, torch.tensor([1]))["nonfinite"][0, 0] == 0
+
+
+def test_classify_ok_drift_bug():
+    passed = torch.tensor([True, False, False, False])
+    ratio = torch.tensor([1e-6, 5e-3, 5e-1, math.inf], dtype=torch.float64)
+    nonfinite = torch.tensor([0, 0, 0, 3])
+    floor = torch.tensor([1e-6, 1e-3, 1e-3, math.inf], dtype=torch.float64)
+    lab = classify(passed, ratio, nonfinite, floor, torch.tensor([0, 0, 0, 1]))
+    assert lab.tolist() == [OK, DRIFT, BUG, DRIFT]
+    assert classify(passed, ratio, nonfinite).tolist() == [OK, BUG, BUG, BUG]
+
+
+def test_tap_tolerance_overrides():
+    t = tap_tolerances("bf16", ["dS=0.1", "fwd_prepare=1e-3"])
+    assert t["dS"] == 0.1 and t["gc"] == 1e-3 and t["Mqk"] == 1e-3 and t["dgc"] == 2e-2
+    with pytest.raises(KdadbgError, match="--tol"):
+        tap_tolerances("fp32", ["nope=1"])
+
+
+def test_convert_theirs_units_and_layout():
+    inputs, cfg = inputs_for("k_ne_v")                  # K=32, V=16: a transpose is visible in the shape
+    ref = run_reference(inputs, cfg, taps=("S", "dS", "gc", "gT", "dgc", "dgT", "dU")).taps
+    theirs = {"S": ref["S"].transpose(-1, -2), "dS": ref["dS"].transpose(-1, -2), "gc": ref["gc"] / LN2,
+              "gT": ref["gT"] / LN2, "dgc": ref["dgc"] * LN2, "dgT": ref["dgT"] * LN2, "dU": ref["dU"]}
+    back = convert_theirs(theirs, state_layout="vk", gate_units="log2")
+    for name, t in ref.items():
+        torch.testing.assert_close(back[name], t, rtol=1e-14, atol=0)
+
+
+# --- the reference as a stand-in for the kernels ---------------------------------------------------
+
+
+def test_clean_stand_in_passes():
+    inputs, cfg = inputs_for("basic")
+    res = diff_dump(inputs, cfg, runner=stand_in())
+    assert res.passed and res.first_divergence is None and res.origin is None
+    assert len(res.cells) == len(TAP_NAMES)
+    assert all(m["min_tol"] < m["tol"] for m in res.min_tolerance().values())
+
+
+@pytest.mark.parametrize("tap,chunk", [pytest.param("dL", 4, id="dL-c4"), pytest.param("S", 2, id="S-c2"),
+                                        pytest.param("vcorr", 3, id="vcorr-c3"), pytest.param("dS", 1, id="dS-c1"),
+                                        pytest.param("dgc", 5, id="dgc-c5")])
+def test_stand_in_fault_is_named_and_introduced(tap, chunk):
+    inputs, cfg = inputs_for("basic")
+    res = diff_dump(inputs, cfg, runner=stand_in((tap, first_token_q(inputs, chunk, cfg))))
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG")
+    assert res.origin["verdict"] == "introduced"
+    assert not res.passed
+
+
+def test_fault_only_in_the_full_run_is_inherited():
+    inputs, cfg = inputs_for("basic")
+    res = diff_dump(inputs, cfg, runner=stand_in(("U", first_token_q(inputs, 1, cfg)), follow=False))
+    assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("U", 1)
+    assert res.origin["verdict"] == "inherited" and res.origin["window"] == [1, 2]
+    amp = {a["tap"]: a for a in res.amplification}
+    assert amp["U"]["chunks"] == [1, 2] and amp["S"]["direction"] == "forward"
+    assert amp["dS"]["chunks"] == [2, 1, 0] and amp["dS"]["direction"] == "backward"
+
+
+@pytest.mark.parametrize("name", ["basic", "varlen", "kv_layout", "varlen_kv"])
+def test_window_inputs_reproduce_the_reference(name):
+    inputs, cfg = inputs_for(name)
+    full = run_reference(inputs, cfg)
+    info = ChunkInfo.from_table(full.chunks)
+    n = info.seq[full.chunks.n_chunks - 1]
+    chunks = info.seq_chunks(n)
+    first = chunks[1] if len(chunks) > 1 else chunks[0]
+    for last in (first, chunks[-1]):
+        w = window_inputs(inputs, cfg, full.taps, info, first, last)
+        wr = run_reference(w, cfg)
+        for tap in ("S", "U", "dS", "dgc", "dL"):
+            a, b = wr.taps[tap], full.taps[tap][first:last + 1]
+            assert ((a - b).norm() / b.norm()).item() < 1e-6, (tap, first, last)
+
+
+def test_repeat_names_first_differing_tap():
+    inputs, cfg = inputs_for("basic")
+    res = diff_dump(inputs, cfg, runner=stand_in(nondeterministic=("dvcorr", 2)), repeat=3, window=0)
+    assert res.repeat == {"runs": 3, "identical": False, "run": 2, "tap": "dvcorr", "chunk": 2, "head": 0,
+                          "elements": 1}
+    res = diff_dump(inputs, cfg, runner=stand_in(), repeat=2, window=0)
+    assert res.repeat == {"runs": 2, "identical": True}
+
+
+# --- taps files --------------------------------------------------------------------------------------
+
+
+def write_reference_taps(tmp_path, inputs, cfg, name="ref.safetensors", chunks=None, taps=TAP_NAMES,
+                         transform=None):
+    res = run_reference(inputs, cfg, taps=taps)
+    lo, hi = chunks or (0, res.chunks.n_chunks)
+    H = inputs.shape[2]
+    picked = {n: t[lo:hi].clone() for n, t in res.taps.items()}
+    if transform:
+        picked = transform(picked)
+    path = tmp_path / name
+    write_taps_file(path, res.outputs, picked, chunk_rows(res.chunks, lo, hi), list(range(H)),
+                    taps_metadata("reference", "dump.safetensors", cfg))
+    return path
+
+
+def perturb_dU(chunk):
+    def f(taps):
+        taps["dU"][chunk] = taps["dU"][chunk] * (1 + 1e-3)
+        return taps
+    return f
+
+
+def test_against_file_with_perturbed_dU(tmp_path):
+    inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300], 3 heads
+    path = write_reference_taps(tmp_path, inputs, cfg, transform=perturb_dU(7))
+    res = diff_dump(inputs, cfg, against=read_taps_file(path))
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == ("dU", 7, "BUG")
+    assert first["ratio"] == pytest.approx(1e-3, rel=1e-3) and res.origin is None and not res.passed
+    assert first["seq"] == 2 and first["token"] == 100 + 16 * first["chunk_in_seq"] + first["row"]
+
+
+def test_against_file_conversions(tmp_path):
+    inputs, cfg = inputs_for("basic")                   # K = V (FlashKDA's [V,K] states need it to be read)
+
+    def theirs(taps):
+        taps["S"], taps["dS"] = taps["S"].transpose(-1, -2), taps["dS"].transpose(-1, -2)
+        for n in ("gc", "gT"):
+            taps[n] = taps[n] / LN2
+        for n in ("dgc", "dgT"):
+            taps[n] = taps[n] * LN2
+        return taps
+
+    path = write_reference_taps(tmp_path, inputs, cfg, transform=theirs)
+    f = read_taps_file(path)
+    assert diff_dump(inputs, cfg, against=f, state_layout="vk", gate_units="log2").first_divergence is None
+    res = diff_dump(inputs, cfg, against=f, state_layout="vk")       # gates left in log2 units
+    assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("gc", 0)
+    res = diff_dump(inputs, cfg, against=f, gate_units="log2")       # S read as [K,V]
+    assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("S", 0)
+
+
+def test_against_file_missing_taps_and_chunks(tmp_path):
+    inputs, cfg = inputs_for("basic")
+    path = write_reference_taps(tmp_path, inputs, cfg, chunks=(1, 4), taps=("S", "dS", "dU"))
+    res = diff_dump(inputs, cfg, against=read_taps_file(path))
+    assert res.passed and res.chunks == [1, 2, 3] and set(res.cells) == {"S", "dS", "dU"}
+    assert res.missing["chunks"] == [0, 4, 5] and "gc" in res.missing["taps"] and "dU" not in res.missing["taps"]
+
+
+def test_against_file_with_another_chunk_table_is_bad_input(tmp_path):
+    inputs, cfg = inputs_for("basic")
+    path = write_reference_taps(tmp_path, inputs, cfg, taps=("S",))
+    other, cfg2 = inputs_for("basic", T=50)
+    with pytest.raises(KdadbgError, match="chunk 2"):
+        diff_dump(other, cfg2, against=read_taps_file(path))
+
+
+def test_two_taps_files(tmp_path):
+    inputs, cfg = inputs_for("basic")
+    a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors")
+    b = write_reference_taps(tmp_path, inputs, cfg, "b.safetensors", chunks=(0, 5), transform=perturb_dU(3))
+    res = diff_taps_files(read_taps_file(a), read_taps_file(b))
+    assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("dU", 3)
+    assert res.missing["chunks"] == [5] and res.mode == "files" and not res.passed
+    same = diff_taps_files(read_taps_file(a), read_taps_file(a))
+    assert same.passed and same.first_divergence is None
+
+
+# --- output contract -------------------------------------------------------------------------------
+
+
+def test_json_document_and_plot(tmp_path):
+    inputs, cfg = inputs_for("basic")
+    res = diff_dump(inputs, cfg, runner=stand_in(("dL", first_token_q(inputs, 4, cfg))))
+    doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
+    assert doc["schema"] == 1 and doc["verdict"] == "fail"
+    fd = doc["first_divergence"]
+    for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
+                "reference", "origin"):
+        assert key in fd, key
+    assert (fd["tap"], fd["stage"], fd["chunk"], fd["origin"]) == ("dL", "bwd_recurrence", 4, "introduced")
+    assert len(doc["cells"]) == len(TAP_NAMES) * 6 * 2
+    assert {c["label"] for c in doc["cells"]} == {"OK", "BUG"}
+    info = write_plot(res, tmp_path / "grid.png")
+    data = (tmp_path / "grid.png").read_bytes()
+    w, h = read_png_size(data)
+    assert w == 6 * 16 and h == len(TAP_NAMES) * 12 + 3    # three stage separators
+    assert info["rows"][0] == "gc" and info["chunks"] == [0, 5]
+    idat = data[data.index(b"IDAT") + 4:]
+    assert len(zlib.decompress(idat[:idat.index(b"IEND") - 8])) == h * (1 + 3 * w)
+
+
+# --- our kernels -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name,precision", [pytest.param("basic", "fp32", id="basic-fp32"),
+                                            pytest.param("varlen_short", "fp32", id="varlen_short-fp32"),
+                                            pytest.param("tail", "bf16", id="tail-bf16")])
+def test_kernels_pass(kernel_device, name, precision):
+    inputs, cfg = inputs_for(name)
+    res = diff_dump(inputs, cfg, precision=precision, device=kernel_device, repeat=2)
+    assert res.passed and res.first_bug is None, res.first_bug
+    assert res.repeat["identical"] and not res.missing["not_written"]
+
+
+def test_kernels_bf16_drift_is_not_a_bug(kernel_device):
+    inputs, cfg = inputs_for("t15")          # dqd of a partial chunk: over 2e-2 in bf16, as is the reference's
+    res = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
+    assert res.first_divergence is not None and res.first_divergence["label"] == "DRIFT"
+    assert res.first_bug is None and res.passed
+    assert not diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0, drift_fails=True).passed
+
+
+def test_kernels_overflow_names_first_nonfinite(kernel_device):
+    inputs, cfg = inputs_for("chunk64_strong")    # exp(-gc) over a 64-token chunk at the lower bound: inf in fp32
+    res = diff_dump(inputs, cfg, device=kernel_device, window=0)
+    nf = res.first_nonfinite
+    assert nf is not None and nf["tap"] == "ki" and nf["chunk"] == 0 and nf["label"] == "DRIFT"
+    assert res.exponents[0]["overflow_fp32"] and res.exponents[0]["neg_gc"][1] > 88.7
