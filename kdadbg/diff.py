@@ -525,8 +525,13 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
     sel = TapSelection(names=tuple(names), chunks=(lo, hi), heads=tuple(head_list))
     missing = {"taps": [], "chunks": [], "heads": [], "not_written": []}
 
-    def step(stage):
+    stages: list[str] = []
+
+    def step(stage):  # one bar per stage: the previous one completes
         if progress:
+            if stages:
+                progress(stages[-1], 1, 1)
+            stages.append(stage)
             progress(stage, 0, 1)
 
     step("reference")
@@ -580,6 +585,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
             step("window rerun")
             res.origin = window_rerun(inputs, config, ref_taps, info, first, precision, device, runner, tols,
                                       window, drift_fails)
+    if progress and stages:
+        progress(stages[-1], 1, 1)
     return res
 
 
@@ -875,3 +882,64 @@ def write_plot(res: DiffResult, path) -> dict:
     out = write_heatmap(path, vals, row_names=names, col_names=chunks, breaks=breaks,
                         title=f"kdadbg diff ({res.mode}, {res.precision})")
     return {"path": str(out), "rows": names, "chunks": [chunks[0], chunks[-1]] if chunks else []}
+
+
+def is_taps_file(path) -> bool:
+    """Whether ``path`` is a taps file (metadata ``format`` = kdadbg-taps-v1) rather than a dump."""
+    from .fileio import read_safetensors
+    from .tapsfile import FORMAT
+
+    _, meta = read_safetensors(path)
+    return meta.get("format") == FORMAT
+
+
+def diff_paths(paths: list, *, against=None, overrides: dict | None = None, device: str = "auto",
+               precision: str = "fp32", names: tuple[str, ...] = TAP_NAMES,
+               chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
+               state_layout: str = "kv", gate_units: str = "ln", tol_overrides: list[str] | None = None,
+               window: int = 3, repeat: int = 1, drift_fails: bool = False, noise_floor: bool = True,
+               allow_nonfinite: bool = False, progress: Progress | None = None) -> DiffResult:
+    """What ``kdadbg diff`` computes: ``[DUMP]`` (kernels, or ``against`` a taps file) or ``[A, B]`` (taps files).
+
+    Example: ``diff_paths(["sample_inputs/basic.safetensors"], precision="bf16").first_divergence``.
+    """
+    from .dump import load_dump
+    from .export import resolve_device
+    from .selection import resolve_selection
+    from .tapsfile import read_taps_file
+
+    if repeat < 1:
+        raise KdadbgError(f"--repeat: expected at least 1, found {repeat}")
+    if window < 0:
+        raise KdadbgError(f"--window: expected 0 (off) or more chunks, found {window}")
+    if len(paths) == 2:
+        if against is not None:
+            raise KdadbgError("--against: not with two taps files (A B already names both sides)")
+        for p in paths:
+            if not is_taps_file(p):
+                raise KdadbgError(f"{p}: not a taps file (kdadbg taps writes them); diff A B compares two taps files")
+        a, b = (read_taps_file(p) for p in paths)
+        lo_hi = None
+        if chunks is not None:
+            lo_hi = (chunks[0] or 0, chunks[1] if chunks[1] is not None else 1 << 62)
+        return diff_taps_files(a, b, precision=precision, names=names, chunks=lo_hi, heads=heads,
+                               state_layout=state_layout, gate_units=gate_units, tol_overrides=tol_overrides,
+                               drift_fails=drift_fails)
+    if len(paths) != 1:
+        raise KdadbgError(f"expected DUMP or two taps files A B, found {len(paths)} paths")
+    path = paths[0]
+    if is_taps_file(path):
+        raise KdadbgError(f"{path}: is a taps file; diff needs the DUMP it came from (with --against TAPS), "
+                          f"or a second taps file")
+    inputs, config = load_dump(path, overrides, allow_nonfinite=allow_nonfinite)
+    B, T, H, K, V = inputs.shape
+    table = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+    sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
+    f = read_taps_file(against) if against is not None else None
+    if f is not None and repeat > 1:
+        raise KdadbgError("--repeat: runs our kernels; not with --against")
+    dev = resolve_device(device)
+    return diff_dump(inputs, config, dump=str(path), precision=precision, device=dev, names=sel.names,
+                     chunks=sel.chunks, heads=sel.heads, against=f, state_layout=state_layout,
+                     gate_units=gate_units, tol_overrides=tol_overrides, noise_floor=noise_floor, window=window,
+                     repeat=repeat, drift_fails=drift_fails, progress=progress)

@@ -46,7 +46,6 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
     if res.cells:
         render_grid(console, res, max_columns)
         render_heads(console, res)
-        render_min_tol(console, res)
     render_first(console, res)
     render_nonfinite(console, res)
     render_missing(console, res)
@@ -73,7 +72,7 @@ def render_header(console: Console, res) -> None:
 
 def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     if max_columns is None:
-        max_columns = max(4, (console.width - 14) // 6)
+        max_columns = max(4, (console.width - 32) // 6)
     grid = res.grid(max_columns)
     title = "fla ratio per tap × chunk, worst head" + (
         f" (columns: {grid['bucket']} chunks each, worst cell)" if grid["bucket"] > 1 else "")
@@ -81,6 +80,9 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     t.add_column("tap", no_wrap=True, style="bold")
     for lo, hi in grid["columns"]:
         t.add_column(f" {lo}" if lo == hi else f" {lo}-{hi}", justify="right", no_wrap=True)
+    t.add_column("  tol", justify="right", no_wrap=True)
+    t.add_column(" min tol", justify="right", no_wrap=True)
+    mins = res.min_tolerance()
     stage = None
     for row in grid["rows"]:
         if row["stage"] != stage:
@@ -88,11 +90,14 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
                 t.add_section()
             stage = row["stage"]
         cells = [Text(" " + short(c["ratio"]), style=STYLE[c["label"]]) for c in row["cells"]]
-        t.add_row(row["tap"], *cells)
+        m = mins[row["tap"]]
+        worst = "BUG" if m["bug"] else ("DRIFT" if m["drift"] else "OK")
+        t.add_row(row["tap"], *cells, "  " + short(m["tol"]), Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
     console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare); "
                   "[green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
-                  "[bold red]BUG[/bold red] beyond it", soft_wrap=True, highlight=False)
+                  "[bold red]BUG[/bold red] beyond it; min tol: the tolerance every cell of the tap would "
+                  "pass (its worst ratio)", soft_wrap=True, highlight=False)
 
 
 def render_heads(console: Console, res) -> None:
@@ -108,17 +113,6 @@ def render_heads(console: Console, res) -> None:
         t.add_row(str(row["head"]), *(short(row["worst"].get(s)) for s in stages), str(row["failing"]),
                   "-" if first is None else f"{first['tap']} chunk {first['chunk']}",
                   style="red" if row["failing"] else None)
-    console.print(t)
-
-
-def render_min_tol(console: Console, res) -> None:
-    t = Table(title="minimum tolerance that would have passed (worst ratio per tap)", title_justify="left")
-    for col in ("tap", "tol", "min tol", "at chunk", "head", "DRIFT", "BUG"):
-        t.add_column(col, justify="left" if col == "tap" else "right")
-    for name, m in res.min_tolerance().items():
-        style = "red" if m["bug"] else ("yellow" if m["drift"] else None)
-        t.add_row(name, short(m["tol"]), num(m["min_tol"]), str(m["chunk"]), str(m["head"]), str(m["drift"]),
-                  str(m["bug"]), style=style)
     console.print(t)
 
 
