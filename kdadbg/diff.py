@@ -62,6 +62,7 @@ TAP_ORDER: tuple[str, ...] = tuple(n for n in TAP_NAMES if REGISTRY[n].stage.sta
     n for n in TAP_NAMES if REGISTRY[n].stage == "bwd_prepare")
 _RANK = {n: i for i, n in enumerate(TAP_ORDER)}
 STATE_TAPS = ("S", "dS")
+MAX_JSON_CELLS = 200_000          # beyond this, --json lists only the cells over tolerance
 GATE_TAPS = ("gc", "gT")          # log-decay: ×ln2 from log2 units
 GATE_GRAD_TAPS = ("dgc", "dgT")   # gradients w.r.t. it: ÷ln2 from log2 units
 
@@ -127,8 +128,10 @@ class ChunkInfo:
         ids = [int(i) for i in ch["index"]]
         seq = dict(zip(ids, (int(s) for s in ch["seq"])))
         t = {}
+        seen: dict[int, int] = {}
         for c in sorted(ids):  # position among the file's chunks of that sequence (exact if it starts there)
-            t[c] = sum(1 for d in ids if d < c and seq[d] == seq[c])
+            t[c] = seen.get(seq[c], 0)
+            seen[seq[c]] = t[c] + 1
         return ChunkInfo(chunk_size, seq, t, dict(zip(ids, (int(s) for s in ch["start"]))),
                          dict(zip(ids, (int(s) for s in ch["len"]))))
 
@@ -285,14 +288,31 @@ class DiffResult:
         pairs = [(n, r) for n in self.cells for r in range(len(self.chunks))]
         return sorted(pairs, key=lambda p: dataflow_key(p[0], self.chunks[p[1]], self.info))
 
+    def _first_cell(self, pick, head: int | None = None) -> tuple[str, int] | None:
+        """(tap, row) of the first cell in dataflow order where ``pick(cells)`` ([R, Hs] bool) holds."""
+        best = None
+        for name, cells in self.cells.items():
+            hit = pick(cells)
+            if head is not None:
+                if head not in cells.heads:
+                    continue
+                hit = hit[:, cells.heads.index(head)][:, None]
+            rows = hit.any(1).nonzero().flatten().tolist()
+            if rows:
+                key, r = min((dataflow_key(name, self.chunks[r], self.info), r) for r in rows)
+                if best is None or key < best[0]:
+                    best = (key, name, r)
+        return None if best is None else (best[1], best[2])
+
     def _first(self, pick) -> dict | None:
-        for name, r in self.order():
-            cells = self.cells[name]
-            hit = pick(cells)[r]
-            if bool(hit.any()):
-                score = torch.where(hit, cells.ratio[r], torch.tensor(-1.0, dtype=torch.float64))
-                return self.locate(name, self.chunks[r], cells.heads[int(score.argmax())])
-        return None
+        found = self._first_cell(pick)
+        if found is None:
+            return None
+        name, r = found
+        cells = self.cells[name]
+        score = torch.where(pick(cells)[r], cells.ratio[r].nan_to_num(posinf=1e300),
+                            torch.tensor(-1.0, dtype=torch.float64))
+        return self.locate(name, self.chunks[r], cells.heads[int(score.argmax())])
 
     def _fails(self, cells: TapCells) -> torch.Tensor:
         return cells.label == noise.BUG if not self.drift_fails else cells.failing
@@ -383,12 +403,8 @@ class DiffResult:
                 jj = cells.heads.index(h)
                 worst[cells.stage] = max(worst.get(cells.stage, 0.0), float(cells.ratio[:, jj].max()))
                 fails += int(self._fails(cells)[:, jj].sum())
-            first = None
-            for name, r in self.order():
-                cells = self.cells[name]
-                if h in cells.heads and bool(cells.failing[r, cells.heads.index(h)]):
-                    first = {"tap": name, "chunk": self.chunks[r]}
-                    break
+            found = self._first_cell(lambda c: c.failing, head=h)
+            first = None if found is None else {"tap": found[0], "chunk": self.chunks[found[1]]}
             out.append({"head": h, "worst": worst, "failing": fails, "first": first})
         return out
 
@@ -406,17 +422,27 @@ class DiffResult:
         first = self.first_divergence
         if first is not None:
             first = {**first, "origin": (self.origin or {}).get("verdict")}
+        n_cells = sum(c.ratio.numel() for c in self.cells.values())
+        truncated = n_cells > MAX_JSON_CELLS
+        lists = {}
+        for name, c in self.cells.items():
+            idx = [[int(i) for i in torch.unravel_index(torch.tensor(f), c.dims)] if c.dims else []
+                   for f in range(max(1, math.prod(c.dims)))]
+            lists[name] = (c.ratio.tolist(), c.max_abs.tolist(), c.index.tolist(), c.cosine.tolist(),
+                           c.nonfinite.tolist(), None if c.floor is None else c.floor.tolist(), c.label.tolist(), idx)
         cells = []
         for name, r in self.order():
             c = self.cells[name]
+            ratio, max_abs, index, cosine, nonfinite, floor, label, idx = lists[name]
+            chunk = self.chunks[r]
             for j, h in enumerate(c.heads):
-                cells.append({"tap": name, "stage": c.stage, "chunk": self.chunks[r], "head": h,
-                              "seq": self.info.seq[self.chunks[r]], "ratio": _num(c.ratio[r, j]),
-                              "max_abs": _num(c.max_abs[r, j]),
-                              "index": [int(i) for i in torch.unravel_index(c.index[r, j], c.dims)] if c.dims else [],
-                              "cosine": _num(c.cosine[r, j]), "nonfinite": int(c.nonfinite[r, j]),
-                              "tol": c.tol, "floor": None if c.floor is None else _num(c.floor[r, j]),
-                              "label": noise.LABELS[int(c.label[r, j])]})
+                if truncated and label[r][j] == noise.OK:
+                    continue
+                cells.append({"tap": name, "stage": c.stage, "chunk": chunk, "head": h, "seq": self.info.seq[chunk],
+                              "ratio": _num(ratio[r][j]), "max_abs": _num(max_abs[r][j]), "index": idx[index[r][j]],
+                              "cosine": _num(cosine[r][j]), "nonfinite": nonfinite[r][j], "tol": c.tol,
+                              "floor": None if floor is None else _num(floor[r][j]),
+                              "label": noise.LABELS[label[r][j]]})
         fb, fn = self.first_bug, self.first_nonfinite
         return {
             "schema": SCHEMA, "verdict": "pass" if self.passed else "fail", "mode": self.mode,
@@ -428,7 +454,7 @@ class DiffResult:
             "origin": _jsonable(self.origin), "amplification": _jsonable(self.amplification),
             "min_tolerance": _jsonable(self.min_tolerance()), "missing": self.missing,
             "exponents": _jsonable(self.exponents), "repeat": _jsonable(self.repeat), "notes": self.notes,
-            "noise": {"k": noise.K_DRIFT, "abs": noise.DRIFT_ABS}, "cells": cells,
+            "noise": {"k": noise.K_DRIFT, "abs": noise.DRIFT_ABS}, "cells_truncated": truncated, "cells": cells,
         }
 
 
