@@ -326,3 +326,26 @@ def test_kernels_overflow_names_first_nonfinite(kernel_device):
     nf = res.first_nonfinite
     assert nf is not None and nf["tap"] == "ki" and nf["chunk"] == 0 and nf["label"] == "DRIFT"
     assert res.exponents[0]["overflow_fp32"] and res.exponents[0]["neg_gc"][1] > 88.7
+
+
+def test_against_our_kernels_taps_file(tmp_path, kernel_device):
+    from kdadbg.dump import save_dump
+    from kdadbg.export import export_taps
+
+    inputs, cfg = inputs_for("varlen_short")
+    dump = save_dump(tmp_path / "d.safetensors", inputs, cfg)
+    out = tmp_path / "k.safetensors"
+    export_taps(dump, out, source="kernel", names=("S", "U", "dS", "dgc"), heads=(1,), device=kernel_device)
+    res = diff_dump(inputs, cfg, against=read_taps_file(out), device=kernel_device)
+    assert res.passed and res.first_divergence is None and res.heads == [1] and set(res.cells) == {"S", "U", "dS",
+                                                                                                   "dgc"}
+    assert res.missing["heads"] == [0] and "gc" in res.missing["taps"]
+
+
+def test_stand_in_fault_in_a_varlen_sequence():
+    inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300]: chunks 0 | 1..6 | 7..19
+    res = diff_dump(inputs, cfg, runner=stand_in(("dkd", first_token_q(inputs, 9, cfg))), window=2)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["seq"], first["chunk_in_seq"]) == ("dkd", 9, 2, 2)
+    assert res.origin["verdict"] == "introduced" and res.origin["window"] == [9, 10]
+    assert res.origin["seeded"] == {"h0": "reference S[9]", "dht": "reference dS[11]"}
