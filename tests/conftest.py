@@ -15,6 +15,7 @@ if not torch.cuda.is_available():
 import pytest  # noqa: E402
 
 HAS_GPU = torch.cuda.is_available()
+DEVICE = "cuda" if HAS_GPU else "cpu"  # where kernel tests put their tensors
 REPO = pathlib.Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
 GOLDEN = REPO / "tests" / "golden"  # copied from shared/golden

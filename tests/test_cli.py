@@ -139,7 +139,7 @@ def test_inspect_unreadable(tmp_path):
 
 def test_taps_selection_layout_and_padding(tmp_path, basic):
     out = tmp_path / "t.safetensors"
-    r = kdadbg("taps", basic, "-o", out, "--taps", "L,S,dgc,b", "--chunks", "1:3", "--heads", "1")
+    r = kdadbg("taps", basic, "-o", out, "--taps", "L,S,dgc,b", "--chunks", "1:3", "--heads", "1", "--device", "cpu")
     assert r.exit_code == 0, r.output
     f = read_taps_file(out)
     assert set(f["taps"]) == {"L", "S", "dgc", "b"}

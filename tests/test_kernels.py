@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import gpu
+from conftest import DEVICE, gpu
 from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.metrics import compare
 from kdadbg.reference import run_reference
@@ -18,6 +18,7 @@ CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", 
 
 
 def run_fb(inputs, cfg, precision="fp32", taps=None):
+    inputs = inputs.to(DEVICE)
     return kda_forward_backward(
         inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, inputs.do, dht=inputs.dht, h0=inputs.h0,
         state_layout=cfg.state_layout, cu_seqlens=inputs.cu_seqlens, A_log=inputs.A_log, dt_bias=inputs.dt_bias,
@@ -27,6 +28,7 @@ def run_fb(inputs, cfg, precision="fp32", taps=None):
 
 def run_op(inputs, cfg, precision="fp32"):
     """chunk_kda with fla's argument names; returns outputs and gradients keyed like the reference."""
+    inputs = inputs.to(DEVICE)
     leaves = {n: getattr(inputs, n).clone().requires_grad_(True) for n in ("q", "k", "v", "g", "beta")}
     extra = {}
     if cfg.gate != "none":
@@ -80,7 +82,7 @@ def test_autograd_op_bf16_mode(name):
 
 def test_op_without_final_state_and_lower_bound_without_params():
     inputs, cfg = make_inputs(with_size(get_case("basic"), T=20))
-    q, k, v, g, beta = (getattr(inputs, n) for n in ("q", "k", "v", "g", "beta"))
+    q, k, v, g, beta = (getattr(inputs.to(DEVICE), n) for n in ("q", "k", "v", "g", "beta"))
     o, ht = chunk_kda(q, k, v, g, beta, use_gate_in_kernel=True, lower_bound=-3.0, precision="fp32")
     assert ht is None and o.shape == v.shape
     ref_inputs = type(inputs)(**{**dict(inputs.items()), "h0": None, "A_log": torch.zeros(2),

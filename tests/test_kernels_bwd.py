@@ -11,7 +11,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import GOLDEN
+from conftest import DEVICE, GOLDEN
 from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.config import KDAInputs, parse_config
 from kdadbg.reference import run_reference
@@ -27,7 +27,7 @@ BF16_TOL = {"dq": 8e-3, "dk": 8e-3, "dv": 8e-3, "dh0": 8e-3, "dg": 2e-2, "dbeta"
 
 
 def ratio(ref, x) -> float:
-    ref, x = ref.double(), x.double()
+    ref, x = ref.double().cpu(), x.double().cpu()
     return ((ref - x).pow(2).mean().sqrt() / (ref.pow(2).mean().sqrt() + 1e-8)).item()
 
 
@@ -62,12 +62,14 @@ def saved_from_taps(taps: dict, inputs: KDAInputs, cfg, chunks: KernelChunks) ->
 
     q, k = inputs.q.reshape(B * T, H, K), inputs.k.reshape(B * T, H, K)
     qn, kn = (l2n(q), l2n(k)) if cfg.qk_l2norm else (q.double(), k.double())
-    return FwdSaved(qn=qn.float().contiguous(), kn=kn.float().contiguous(), gc=tokens(taps["gc"]),
-                    gT=taps["gT"].float().contiguous(), b=tokens(taps["b"]), INV=taps["INV"].float().contiguous(),
-                    Mqk=taps["Mqk"].float().contiguous(), S=taps["S"].float().contiguous(), U=tokens(taps["U"]))
+    saved = FwdSaved(qn=qn.float().contiguous(), kn=kn.float().contiguous(), gc=tokens(taps["gc"]),
+                     gT=taps["gT"].float().contiguous(), b=tokens(taps["b"]), INV=taps["INV"].float().contiguous(),
+                     Mqk=taps["Mqk"].float().contiguous(), S=taps["S"].float().contiguous(), U=tokens(taps["U"]))
+    return FwdSaved(**{f: getattr(saved, f).to(DEVICE) for f in saved.__dataclass_fields__})
 
 
 def run_bwd(saved, chunks, inputs, cfg, precision="fp32", tap_plan=None):
+    inputs = inputs.to(DEVICE)
     return kda_backward(saved, chunks, inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, inputs.do,
                         to_math(inputs.dht, cfg.state_layout), scale=cfg.scale, gate=cfg.gate,
                         lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
@@ -105,6 +107,7 @@ def compare(grads, taps_out, ref_grads, ref_taps, chunks, cfg, K, V, tol=1e-5, t
         if not r <= (tol if isinstance(tol, float) else tol.get(name, 1e-5)):
             bad[name] = r
     for name, buf in (taps_out or {}).items():
+        buf = buf.cpu()
         m = valid_mask(name, chunks, K, V).expand_as(buf)
         m = m & (ref_taps[name].abs() < 1e37)  # fp32 cannot hold the rest (dqd, dkd at strong gates)
         r = ratio(ref_taps[name][m], buf[m])
@@ -135,9 +138,9 @@ GOLDEN_TOL = {"golden_softplus_c32_bf16": {"dA_log": 5e-5}}
 def test_golden(name):
     inputs, cfg, exp, taps = load_golden(name)
     B, T, H, K, V = inputs.shape
-    chunks = KernelChunks.build(B, T, inputs.cu_seqlens, cfg.chunk_size, "cpu")
+    chunks = KernelChunks.build(B, T, inputs.cu_seqlens, cfg.chunk_size, DEVICE)
     saved = saved_from_taps(taps, inputs, cfg, chunks)
-    plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
     grads = run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
     assert not compare(grads, plan.buffers, exp, taps, chunks, cfg, K, V, tol=GOLDEN_TOL.get(name, 1e-5))
 
@@ -146,7 +149,7 @@ def reference_case(case):
     inputs, cfg = make_inputs(case)
     res = run_reference(inputs, cfg, taps=FWD_SAVED_TAPS + BWD_TAPS)
     B, T, H, K, V = inputs.shape
-    chunks = KernelChunks.build(B, T, inputs.cu_seqlens, cfg.chunk_size, "cpu")
+    chunks = KernelChunks.build(B, T, inputs.cu_seqlens, cfg.chunk_size, DEVICE)
     return inputs, cfg, res, chunks, saved_from_taps(res.taps, inputs, cfg, chunks)
 
 
@@ -169,7 +172,7 @@ def test_reference_fp32(name):
     case = _case(name)
     inputs, cfg, res, chunks, saved = reference_case(case)
     B, T, H, K, V = inputs.shape
-    plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
     grads = run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
     tap_tol = LONG_CHUNK_TAP_TOL if cfg.chunk_size > 16 else None
     assert not compare(grads, plan.buffers, res.outputs, res.taps, chunks, cfg, K, V, tap_tol=tap_tol)
@@ -190,10 +193,10 @@ def test_taps_same_bits(name):
     B, T, H, K, V = inputs.shape
     off = run_bwd(saved, chunks, inputs, cfg)
     again = run_bwd(saved, chunks, inputs, cfg)
-    full = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    full = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
     on = run_bwd(saved, chunks, inputs, cfg, tap_plan=full)
     sel = TapSelection(names=("dS", "dgc", "db", "dMqk"), chunks=(1, 3), heads=(H - 1,))
-    part = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, "cpu")
+    part = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
     on_part = run_bwd(saved, chunks, inputs, cfg, tap_plan=part)
     for other in (again, on, on_part):
         assert off.keys() == other.keys()

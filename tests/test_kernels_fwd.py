@@ -11,7 +11,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
-from conftest import GOLDEN, gpu
+from conftest import DEVICE, GOLDEN, gpu
 from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.config import KDAInputs, parse_config
 from kdadbg.metrics import compare
@@ -47,6 +47,7 @@ def n_chunks(inputs: KDAInputs, C: int) -> int:
 
 def run_fwd(inputs: KDAInputs, cfg, precision="fp32", taps: TapSelection | None = None):
     """kda_forward on a dump's tensors; ``ht`` returned in the dump's state layout."""
+    inputs = inputs.to(DEVICE)
     B, T, H, K, V = inputs.shape
     h0 = inputs.h0
     if h0 is not None and cfg.state_layout == "vk":
