@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import torch
 
+from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, chunk_layout
 from .prepare import kda_fwd_prepare
 from .recurrence import kda_fwd_output, kda_fwd_recurrence
@@ -90,6 +91,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         dt_bias = dt_bias.reshape(H, K).float().contiguous()
     if h0 is not None:
         h0 = h0.float().contiguous()
+    faults.bind(q, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
 
     qn, kn, gc, b, w, u, gT, INV, Mqk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,

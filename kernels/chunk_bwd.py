@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
 from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
@@ -69,6 +70,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
 
     qf, kf, gf, vf, dof = flat(q, K), flat(k, K), flat(g, K), flat(v, V), flat(do, V)
     betaf = beta.contiguous().view(BT, H)
+    faults.bind(qf, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
     sv = {f: getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
 
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,

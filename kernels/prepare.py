@@ -18,13 +18,14 @@ import torch
 import triton
 import triton.language as tl
 
+from . import faults
 from .common import tap_kernel_args
 from .tlmath import GATE_IDS, gate_act, mm, mm3, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
 
 
-@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel"])
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "fault_chunk"])
 def kda_fwd_prepare_kernel(
     q,               # [BT, H, K] raw query (any float dtype)
     k,               # [BT, H, K] raw key
@@ -51,6 +52,7 @@ def kda_fwd_prepare_kernel(
     tap_lo,          # first tapped chunk
     tap_hi,          # one past the last tapped chunk
     n_sel,           # number of tapped heads
+    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -65,6 +67,7 @@ def kda_fwd_prepare_kernel(
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr, TAP_L: tl.constexpr,
     TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
+    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -77,14 +80,19 @@ def kda_fwd_prepare_kernel(
     m_tk = m_t[:, None] & m_k[None, :]
     o_tok = bos + o_t
     o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+    o_ld, m_ld, o_ldk, m_ldk = o_tok, m_t, o_tk, m_tk  # where inputs are loaded from
+    if FAULT == 6:  # test-only: inputs loaded one token late from the planted chunk on
+        sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
+        o_ld, m_ld = o_tok + sh, o_t + sh < n_valid
+        o_ldk, m_ldk = (o_ld[:, None] * H + i_h) * K + o_k[None, :], m_ld[:, None] & m_k[None, :]
 
-    b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32)
-    b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32)
+    b_q = tl.load(q + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+    b_k = tl.load(k + o_ldk, mask=m_ldk, other=0).to(tl.float32)
     if L2NORM:
         b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, 1) + 1e-6)[:, None]
         b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, 1) + 1e-6)[:, None]
 
-    b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
+    b_g = tl.load(g + o_ldk, mask=m_ldk, other=0).to(tl.float32)
     if GATE != 0:
         a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
         b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
@@ -93,10 +101,14 @@ def kda_fwd_prepare_kernel(
         b_dt = tl.zeros([BK], dtype=tl.float32)
     # padding rows decay nothing, so gc stays flat past the last valid row
     b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
+    if FAULT == 3:  # test-only: padding rows' decay left in the planted chunk, gT read at the tile's last row
+        b_gam = tl.where((i_c == fault_chunk) & m_k[None, :], gate_act(b_g, b_dt, a_h, lower_bound, GATE), b_gam)
     b_gc = tl.cumsum(b_gam, axis=0)
     b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
+    if FAULT == 3:
+        b_gT = tl.where(i_c == fault_chunk, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)
 
-    b_beta = tl.load(beta + o_tok * H + i_h, mask=m_t, other=0).to(tl.float32)
+    b_beta = tl.load(beta + o_ld * H + i_h, mask=m_ld, other=0).to(tl.float32)
     if BETA_SIGMOID:
         b_b = tl.where(m_t, sigmoid(b_beta), 0.0)
     else:
@@ -156,7 +168,8 @@ def kda_fwd_prepare_kernel(
         o_v = i_v * BV + tl.arange(0, BV)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
         o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
-        b_v = tl.load(v + o_tv, mask=m_tv, other=0).to(tl.float32)
+        o_ldv = (o_ld[:, None] * H + i_h) * V + o_v[None, :]
+        b_v = tl.load(v + o_ldv, mask=m_ld[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)
         tl.store(u + o_tv, mm3(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
 
     if STORE_TAPS:
@@ -209,15 +222,16 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, PREPARE_TAPS, qn)
     has_gate = GATE_IDS[gate] != 0
     BK = triton.next_power_of_2(K)
+    fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
     kda_fwd_prepare_kernel[(NC, H)](
         q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
         qn, kn, gc, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
-        float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel,
+        float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
         H=H, K=K, V=V, BC=C, BK=BK, BV=min(triton.next_power_of_2(V), 64), GATE=GATE_IDS[gate],
         L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, BF16=precision == "bf16", STORE_TAPS=store,
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
-        TAP_INV=present["INV"], TAP_MQK=present["Mqk"],
+        TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault,
         num_warps=4 if C * BK <= 4096 else 8,
     )
     return qn, kn, gc, b, w, u, gT, INV, Mqk

@@ -29,6 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
+from . import faults
 from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
@@ -65,11 +66,13 @@ def chunk_bwd_dqkg_kernel(
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
     scale, lower_bound,  # floats
+    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     BT, H, K, V,     # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
     TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
     TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
+    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 1 dL_sign, 4 dgT_after_update, 5 ln2_twice
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -94,6 +97,11 @@ def chunk_bwd_dqkg_kernel(
     b_dkr = tl.zeros([C, BK], dtype=tl.float32)
     b_dgTs = tl.zeros([BK], dtype=tl.float32)
     b_dbv = tl.zeros([C], dtype=tl.float32)
+    if FAULT == 4:  # test-only: the planted chunk's dgT reads dS after this chunk's update
+        f_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
+        f_E = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))
+        f_qd = tl.where(m_tk, scale * tl.load(qn + o_tk, mask=m_tk, other=0.) * f_E, 0.)
+        f_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0.) * f_E, 0.)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
@@ -114,6 +122,10 @@ def chunk_bwd_dqkg_kernel(
         b_dcS += mm(b_dvc, tl.trans(b_S), DOT)
         b_dkr += mm(b_U, tl.trans(b_dSp), DOT)
         b_dgTs += tl.sum(b_dSp * b_S, axis=1)
+        if FAULT == 4:
+            f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)
+                    - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))
+            b_dgTs += tl.where(i_c == fault_chunk, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)
         b_dbv += tl.sum(b_dvc * b_v, axis=1)
         if first:
             tl.store(dv + o_tv, b_b[:, None] * b_dvc, mask=m_tv)
@@ -124,6 +136,8 @@ def chunk_bwd_dqkg_kernel(
                 tl.store(t_dvcorr + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dvc, mask=m_pv)
     b_dMqk = tl.where((o_t[:, None] >= o_t[None, :]) & m_tt, b_dMqk, 0.)
     b_dL = tl.where((o_t[:, None] > o_t[None, :]) & m_tt, -b_dL, 0.)
+    if FAULT == 1:  # test-only: dL of the planted chunk with the wrong sign
+        b_dL = tl.where(i_c == fault_chunk, -b_dL, b_dL)
     b_dbL = b_b[:, None] * b_dL
     if first and on:
         o_pcc = idx * C * C + o_t[:, None] * C + o_t[None, :]
@@ -169,6 +183,8 @@ def chunk_bwd_dqkg_kernel(
     b_dqn = scale * (b_Eq + b_dd[:, None] * b_kn)
     b_dkn = b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr
     b_dgx = scale * b_qn * b_Eq + b_kn * (b_Ed - b_Ei)   # dgc without the kr path
+    if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
+        b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
     b_db = tl.sum(b_kn * b_X, axis=1) + b_dbv * first.to(tl.float32)
     tl.store(dq + o_tk, b_dqn, mask=m_tk)
@@ -316,15 +332,16 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
     bufs = [tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS]
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
+    fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
     chunk_bwd_dqkg_kernel[(NK, NC, H)](
         qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g,
         A_log if has_params else dv, dt_bias if has_params else dv,
         dqn, dkn, dv, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
         *bufs, tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
-        chunks.chunk_start, chunks.chunk_len, scale, lower_bound, BT, H, K, V,
+        chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk, BT, H, K, V,
         C=C, BK=BK, BV=_pow2(V, hi=64), DOT=dot_mode(precision), GATE=GATE_IDS[gate],
-        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS}, num_warps=4 if C <= 32 else 8)
+        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS}, FAULT=fault, num_warps=4 if C <= 32 else 8)
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

@@ -20,6 +20,8 @@ import torch
 import triton
 import triton.language as tl
 
+from . import faults
+
 
 @triton.jit
 def round_mantissa(x, DROP: tl.constexpr):
@@ -130,9 +132,11 @@ def recurrence_bwd_kernel(
     tap_dS,          # [hi-lo, n_sel, K, V] fp32 tap buffer
     head_slot,       # [H] int32: tap slot of each head, or -1
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
+    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
+    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
 ):
     i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     c0 = tl.load(seq_chunk_base + i_n)
@@ -166,6 +170,8 @@ def recurrence_bwd_kernel(
         tl.store(dU + o_tv, b_dU, mask=m_tv)
         b_eT = tl.exp(tl.load(gT + o_ck + o_k, mask=m_k, other=0.))
         b_dS = b_eT[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
+            b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
         if TAP_DS:
             idx, on = tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel)
             if on:
@@ -211,12 +217,15 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     BV = _pow2(V, hi=32 if K > 128 else 64)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
+    fault, fault_chunk = faults.args("dS_untransposed")
+    if fault and (BK != BV or triton.cdiv(V, BV) != 1):
+        raise ValueError("fault dS_untransposed needs K == V in one block")
     recurrence_bwd_kernel[(chunks.n_seqs, H, triton.cdiv(V, BV))](
         qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if has_h0 else dummy,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         tap_plan.buffers["dS"] if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
-        tap_plan.buffers["dS"].shape[1] if tap else 0,
+        tap_plan.buffers["dS"].shape[1] if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap)
+        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault)
     return dSn, dh0

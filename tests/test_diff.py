@@ -349,3 +349,37 @@ def test_stand_in_fault_in_a_varlen_sequence():
     assert (first["tap"], first["chunk"], first["seq"], first["chunk_in_seq"]) == ("dkd", 9, 2, 2)
     assert res.origin["verdict"] == "introduced" and res.origin["window"] == [9, 10]
     assert res.origin["seeded"] == {"h0": "reference S[9]", "dht": "reference dS[11]"}
+
+
+# --- planted kernel faults: diff must name exactly the planted tap and chunk, and say "introduced" ----------
+
+
+@pytest.mark.parametrize("fault,case,overrides,chunk,tap", [
+    pytest.param("dL_sign", "basic", {}, 4, "dL", id="dL_sign"),
+    pytest.param("dS_untransposed", "basic", {}, 1, "dS", id="dS_untransposed"),
+    pytest.param("gate_padding", "basic", {}, 2, "gT", id="gate_padding-tail_chunk"),
+    # weak gates: with lower_bound -5, exp(gT) ~ 1e-9 hides dgT's state term entirely
+    pytest.param("dgT_after_update", "basic", {"lower_bound": -0.1}, 4, "dgT", id="dgT_after_update"),
+    pytest.param("ln2_twice", "basic", {}, 3, "dgc", id="ln2_twice"),
+    pytest.param("varlen_offset", "varlen_short", {}, 1, "gc", id="varlen_offset-second_sequence"),
+])
+def test_planted_kernel_fault_is_found(kernel_device, fault, case, overrides, chunk, tap):
+    from kdadbg_kernels import faults
+
+    inputs, cfg = inputs_for(case, **overrides)
+    with faults.plant(fault, chunk):
+        res = diff_dump(inputs, cfg, device=kernel_device)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG")
+    assert res.origin["verdict"] == "introduced" and res.origin["window"][0] == chunk
+    assert res.as_json()["first_divergence"]["origin"] == "introduced" and not res.passed
+    assert diff_dump(inputs, cfg, device=kernel_device, window=0).passed      # the hook is off again
+
+
+def test_fault_hook_names():
+    from kdadbg_kernels import faults
+
+    with pytest.raises(ValueError, match="unknown fault"):
+        with faults.plant("nope", 0):
+            pass
+    assert faults.args("dL_sign") == (0, -1)
