@@ -586,9 +586,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
             rep = _repeat_report(runs, chunk_list, head_list, info)
     else:
         mode, sources = "against", ("theirs", "reference")
-        theirs, cand, rows, cand_heads, cand_rows = _file_side(against, info, config, K, V, names, chunk_list,
-                                                               head_list, missing, state_layout, gate_units)
-        cand = {n: t for n, t in cand.items()}
+        cand, rows, cand_heads, cand_rows = _file_side(against, info, config, K, V, names, chunk_list, head_list,
+                                                       missing, state_layout, gate_units)
     ref_sel = _select({n: ref_taps[n] for n in cand}, rows, cand_heads)
     cand = {n: t.index_select(0, torch.tensor(cand_rows, dtype=torch.long)) for n, t in cand.items()}
 
@@ -626,7 +625,7 @@ def _file_side(f: dict, info: ChunkInfo, config: KDAConfig, K: int, V: int, name
     ch = f["chunks"]
     if not ch:
         missing["taps"] = list(names)
-        return {}, {}, [], [], []
+        return {}, [], [], []
     file_ids = [int(i) for i in ch["index"]]
     for i, c in enumerate(file_ids):
         if c not in info.length:
@@ -642,7 +641,7 @@ def _file_side(f: dict, info: ChunkInfo, config: KDAConfig, K: int, V: int, name
     missing["heads"] = [h for h in head_list if h not in file_heads]
     missing["taps"] = [n for n in names if n not in f["taps"]]
     if not rows or not heads:
-        return {}, {}, [], [], []
+        return {}, [], [], []
     hi = torch.tensor([file_heads.index(h) for h in heads], dtype=torch.long)
     want = {"K": K, "V": V, "C": config.chunk_size}
     theirs = {}
@@ -658,8 +657,7 @@ def _file_side(f: dict, info: ChunkInfo, config: KDAConfig, K: int, V: int, name
                               f"(C={want['C']}, K={K}, V={V}, state layout {state_layout})")
         theirs[n] = t
     cand = convert_theirs(theirs, state_layout, gate_units)
-    cand_rows = [file_ids.index(c) for c in rows]
-    return theirs, cand, rows, heads, cand_rows
+    return cand, rows, heads, [file_ids.index(c) for c in rows]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -705,12 +703,12 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     pick_b = {n: b["taps"][n] for n in pick_a}
     cand = convert_theirs(pick_b, state_layout, gate_units)
 
-    def sel(side, ids, hl, taps):
+    def sel(ids, hl, taps):
         ri = torch.tensor([ids.index(c) for c in rows], dtype=torch.long)
         hi_ = torch.tensor([hl.index(h) for h in hs], dtype=torch.long)
         return {n: t.to(torch.float64).index_select(0, ri).index_select(1, hi_) for n, t in taps.items()}
 
-    cells = compare_taps(sel(b, b_ids, b_heads, cand), sel(a, a_ids, a_heads, pick_a), rows, hs, info, tols)
+    cells = compare_taps(sel(b_ids, b_heads, cand), sel(a_ids, a_heads, pick_a), rows, hs, info, tols)
     res = DiffResult("files", (b["path"], a["path"]), precision, None, None, None, info, rows, hs, cells,
                      drift_fails=drift_fails, missing=missing,
                      files={"reference": a["path"], "theirs": b["path"], "state_layout": state_layout,
@@ -785,7 +783,6 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     w_in = window_inputs(inputs, config, ref_taps, info, start, last)
     names = tuple(TAP_ORDER)
     wref = run_reference(w_in, config, taps=names, device=device)
-    H = inputs.shape[2]
     nwc = last - start + 1
     sel = TapSelection(names=names, chunks=(0, nwc), heads=(head,))
     _, wtaps = runner(w_in, config, precision, device, sel)
@@ -841,7 +838,7 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
 # NaN / Inf: the exponent arguments per chunk
 
 
-EXP_LIMIT = {"float32": math.log(torch.finfo(torch.float32).max), "bfloat16": math.log(torch.finfo(torch.bfloat16).max)}
+EXP_LIMIT_FP32 = math.log(torch.finfo(torch.float32).max)   # ≈ 88.72: exp overflows float32 beyond it
 
 
 def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: list[int]) -> list[dict]:
@@ -862,7 +859,7 @@ def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: l
                "gT": [float(gT.min()), float(gT.max())]}
         top = max(row["gc"][1], row["gT_minus_gc"][1], row["neg_gc"][1])
         row["max_exponent"] = top
-        row["overflow_fp32"] = top > EXP_LIMIT["float32"]
+        row["overflow_fp32"] = top > EXP_LIMIT_FP32
         out.append(row)
     return out
 
@@ -912,10 +909,17 @@ def write_plot(res: DiffResult, path) -> dict:
 
 def is_taps_file(path) -> bool:
     """Whether ``path`` is a taps file (metadata ``format`` = kdadbg-taps-v1) rather than a dump."""
+    from safetensors import safe_open
+
     from .fileio import read_safetensors
     from .tapsfile import FORMAT
 
-    _, meta = read_safetensors(path)
+    try:
+        with safe_open(str(path), framework="pt") as f:  # the metadata only, no tensor is read
+            meta = f.metadata() or {}
+    except Exception:
+        read_safetensors(path)  # raises the one-line error for a missing or unreadable file
+        raise
     return meta.get("format") == FORMAT
 
 

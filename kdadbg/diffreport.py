@@ -179,8 +179,8 @@ def render_nonfinite(console: Console, res) -> None:
     if nf is None and not flagged:
         return
     if nf is not None:
-        console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, head {nf['head']}, "
-                      f"element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, reference {num(nf['reference'])}",
+        console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, "
+                      f"head {nf['head']}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, reference {num(nf['reference'])}",
                       soft_wrap=True, highlight=False)
     t = Table(title="exponent arguments per chunk (reference): exp overflows float32 above 88.7",
               title_justify="left")

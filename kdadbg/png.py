@@ -52,8 +52,8 @@ def colour(value: float | None, vmin: float, vmax: float) -> tuple[int, int, int
 
 
 def write_heatmap(path, values: list[list[float | None]], *, row_names: list[str], col_names: list,
-                  breaks: tuple[int, ...] = (), vmin: float = -8.0, vmax: float = 0.0, cell: tuple[int, int] | None = None,
-                  title: str = "") -> Path:
+                  breaks: tuple[int, ...] = (), vmin: float = -8.0, vmax: float = 0.0,
+                  cell: tuple[int, int] | None = None, title: str = "") -> Path:
     """Write ``values`` (rows × columns of log10 errors) as a PNG heatmap; ``breaks`` are row indices
     before which a white separator line is drawn (stage boundaries)."""
     n_rows, n_cols = len(values), max((len(r) for r in values), default=0)
