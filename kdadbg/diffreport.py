@@ -107,7 +107,7 @@ def render_heads(console: Console, res) -> None:
     for s in stages:
         t.add_column(f"worst {s}", justify="right")
     t.add_column("failing cells", justify="right")
-    t.add_column("first failing")
+    t.add_column("first over tol")
     for row in res.per_head():
         first = row["first"]
         t.add_row(str(row["head"]), *(short(row["worst"].get(s)) for s in stages), str(row["failing"]),
@@ -182,7 +182,7 @@ def render_nonfinite(console: Console, res) -> None:
         console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, "
                       f"head {nf['head']}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, reference {num(nf['reference'])}",
                       soft_wrap=True, highlight=False)
-    t = Table(title="exponent arguments per chunk (reference): exp overflows float32 above 88.7",
+    t = Table(title="exp arguments per chunk (reference; above 88.7 overflows fp32)",
               title_justify="left")
     for col in ("chunk", "seq", "gc", "gT - gc", "-gc", "max"):
         t.add_column(col, justify="right")
