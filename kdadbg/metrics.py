@@ -46,19 +46,20 @@ def compare(name: str, x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor | 
     """
     if tuple(x.shape) != tuple(ref.shape):
         raise ValueError(f"{name}: shape {tuple(x.shape)} != reference {tuple(ref.shape)}")
-    x64, r64 = x.detach().double().cpu(), ref.detach().double().cpu()
-    m = torch.ones_like(r64, dtype=torch.bool) if mask is None else mask.cpu().expand_as(r64)
+    r64 = ref.detach().double()
+    x64 = x.detach().to(device=r64.device, dtype=torch.float64)   # computed where the reference lives
+    m = torch.ones_like(r64, dtype=torch.bool) if mask is None else mask.to(r64.device).expand_as(r64)
     n = int(m.sum())
     if n == 0:
         return Compare(name, tuple(ref.shape), 0.0, (), 0.0, 1.0, 0, 0.0, 0.0)
-    zero = torch.zeros((), dtype=torch.float64)
+    zero = torch.zeros((), dtype=torch.float64, device=r64.device)
     bad = m & ~torch.isfinite(x64)
     nonfinite = int(bad.sum())
     err = torch.where(m & ~bad, x64 - r64, zero)
-    score = torch.where(bad, torch.tensor(float("inf"), dtype=torch.float64), err.abs())
-    score = torch.where(m, score, torch.tensor(-1.0, dtype=torch.float64))
+    score = torch.where(bad, torch.full_like(r64, float("inf")), err.abs())
+    score = torch.where(m, score, torch.full_like(r64, -1.0))
     flat = int(torch.argmax(score))
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), r64.shape))
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), tuple(r64.shape)))
     rm = torch.where(m, r64, zero)
     rms_ref = (rm.pow(2).sum() / n).sqrt().item()
     ratio = float("inf") if nonfinite else (err.pow(2).sum() / n).sqrt().item() / (rms_ref + 1e-8)
