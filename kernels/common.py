@@ -11,6 +11,11 @@ from .taps import TapSelection, alloc_tap_buffers
 
 PRECISIONS = ("fp32", "bf16")
 
+# Launch options of every kernel. No fused multiply-add contraction: with fusion on, the compiler
+# may contract a product differently when a tap also stores it, and outputs with taps on would not
+# be the same bits as with taps off.
+LAUNCH = dict(enable_fp_fusion=False)
+
 
 def chunk_layout(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int):
     """The chunk numbering of spec §9, as CPU int64 tensors.

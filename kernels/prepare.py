@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from . import faults
-from .common import tap_kernel_args
+from .common import LAUNCH, tap_kernel_args
 from .tlmath import GATE_IDS, gate_act, mm, mm3, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
@@ -232,6 +232,6 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault,
-        num_warps=4 if C * BK <= 4096 else 8,
+        **LAUNCH, num_warps=4 if C * BK <= 4096 else 8,
     )
     return qn, kn, gc, b, w, u, gT, INV, Mqk

@@ -30,6 +30,7 @@ import triton
 import triton.language as tl
 
 from . import faults
+from .common import LAUNCH
 from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
@@ -341,7 +342,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk, BT, H, K, V,
         C=C, BK=BK, BV=_pow2(V, hi=64), DOT=dot_mode(precision), GATE=GATE_IDS[gate],
-        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS}, FAULT=fault, num_warps=4 if C <= 32 else 8)
+        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS}, FAULT=fault, **LAUNCH, num_warps=4 if C <= 32 else 8)
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 
@@ -358,5 +359,5 @@ def chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, *, qk_l2norm: bool, be
         tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],
-        C=chunks.chunk_size, BK=_pow2(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap)
+        C=chunks.chunk_size, BK=_pow2(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
     return dbeta

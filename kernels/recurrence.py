@@ -15,7 +15,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import tap_kernel_args
+from .common import LAUNCH, tap_kernel_args
 from .tlmath import mm, mm3
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -181,7 +181,7 @@ def kda_fwd_recurrence(kn, gc, gT, w, u, h0, chunks, *, precision):
         kn, gc, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", num_warps=4,
+        BF16=precision == "bf16", **LAUNCH, num_warps=4,
     )
     return S, U, ht
 
@@ -201,6 +201,6 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         *bufs, slot, lo, hi, n_sel,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, BF16=precision == "bf16",
         STORE_TAPS=store, TAP_S=present["S"], TAP_VCORR=present["vcorr"], TAP_U=present["U"],
-        num_warps=4,
+        **LAUNCH, num_warps=4,
     )
     return o

@@ -21,6 +21,7 @@ import triton
 import triton.language as tl
 
 from . import faults
+from .common import LAUNCH
 
 
 @triton.jit
@@ -196,7 +197,7 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         return qd, kr, w, dU
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn, kn, gc, gT, b, INV, Mqk, do, qd, kr, w, dU, chunks.chunk_start, chunks.chunk_len, scale, H, K, V,
-        C=C, BK=_pow2(K, hi=64), BV=_pow2(V, hi=64), DOT=dot_mode(precision))
+        C=C, BK=_pow2(K, hi=64), BV=_pow2(V, hi=64), DOT=dot_mode(precision), **LAUNCH)
     return qd, kr, w, dU
 
 
@@ -227,5 +228,5 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
         tap_plan.buffers["dS"].shape[1] if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault)
+        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH)
     return dSn, dh0
