@@ -272,6 +272,95 @@ def run(
         raise typer.Exit(EXIT_NUMERIC)
 
 
+
+class GateUnits(str, Enum):
+    ln = "ln"
+    log2 = "log2"
+
+
+def _drop_option(func, name: str):
+    """Remove one config override from a ``config_options`` command (diff's --state-layout means theirs)."""
+    sig = inspect.signature(func)
+    func.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != name])
+    func.__annotations__.pop(name, None)
+    return func
+
+
+@command("diff")
+@functools.partial(_drop_option, name="state_layout")
+@config_options
+def diff(
+    files: Annotated[list[Path], typer.Argument(help="DUMP, or two taps files A B (A plays the reference).",
+                                                show_default=False)],
+    against: Annotated[Optional[Path], typer.Option("--against", help="Diff this taps file (another "
+                                                    "implementation's) against the reference instead of our "
+                                                    "kernels.", show_default=False)] = None,
+    their_layout: Annotated[Layout, typer.Option("--state-layout", help="Layout of their S/dS taps: kv (the "
+                                                 "registry's [K,V]) or vk ([V,K], transposed first).")]
+    = Layout.kv,
+    gate_units: Annotated[GateUnits, typer.Option("--gate-units", help="Units of their gc/gT/dgc/dgT: ln or "
+                                                  "log2 (gc, gT times ln2; dgc, dgT divided by ln2).")]
+    = GateUnits.ln,
+    device: Annotated[Device, typer.Option("--device", help="Where to compute (auto: cuda if present, else the "
+                                           "CPU under the Triton interpreter).")] = Device.auto,
+    precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands, and the tolerance "
+                                                 "table and noise floor to judge by: fp32 or bf16.")]
+    = Precision.fp32,
+    tap_names: Annotated[Optional[str], typer.Option("--taps", help="Comma-separated tap or stage names, all or "
+                                                     "none (default all).")] = None,
+    chunks: Annotated[Optional[str], typer.Option("--chunks", help="Global chunk range A:B (half-open, either "
+                                                  "side optional) or one chunk A.")] = None,
+    heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices.")] = None,
+    tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override a tap tolerance: NAME=VALUE, NAME "
+                                                     "a tap or a stage (repeatable).")] = None,
+    window: Annotated[int, typer.Option("--window", help="Chunks in the made-here-or-carried-in rerun (0: "
+                                        "skip it).")] = 3,
+    repeat: Annotated[int, typer.Option("--repeat", help="Run the kernels N times and name the first tap x "
+                                        "chunk whose bits differ.")] = 1,
+    strict: Annotated[bool, typer.Option("--strict", help="DRIFT cells fail too (by default only BUG cells "
+                                         "do).")] = False,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
+                                                      "to this file.", show_default=False)] = None,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG heatmap of log10 ratio by tap x "
+                                                 "chunk.", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,
+    allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    overrides: dict = None,
+):
+    """Find the first chunk and stage where the kernels leave the float64 reference.
+
+    Per tap x chunk x head: fla's ratio, max abs error and where, cosine and NaN/Inf count, in a grid in dataflow order.
+    Cells over tolerance are DRIFT (within 10x the float32 or bf16 reference's own error) or BUG.
+    The first divergence is rerun on a window seeded from the reference: introduced there, or inherited.
+    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input.
+
+    Example: kdadbg diff sample_inputs/basic.safetensors --precision bf16 --json diff.json --plot diff.png
+    """
+    from . import diffreport
+    from .diff import diff_paths, write_plot
+    from .fileio import atomic_write_text
+    from .selection import parse_chunk_range, parse_heads, parse_tap_names
+
+    for path in (json_file, plot):
+        if path is not None and path.exists() and not force:
+            raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
+    with report.progress_display(_err()) as progress:
+        result = diff_paths(files, against=against, overrides=overrides, device=device.value,
+                            precision=precision.value, names=parse_tap_names(tap_names),
+                            chunks=parse_chunk_range(chunks), heads=parse_heads(heads),
+                            state_layout=their_layout.value, gate_units=gate_units.value, tol_overrides=tol,
+                            window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
+                            progress=progress)
+    out = _out()
+    diffreport.render(out, result)
+    if plot is not None:
+        diffreport.render_plot(out, write_plot(result, plot))
+    if json_file is not None:
+        atomic_write_text(json.dumps(result.as_json(), indent=2), json_file, force=force)
+    if not result.passed:
+        raise typer.Exit(EXIT_NUMERIC)
+
+
 def main() -> None:
     try:
         app()

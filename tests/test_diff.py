@@ -383,3 +383,79 @@ def test_fault_hook_names():
         with faults.plant("nope", 0):
             pass
     assert faults.args("dL_sign") == (0, -1)
+
+
+# --- the command line ---------------------------------------------------------------------------------
+
+
+def kdadbg(*args):
+    from typer.testing import CliRunner
+
+    from kdadbg import cli
+
+    return CliRunner().invoke(cli.app, [str(a) for a in args])
+
+
+def assert_one_error_line(result, *fragments):
+    assert result.exit_code == 2, (result.stdout, result.stderr)
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert all(f in lines[0] for f in fragments), lines[0]
+
+
+@pytest.fixture
+def dump(tmp_path):
+    from kdadbg.dump import save_dump
+
+    inputs, cfg = inputs_for("basic")
+    return save_dump(tmp_path / "basic.safetensors", inputs, cfg)
+
+
+def test_cli_diff_names_a_planted_fault(tmp_path, dump, kernel_device):
+    from kdadbg_kernels import faults
+
+    with faults.plant("dL_sign", 4):
+        r = kdadbg("diff", dump, "--device", kernel_device, "--json", tmp_path / "d.json", "--plot", tmp_path / "d.png")
+    assert r.exit_code == 1, r.output
+    assert "first divergence" in r.stdout and "introduced here" in r.stdout and "amplification of dL" in r.stdout
+    doc = json.loads((tmp_path / "d.json").read_text())
+    fd = doc["first_divergence"]
+    assert (doc["verdict"], fd["tap"], fd["chunk"], fd["origin"]) == ("fail", "dL", 4, "introduced")
+    assert read_png_size((tmp_path / "d.png").read_bytes())[0] == 6 * 16
+    r = kdadbg("diff", dump, "--device", kernel_device, "--json", tmp_path / "d.json")
+    assert_one_error_line(r, "d.json", "already exists")
+
+
+def test_cli_diff_clean_and_repeat(dump, kernel_device):
+    r = kdadbg("diff", dump, "--device", kernel_device, "--repeat", "2", "--taps", "fwd_recurrence,dS",
+               "--chunks", "1:5", "--heads", "1")
+    assert r.exit_code == 0, r.output
+    assert "no divergence" in r.stdout and "all 2 runs were bit-identical" in r.stdout
+    assert "verdict: pass" in r.stdout
+
+
+def test_cli_diff_taps_files(tmp_path, dump):
+    inputs, cfg = inputs_for("basic")
+    a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors")
+    b = write_reference_taps(tmp_path, inputs, cfg, "b.safetensors", transform=perturb_dU(2))
+    r = kdadbg("diff", a, b, "--json", tmp_path / "ab.json")
+    assert r.exit_code == 1, r.output
+    assert json.loads((tmp_path / "ab.json").read_text())["first_divergence"]["tap"] == "dU"
+    r = kdadbg("diff", dump, "--against", b, "--taps", "dU,dS")
+    assert r.exit_code == 1 and "dU (bwd_recurrence) chunk 2" in r.stdout, r.output
+    assert "taps missing from theirs" not in r.stdout
+
+
+@pytest.mark.parametrize("args,fragments", [
+    pytest.param(["{a}"], ["is a taps file"], id="taps-file-alone"),
+    pytest.param(["{dump}", "{dump}"], ["not a taps file"], id="two-dumps"),
+    pytest.param(["{dump}", "--chunks", "40:"], ["--chunks", "6 chunks"], id="chunks-out-of-range"),
+    pytest.param(["{dump}", "--tol", "nope=1"], ["--tol"], id="bad-tol"),
+    pytest.param(["{dump}", "--against", "{missing}"], ["file not found"], id="missing-against"),
+    pytest.param(["{dump}", "--repeat", "0"], ["--repeat"], id="repeat-0"),
+])
+def test_cli_diff_bad_input(tmp_path, dump, args, fragments):
+    inputs, cfg = inputs_for("basic")
+    a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors", taps=("S",))
+    paths = {"a": a, "dump": dump, "missing": tmp_path / "missing.safetensors"}
+    assert_one_error_line(kdadbg("diff", *(x.format(**paths) for x in args)), *fragments)
