@@ -208,13 +208,23 @@ def fwd_prepare(x: dict, scale: float) -> dict:
     return dict(gc=gc, gT=gT, b=b, qd=qd, kd=kd, ki=ki, kr=kr, F=Fm, L=L, INV=INV, Mqk=Mqk, decay=decay)
 
 
-def _walk(ct: ChunkTable, reverse: bool):
-    """Chunk positions in walk order, each with (active sequences, their global chunk ids)."""
+def _walk(ct: ChunkTable, reverse: bool, dev):
+    """Chunk positions in walk order, each with (active sequences, their global chunk ids).
+
+    On the CPU the walk runs on one thread: its per-step products are small, and intra-op
+    threading there costs more than it saves (4x slower on two busy cores).
+    """
     n_per = ct.seq_chunk_base[1:] - ct.seq_chunk_base[:-1]
     order = range(ct.max_chunks - 1, -1, -1) if reverse else range(ct.max_chunks)
-    for t in order:
-        seqs = torch.nonzero(n_per > t).flatten()
-        yield seqs, ct.seq_chunk_base[seqs] + t
+    threads = torch.get_num_threads()
+    if torch.device(dev).type == "cpu":
+        torch.set_num_threads(1)
+    try:
+        for t in order:
+            seqs = torch.nonzero(n_per > t).flatten()
+            yield seqs.to(dev), (ct.seq_chunk_base[seqs] + t).to(dev)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def fwd_recurrence(p: dict, v: torch.Tensor, S0: torch.Tensor, ct: ChunkTable, dev,
@@ -224,8 +234,7 @@ def fwd_recurrence(p: dict, v: torch.Tensor, S0: torch.Tensor, ct: ChunkTable, d
     out = {n: torch.empty_like(v) for n in ("W", "vcorr", "U", "o")}
     out["S"] = torch.empty((ct.n_chunks, *S0.shape[1:]), dtype=v.dtype, device=v.device)
     total = ct.max_chunks
-    for step, (seqs, cs) in enumerate(_walk(ct, reverse=False)):
-        seqs, cs = seqs.to(dev), cs.to(dev)
+    for step, (seqs, cs) in enumerate(_walk(ct, reverse=False, dev=dev)):
         s = S[seqs]
         kd, qd, kr = p["kd"][cs], p["qd"][cs], p["kr"][cs]
         W = v[cs] - mm(kd, s)
@@ -248,8 +257,7 @@ def bwd_recurrence(p: dict, f: dict, do: torch.Tensor, dhT: torch.Tensor, ct: Ch
     names = ("dU", "dkr", "dMqk", "dvcorr", "dL", "dv", "db", "dgT", "dqd_inter", "dkd_inter", "dS")
     out = {}
     total = ct.max_chunks
-    for step, (seqs, cs) in enumerate(_walk(ct, reverse=True)):
-        seqs, cs = seqs.to(dev), cs.to(dev)
+    for step, (seqs, cs) in enumerate(_walk(ct, reverse=True, dev=dev)):
         ds = dSp[seqs]                      # dS[c+1]: from the next chunk, or dht
         S, U, W, dO = f["S"][cs], f["U"][cs], f["W"][cs], do[cs]
         Mqk, INV, kr, kd, qd, b = (p[n][cs] for n in ("Mqk", "INV", "kr", "kd", "qd", "b"))
