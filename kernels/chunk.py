@@ -190,13 +190,16 @@ class ChunkKDAFunction(torch.autograd.Function):
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
-              chunk_size=16, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=False,
+              chunk_size=16, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
               use_beta_sigmoid_in_kernel=False, lower_bound=None, A_log=None, dt_bias=None, state_v_first=False,
               precision="bf16", taps: TapSelection | None = None):
     """Chunked KDA with autograd, with flash-linear-attention's ``chunk_kda`` argument names.
 
+    Defaults follow fla's: no in-kernel l2norm, gate or beta sigmoid.
+
     Args:
-        q, k: ``[B, T, H, K]``; v: ``[B, T, H, V]``; beta: ``[B, T, H]`` (b itself, or logits with
+        q, k: ``[B, T, H, K]`` (L2-normalised in the kernel with ``use_qk_l2norm_in_kernel``);
+            v: ``[B, T, H, V]``; beta: ``[B, T, H]`` (b itself, or logits with
             ``use_beta_sigmoid_in_kernel``).
         g: ``[B, T, H, K]`` natural-log decay, or with ``use_gate_in_kernel`` the raw gate: then
             ``gamma = -exp(A_log) softplus(g + dt_bias)``, or ``lower_bound * sigmoid(exp(A_log)

@@ -88,7 +88,7 @@ def test_op_without_final_state_and_lower_bound_without_params():
     ref_inputs = type(inputs)(**{**dict(inputs.items()), "h0": None, "A_log": torch.zeros(2),
                                  "dt_bias": torch.zeros(2, 16)})
     ref = run_reference(ref_inputs, type(cfg)(scale=16 ** -0.5, gate="lower_bound", lower_bound=-3.0,
-                                              beta_sigmoid=False), taps=())
+                                              qk_l2norm=False, beta_sigmoid=False), taps=())
     assert compare("o", o, ref.outputs["o"]).ratio < 1e-5
 
 
