@@ -1,0 +1,100 @@
+"""`kdadbg run` and `kdadbg taps --source kernel`: exit codes, the table, the JSON schema, --save,
+and the kernel taps file against the reference's. Kernels run under the Triton interpreter here."""
+
+import json
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from conftest import HAS_GPU
+from kdadbg.dump import load_dump
+from kdadbg.reference import run_reference
+from kdadbg.tapsfile import read_taps_file
+from kdadbg.tolerances import TOLERANCES, tolerances
+from test_cli import assert_one_error_line, kdadbg
+
+DEV = "cuda" if HAS_GPU else "cpu"
+TENSORS = ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"]
+
+
+@pytest.fixture(scope="module")
+def dump(tmp_path_factory):
+    path = tmp_path_factory.mktemp("run") / "tail.safetensors"
+    assert kdadbg("gen", path, "--preset", "tail", "--H", "2").exit_code == 0
+    return path
+
+
+def test_run_passes_and_writes_json_and_save(dump, tmp_path):
+    js, saved = tmp_path / "r.json", tmp_path / "k.safetensors"
+    r = kdadbg("run", dump, "--device", DEV, "--json", js, "--save", saved)
+    assert r.exit_code == 0, r.output
+    assert "PASS" in r.stdout and "ratio" in r.stdout
+    doc = json.loads(js.read_text())
+    assert doc["schema"] == 1 and doc["verdict"] == "pass" and doc["precision"] == "fp32"
+    assert [t["name"] for t in doc["tensors"]] == TENSORS
+    for t in doc["tensors"]:
+        assert set(t) >= {"name", "shape", "max_abs", "ratio", "cosine", "nonfinite", "tol", "pass"}
+        assert t["pass"] is True and t["tol"] == 1e-5 and 0 <= t["ratio"] < 1e-5 and t["cosine"] > 0.999999
+    assert doc["config"]["chunk_size"] == 16 and doc["env"]["torch"] == torch.__version__
+    out = load_file(str(saved))
+    inputs, cfg = load_dump(dump)
+    ref = run_reference(inputs, cfg, taps=())
+    assert set(out) == set(TENSORS)
+    for name, t in out.items():
+        assert t.dtype == torch.float32 and t.shape == ref.outputs[name].shape
+        assert torch.allclose(t.double(), ref.outputs[name], rtol=1e-4, atol=1e-5), name
+
+
+def test_run_fails_with_exit_1_over_tolerance(dump, tmp_path):
+    js = tmp_path / "r.json"
+    r = kdadbg("run", dump, "--device", DEV, "--precision", "bf16", "--tol", "o=1e-9", "--json", js)
+    assert r.exit_code == 1, r.output
+    doc = json.loads(js.read_text())
+    rows = {t["name"]: t for t in doc["tensors"]}
+    assert doc["verdict"] == "fail" and rows["o"]["pass"] is False and rows["o"]["tol"] == 1e-9
+    assert rows["dq"]["tol"] == TOLERANCES["bf16"]["dq"] and rows["dq"]["pass"] is True
+    assert "FAIL" in r.stdout
+
+
+def test_run_refuses_to_overwrite(dump, tmp_path):
+    js = tmp_path / "r.json"
+    js.write_text("keep me")
+    assert_one_error_line(kdadbg("run", dump, "--device", DEV, "--json", js), "already exists")
+    assert js.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("args, fragment", [
+    pytest.param(["--tol", "nope=1"], "--tol", id="unknown-tol"),
+    pytest.param(["--tol", "dq=abc"], "--tol dq", id="bad-tol-value"),
+    pytest.param(["--chunk-size", "48"], "chunk_size", id="bad-chunk"),
+])
+def test_run_bad_options_exit_2(dump, args, fragment):
+    assert_one_error_line(kdadbg("run", dump, "--device", DEV, *args), fragment)
+
+
+def test_run_missing_dump_exit_2(tmp_path):
+    assert_one_error_line(kdadbg("run", tmp_path / "nope.safetensors", "--device", DEV), "nope.safetensors")
+
+
+def test_tolerance_table_overrides():
+    t = tolerances("bf16", ["dg=0.5"])
+    assert t["dg"] == 0.5 and t["dq"] == 8e-3 and TOLERANCES["bf16"]["dg"] == 2e-2
+
+
+def test_taps_from_the_kernels_match_the_reference(dump, tmp_path):
+    kern, ref = tmp_path / "k.safetensors", tmp_path / "r.safetensors"
+    args = ["--taps", "S,dS,INV,dgc,dU", "--chunks", "1:3", "--heads", "1", "--device", DEV]
+    assert kdadbg("taps", dump, "-o", kern, "--source", "kernel", *args).exit_code == 0
+    assert kdadbg("taps", dump, "-o", ref, *args).exit_code == 0
+    k, r = read_taps_file(kern), read_taps_file(ref)
+    assert k["metadata"]["source"] == "kernel" and k["metadata"]["precision"] == "fp32"
+    for key in ("index", "seq", "start", "len"):
+        assert torch.equal(k["chunks"][key], r["chunks"][key]), key
+    assert set(k["taps"]) == set(r["taps"]) == {"S", "dS", "INV", "dgc", "dU"}
+    for name, t in k["taps"].items():
+        assert t.dtype == torch.float32 and t.shape == r["taps"][name].shape, name
+        assert torch.isfinite(t).all(), name   # padding exported as 0, not NaN
+        assert torch.allclose(t.double(), r["taps"][name], rtol=1e-4, atol=1e-5), name
+    assert k["chunks"]["index"].tolist() == [1] and k["chunks"]["len"].tolist() == [1]  # T = 17
+    assert (k["taps"]["dU"][0, 0, 1:] == 0).all() and (k["taps"]["dU"][0, 0, 0] != 0).any()
