@@ -109,3 +109,23 @@ def test_op_gpu_bf16_large():
     inputs = inputs.to("cuda")
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=(), device="cuda").outputs,
               TOLERANCES["bf16"])
+
+
+@pytest.mark.parametrize("K, V, dtype", [
+    pytest.param(256, 16, "float32", id="K256-V16"),
+    pytest.param(16, 256, "float16", id="K16-V256-fp16"),
+    pytest.param(200, 130, "bfloat16", id="K200-V130-bf16"),
+])
+def test_head_dims_up_to_256(K, V, dtype):
+    """Head dims at the edges of the supported range, non-powers of two masked, every gradient and
+    the state taps against the reference."""
+    case = with_size(get_case("basic"), B=1, T=20, H=1, K=K, V=V, dtype=dtype)
+    inputs, cfg = make_inputs(case)
+    ref = run_reference(inputs, cfg, taps=("S", "dS", "dkd"))
+    out, buffers, plan = run_fb(inputs, cfg, taps=TapSelection(names=("S", "dS", "dkd")))
+    check_all({n: out[n] for n in ref.outputs}, ref.outputs, TOLERANCES["fp32"])
+    for name in ("S", "dS", "dkd"):
+        mask = None if name != "dkd" else (torch.arange(16)[None, None, :, None]
+                                           < ref.chunks.length[:, None, None, None])
+        c = compare(name, buffers[name], ref.taps[name], mask).judge(1e-5)
+        assert c.passed, c
