@@ -199,13 +199,15 @@ def cell_metrics(name: str, x: torch.Tensor, ref: torch.Tensor, lengths: torch.T
 
     ``x``, ``ref``: ``[R, Hs, *per-chunk shape]``; ``lengths``: ``[R]`` valid rows. Non-finite values
     (in either side) make the ratio and max abs infinite; the worst element is then the first one.
+    Computed on ``ref``'s device (large GPU taps stay there); the results are CPU tensors.
     """
-    x, ref = x.detach().to("cpu", torch.float64), ref.detach().to("cpu", torch.float64)
+    dev = ref.device
+    x, ref = x.detach().to(dev, torch.float64), ref.detach().to(dev, torch.float64)
     R, Hs, dims = x.shape[0], x.shape[1], tuple(x.shape[2:])
-    m = valid_mask(name, lengths.to("cpu", torch.long), dims).expand(R, Hs, *dims).reshape(R, Hs, -1)
+    m = valid_mask(name, lengths.to("cpu", torch.long), dims).to(dev).expand(R, Hs, *dims).reshape(R, Hs, -1)
     xf, rf = x.reshape(R, Hs, -1), ref.reshape(R, Hs, -1)
-    zero = torch.zeros((), dtype=torch.float64)
-    inf = torch.tensor(float("inf"), dtype=torch.float64)
+    zero = torch.zeros((), dtype=torch.float64, device=dev)
+    inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
     bad = m & ~(torch.isfinite(xf) & torch.isfinite(rf))
     good = m & ~bad
     n = m.sum(-1).clamp(min=1)
@@ -215,15 +217,16 @@ def cell_metrics(name: str, x: torch.Tensor, ref: torch.Tensor, lengths: torch.T
     nonfinite = bad.sum(-1)
     ratio = (err.pow(2).sum(-1) / n).sqrt() / ((r0.pow(2).sum(-1) / n).sqrt() + 1e-8)
     score = torch.where(bad, inf, err.abs())
-    score = torch.where(m, score, torch.tensor(-1.0, dtype=torch.float64))
+    score = torch.where(m, score, torch.tensor(-1.0, dtype=torch.float64, device=dev))
     arg = score.argmax(-1)
     max_abs = err.abs().gather(-1, arg[..., None])[..., 0]
     den = x0.norm(dim=-1) * r0.norm(dim=-1)
     same = (x0.norm(dim=-1) == r0.norm(dim=-1)).to(torch.float64)
     cosine = torch.where(den > 0, (x0 * r0).sum(-1) / torch.where(den > 0, den, 1.0), same)
-    return {"ratio": torch.where(nonfinite > 0, inf, ratio), "max_abs": torch.where(nonfinite > 0, inf, max_abs),
-            "index": arg, "cosine": cosine, "nonfinite": nonfinite,
-            "kernel": xf.gather(-1, arg[..., None])[..., 0], "reference": rf.gather(-1, arg[..., None])[..., 0]}
+    out = {"ratio": torch.where(nonfinite > 0, inf, ratio), "max_abs": torch.where(nonfinite > 0, inf, max_abs),
+           "index": arg, "cosine": cosine, "nonfinite": nonfinite,
+           "kernel": xf.gather(-1, arg[..., None])[..., 0], "reference": rf.gather(-1, arg[..., None])[..., 0]}
+    return {k: v.cpu() for k, v in out.items()}
 
 
 def judge(cells: TapCells, floor: dict | None = None) -> TapCells:
@@ -507,8 +510,13 @@ def convert_theirs(taps: dict[str, torch.Tensor], state_layout: str = "kv", gate
 
 
 def _select(taps: dict[str, torch.Tensor], rows: list[int], heads: list[int]) -> dict[str, torch.Tensor]:
-    ri, hi = torch.tensor(rows, dtype=torch.long), torch.tensor(heads, dtype=torch.long)
-    return {n: t.detach().to("cpu").index_select(0, ri).index_select(1, hi) for n, t in taps.items()}
+    """``taps[n][rows][:, heads]`` on each tap's own device."""
+    out = {}
+    for n, t in taps.items():
+        ri = torch.tensor(rows, dtype=torch.long, device=t.device)
+        hi = torch.tensor(heads, dtype=torch.long, device=t.device)
+        out[n] = t.detach().index_select(0, ri).index_select(1, hi)
+    return out
 
 
 def _all_nan(t: torch.Tensor) -> bool:
@@ -563,7 +571,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
     step("reference")
     ref_names = tuple(dict.fromkeys((*names, *GATE_TAPS, "S", "dS")))
     ref = run_reference(inputs, config, taps=ref_names, device=device)
-    ref_taps = {n: t.to("cpu") for n, t in ref.taps.items()}
+    ref_taps = dict(ref.taps)
 
     rep = None
     if against is None:
@@ -579,7 +587,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
             if t is None or _all_nan(t):
                 missing["not_written"].append(n)
             else:
-                cand[n] = t.detach().to("cpu")
+                cand[n] = t.detach()
         rows, cand_heads = chunk_list, head_list
         cand_rows = list(range(len(chunk_list)))
         if repeat > 1:
@@ -589,13 +597,14 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
         cand, rows, cand_heads, cand_rows = _file_side(against, info, config, K, V, names, chunk_list, head_list,
                                                        missing, state_layout, gate_units)
     ref_sel = _select({n: ref_taps[n] for n in cand}, rows, cand_heads)
-    cand = {n: t.index_select(0, torch.tensor(cand_rows, dtype=torch.long)) for n, t in cand.items()}
+    cand = {n: t.index_select(0, torch.tensor(cand_rows, dtype=torch.long, device=t.device))
+            for n, t in cand.items()}
 
     floor = None
     if noise_floor:
         step("noise floor")
         fl = noise.floor_reference(inputs, config, precision, tuple(cand), device)
-        floor = _select({n: t.to("cpu") for n, t in fl.items()}, rows, cand_heads)
+        floor = _select(fl, rows, cand_heads)
 
     cells = compare_taps(cand, ref_sel, rows, cand_heads, info, tols, floor)
     res = DiffResult(mode, sources, precision, device, dump, config, info, rows, cand_heads, cells,
@@ -749,7 +758,7 @@ def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Ch
         return flat[t0:t0 + length].unsqueeze(0).contiguous()
 
     def state(S):  # math [H,K,V] -> dump layout [1,H,*]
-        S = S.to(torch.float32)
+        S = S.to("cpu", torch.float32)
         return (S.transpose(-1, -2) if config.state_layout == "vk" else S).unsqueeze(0).contiguous()
 
     h0 = state(ref_taps["S"][first])
@@ -788,8 +797,8 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     _, wtaps = runner(w_in, config, precision, device, sel)
     wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
     winfo = ChunkInfo.from_table(wct)
-    wcand = {k: v.detach().to("cpu") for k, v in wtaps.items() if k in wref.taps and not _all_nan(v)}
-    wrefs = _select({k: wref.taps[k].to("cpu") for k in wcand}, list(range(nwc)), [head])
+    wcand = {k: v.detach() for k, v in wtaps.items() if k in wref.taps and not _all_nan(v)}
+    wrefs = _select({k: wref.taps[k] for k in wcand}, list(range(nwc)), [head])
     wcells = compare_taps(wcand, wrefs, list(range(nwc)), [head], winfo, tols)
     j = chunk - start
     d = {"window": [start, last], "seq": n, "head": head, "seeded": {
@@ -847,19 +856,24 @@ def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: l
     decay), from the reference; ``overflow_fp32`` when one exceeds ln(max float32) ≈ 88.7."""
     if "gc" not in ref_taps or "gT" not in ref_taps or not chunks:
         return []
-    hi = torch.tensor(heads, dtype=torch.long)
+    sel = _select({"gc": ref_taps["gc"], "gT": ref_taps["gT"]}, chunks, heads)
+    gc, gT = sel["gc"].to(torch.float64), sel["gT"].to(torch.float64)            # [R,Hs,C,K], [R,Hs,K]
+    lengths = torch.tensor([info.length[c] for c in chunks], device=gc.device)
+    valid = (torch.arange(gc.shape[2], device=gc.device)[None, :] < lengths[:, None])[:, None, :, None]
+
+    def span(x):  # (min, max) over the valid rows of every head, per chunk
+        inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
+        lo = torch.where(valid, x, inf).amin(dim=(1, 2, 3))
+        hi = torch.where(valid, x, -inf).amax(dim=(1, 2, 3))
+        return list(zip(lo.tolist(), hi.tolist()))
+
+    cols = {"gc": span(gc), "gT_minus_gc": span(gT[:, :, None, :] - gc), "neg_gc": span(-gc),
+            "gT": list(zip(gT.amin(dim=(1, 2)).tolist(), gT.amax(dim=(1, 2)).tolist()))}
     out = []
-    for c in chunks:
-        L = info.length[c]
-        gc = ref_taps["gc"][c].index_select(0, hi)[:, :L].to(torch.float64)
-        gT = ref_taps["gT"][c].index_select(0, hi).to(torch.float64)
-        rest = gT[:, None, :] - gc
-        row = {"chunk": c, "seq": info.seq[c], "gc": [float(gc.min()), float(gc.max())],
-               "gT_minus_gc": [float(rest.min()), float(rest.max())], "neg_gc": [float(-gc.max()), float(-gc.min())],
-               "gT": [float(gT.min()), float(gT.max())]}
-        top = max(row["gc"][1], row["gT_minus_gc"][1], row["neg_gc"][1])
-        row["max_exponent"] = top
-        row["overflow_fp32"] = top > EXP_LIMIT_FP32
+    for i, c in enumerate(chunks):
+        row = {"chunk": c, "seq": info.seq[c], **{k: list(v[i]) for k, v in cols.items()}}
+        row["max_exponent"] = max(row["gc"][1], row["gT_minus_gc"][1], row["neg_gc"][1])
+        row["overflow_fp32"] = row["max_exponent"] > EXP_LIMIT_FP32
         out.append(row)
     return out
 
