@@ -459,3 +459,15 @@ def test_cli_diff_bad_input(tmp_path, dump, args, fragments):
     a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors", taps=("S",))
     paths = {"a": a, "dump": dump, "missing": tmp_path / "missing.safetensors"}
     assert_one_error_line(kdadbg("diff", *(x.format(**paths) for x in args)), *fragments)
+
+
+def test_planted_fault_in_bf16_is_a_bug_among_drift(kernel_device):
+    from kdadbg_kernels import faults
+
+    inputs, cfg = inputs_for("basic")
+    with faults.plant("ln2_twice", 3):
+        res = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
+    assert (res.first_bug["tap"], res.first_bug["chunk"], res.first_bug["label"]) == ("dgc", 3, "BUG")
+    assert res.first_divergence["label"] in ("DRIFT", "BUG") and not res.passed
+    clean = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
+    assert clean.first_bug is None and clean.passed
