@@ -580,7 +580,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
         for i in range(max(1, repeat)):
             step(f"kernels run {i + 1}" if repeat > 1 else "kernels")
             runs.append(runner(inputs, config, precision, device, sel))
-        outputs, cand_sel = runs[0]
+        _, cand_sel = runs[0]
         cand = {}
         for n in names:
             t = cand_sel.get(n)
