@@ -152,7 +152,6 @@ def main(argv=None):
         results.append(rec)
         print("[bench] " + json.dumps({k: (round(v, 4) if isinstance(v, float) else v)
                                         for k, v in rec.items() if k != "lens"}), flush=True)
-        del x, do, leaves
         if args.json:
             _write(args.json, env, results)
     if args.json:

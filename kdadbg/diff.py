@@ -11,7 +11,7 @@ Every cell (tap, chunk, head) gets, in float64 over its valid elements (rows ``>
 chunk masked on every chunk-row axis; rows and columns of ``[C,C]`` taps): fla's ratio
 ``RMS(ref - x) / (RMS(ref) + 1e-8)``, the max abs error and its index, the cosine and the count
 of NaN/Inf. A cell passes when it is finite and ``max_abs <= 1e-6`` or ``ratio <= tol``
-(:data:`TAP_TOLERANCES`); a cell over its tolerance is labelled DRIFT or BUG against the noise
+(:data:`kdadbg.tolerances.TAP_TOLERANCES`); a cell over its tolerance is labelled DRIFT or BUG against the noise
 floor (:mod:`kdadbg.noise`). The verdict fails on a BUG cell (and, with ``drift_fails``, on a
 DRIFT cell too): the first divergence is the first cell over its tolerance, whatever its label.
 
@@ -44,6 +44,7 @@ from .chunks import ChunkTable, chunk_table
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .metrics import ABS_PASS
+from .tolerances import tap_tolerances
 
 LN2 = math.log(2.0)
 SCHEMA = 1
@@ -51,11 +52,6 @@ SCHEMA = 1
 # fla's ratio per tap and precision. fp32: rounding level (``ki = kn exp(-gc)`` with gc near -80 loses
 # ~1e-5 in fp32 by itself); bf16: fla's KDA thresholds, forward taps like ``o`` (5e-3), backward taps
 # like ``dg`` (2e-2). Cells beyond them that the noise floor explains are DRIFT, not BUG.
-TAP_TOLERANCES: dict[str, dict[str, float]] = {
-    "fp32": {n: (3e-5 if REGISTRY[n].stage.startswith("fwd") else 5e-5) for n in TAP_NAMES},
-    "bf16": {n: (5e-3 if REGISTRY[n].stage.startswith("fwd") else 2e-2) for n in TAP_NAMES},
-}
-
 # Taps in dataflow order within one chunk (dS last in the backward recurrence).
 _BWD_REC = tuple(n for n in TAP_NAMES if REGISTRY[n].stage == "bwd_recurrence" and n != "dS") + ("dS",)
 TAP_ORDER: tuple[str, ...] = tuple(n for n in TAP_NAMES if REGISTRY[n].stage.startswith("fwd")) + _BWD_REC + tuple(
@@ -77,28 +73,6 @@ def kernel_runner(inputs: KDAInputs, config: KDAConfig, precision: str, device: 
 
     outputs, buffers, _ = run_kernels(inputs, config, precision, device, taps=sel)
     return outputs, buffers
-
-
-def tap_tolerances(precision: str, overrides: list[str] | None = None) -> dict[str, float]:
-    """:data:`TAP_TOLERANCES` for ``precision`` with ``NAME=VALUE`` overrides (NAME a tap or a stage)."""
-    if precision not in TAP_TOLERANCES:
-        raise KdadbgError(f"--precision: expected one of {', '.join(TAP_TOLERANCES)}, found {precision!r}")
-    table = dict(TAP_TOLERANCES[precision])
-    for item in overrides or ():
-        name, sep, value = item.partition("=")
-        name = name.strip()
-        targets = [name] if name in table else [n for n in TAP_NAMES if REGISTRY[n].stage == name]
-        if not sep or not targets:
-            raise KdadbgError(f"--tol: expected NAME=VALUE with NAME a tap or a stage ({', '.join(STAGES)}), "
-                              f"found {item!r}")
-        try:
-            tol = float(value)
-        except ValueError:
-            raise KdadbgError(f"--tol {name}: expected a number, found {value!r}") from None
-        if not tol >= 0:
-            raise KdadbgError(f"--tol {name}: expected a non-negative number, found {value!r}")
-        table.update({n: tol for n in targets})
-    return table
 
 
 # ---------------------------------------------------------------------------------------------

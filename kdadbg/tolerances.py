@@ -1,8 +1,14 @@
 """Tolerances on fla's ratio ``RMS(ref - x) / (RMS(ref) + 1e-8)``, per precision mode: the one place
-they live. ``fp32``: fp32 dot operands, every tensor 1e-5. ``bf16``: bf16 dot operands, fla's KDA
-test thresholds (``dA_log`` tightened from fla's warning-only 3e-3 is not attempted: 1e-2)."""
+they live, for whole tensors (``kdadbg run``) and for taps (``kdadbg diff``).
+
+Tensors: ``fp32`` (fp32 dot operands) 1e-5 for every tensor; ``bf16`` (bf16 dot operands) fla's KDA
+test thresholds, with ``dA_log`` (warning-only at 3e-3 in fla) at 1e-2. Taps, per chunk and head:
+``fp32`` 3e-5 forward, 5e-5 backward; ``bf16`` 5e-3 forward, 2e-2 backward.
+"""
 
 from __future__ import annotations
+
+from kdadbg_kernels.taps import REGISTRY, STAGES, TAP_NAMES
 
 from .errors import KdadbgError
 
@@ -12,21 +18,43 @@ TOLERANCES: dict[str, dict[str, float]] = {
              "dg": 2e-2, "dbeta": 2e-2, "ddt_bias": 8e-3, "dA_log": 1e-2},
 }
 
+TAP_TOLERANCES: dict[str, dict[str, float]] = {
+    "fp32": {n: (3e-5 if REGISTRY[n].stage.startswith("fwd") else 5e-5) for n in TAP_NAMES},
+    "bf16": {n: (5e-3 if REGISTRY[n].stage.startswith("fwd") else 2e-2) for n in TAP_NAMES},
+}
 
-def tolerances(precision: str, overrides: list[str] | None = None) -> dict[str, float]:
-    """The table for ``precision`` with ``NAME=VALUE`` overrides applied."""
-    if precision not in TOLERANCES:
-        raise KdadbgError(f"--precision: expected one of {', '.join(TOLERANCES)}, found {precision!r}")
-    table = dict(TOLERANCES[precision])
+
+def _with_overrides(tables: dict, precision: str, overrides, expand, names: str) -> dict[str, float]:
+    """``tables[precision]`` with ``NAME=VALUE`` overrides; ``expand(name)`` lists what NAME sets."""
+    if precision not in tables:
+        raise KdadbgError(f"--precision: expected one of {', '.join(tables)}, found {precision!r}")
+    table = dict(tables[precision])
     for item in overrides or ():
         name, sep, value = item.partition("=")
         name = name.strip()
-        if not sep or name not in table:
-            raise KdadbgError(f"--tol: expected NAME=VALUE with NAME one of {', '.join(table)}, found {item!r}")
+        targets = expand(name, table)
+        if not sep or not targets:
+            raise KdadbgError(f"--tol: expected NAME=VALUE with NAME {names}, found {item!r}")
         try:
-            table[name] = float(value)
+            tol = float(value)
         except ValueError:
             raise KdadbgError(f"--tol {name}: expected a number, found {value!r}") from None
-        if not table[name] >= 0:
+        if not tol >= 0:
             raise KdadbgError(f"--tol {name}: expected a non-negative number, found {value!r}")
+        table.update({n: tol for n in targets})
     return table
+
+
+def tolerances(precision: str, overrides: list[str] | None = None) -> dict[str, float]:
+    """Whole-tensor tolerances for ``precision`` with ``NAME=VALUE`` overrides."""
+    return _with_overrides(TOLERANCES, precision, overrides,
+                           lambda name, table: [name] if name in table else [],
+                           "one of " + ", ".join(TOLERANCES["fp32"]))
+
+
+def tap_tolerances(precision: str, overrides: list[str] | None = None) -> dict[str, float]:
+    """Per-cell tap tolerances for ``precision`` with ``NAME=VALUE`` overrides (NAME a tap or a stage)."""
+    return _with_overrides(TAP_TOLERANCES, precision, overrides,
+                           lambda name, table: [name] if name in table else
+                           [n for n in TAP_NAMES if REGISTRY[n].stage == name],
+                           f"a tap or a stage ({', '.join(STAGES)})")

@@ -10,7 +10,6 @@
 
 from __future__ import annotations
 
-import torch
 
 from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan

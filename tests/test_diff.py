@@ -41,7 +41,7 @@ def stand_in(perturb=None, follow=True, nondeterministic=None):
     def run(inputs, config, precision, device, sel):
         calls.append(1)
         res = run_reference(inputs, config, taps=sel.names, dtype=torch.float32)
-        ct, (B, T, H, K, V) = res.chunks, inputs.shape
+        ct, (B, T, H, K, _) = res.chunks, inputs.shape
         taps = dict(res.taps)
         if perturb is not None and (follow or len(calls) == 1):
             tap, key = perturb
