@@ -20,8 +20,10 @@ from . import report
 from .errors import EXIT_NUMERIC, KdadbgError
 
 app = typer.Typer(name="kdadbg", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
-                  help="Gradient debugger for KDA (Kimi Delta Attention) chunked kernels: generate and "
-                       "inspect dumps, export per-chunk taps from the float64 reference.")
+                  help="Gradient debugger for KDA (Kimi Delta Attention) chunked kernels: run our Triton "
+                       "kernels against a float64 reference (run), find the first chunk and stage "
+                       "where they diverge (diff), export per-chunk taps (taps), and make or check "
+                       "dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input.")
 
 
 def _out() -> Console:
@@ -246,8 +248,7 @@ def run(
     One row per output and gradient: shape, max abs error and where, fla's ratio
     RMS(ref-x)/(RMS(ref)+1e-8), cosine, NaN/Inf count, tolerance, verdict.
     A tensor passes when ratio <= tol or max abs error <= 1e-6, and has no NaN/Inf.
-    Tolerances: fp32 mode 1e-5 for every tensor; bf16 mode fla's (o, ht 5e-3; dq, dk, dv, dh0 8e-3;
-    dg, dbeta 2e-2; ddt_bias 8e-3; dA_log 1e-2).
+    Tolerances: fp32 mode 1e-5 for every tensor; bf16 mode fla's (o, ht 5e-3; dq, dk, dv, dh0 8e-3; dg, dbeta 2e-2; ddt_bias 8e-3; dA_log 1e-2).
     Exit 0 when all pass, 1 when any fails, 2 on bad input.
 
     Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json
