@@ -936,7 +936,7 @@ def diff_paths(paths: list, *, against=None, overrides: dict | None = None, devi
         for p in paths:
             if not is_taps_file(p):
                 raise KdadbgError(f"{p}: not a taps file (kdadbg taps writes them); diff A B compares two taps files")
-        a, b = (read_taps_file(p) for p in paths)
+        a, b = read_taps_file(paths[0]), read_taps_file(paths[1], state_layout)
         lo_hi = None
         if chunks is not None:
             lo_hi = (chunks[0] or 0, chunks[1] if chunks[1] is not None else 1 << 62)
@@ -953,7 +953,7 @@ def diff_paths(paths: list, *, against=None, overrides: dict | None = None, devi
     B, T, H, K, V = inputs.shape
     table = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
     sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
-    f = read_taps_file(against) if against is not None else None
+    f = read_taps_file(against, state_layout) if against is not None else None
     if f is not None and repeat > 1:
         raise KdadbgError("--repeat: runs our kernels; not with --against")
     dev = resolve_device(device)

@@ -105,8 +105,11 @@ def write_taps_file(path, outputs: dict[str, torch.Tensor], taps: dict[str, torc
     return atomic_save(tensors, metadata, path, force=force)
 
 
-def read_taps_file(path) -> dict:
+def read_taps_file(path, state_layout: str = "kv") -> dict:
     """A taps file as plain data, checked for consistency.
+
+    ``state_layout="vk"``: the file's ``S``/``dS`` taps are ``[V, K]`` (another implementation's
+    layout; ``kdadbg diff --state-layout vk`` transposes them), checked as such.
 
     Returns ``{"path", "metadata", "outputs": {name: tensor}, "taps": {name: tensor},
     "chunks": {"index", "seq", "start", "len"} (int64), "heads": int64 tensor,
@@ -150,14 +153,16 @@ def read_taps_file(path) -> dict:
         except ValueError:
             raise err(f"metadata chunk_size: expected an integer, found {meta['chunk_size']!r}") from None
     for name, t in taps.items():
-        tap = REGISTRY[name]
-        want_nd = 2 + len(tap.shape)
+        shape = REGISTRY[name].shape
+        if state_layout == "vk" and shape == ("K", "V"):
+            shape = ("V", "K")
+        want_nd = 2 + len(shape)
         if t.ndim != want_nd or t.shape[0] != chunks["index"].numel() or t.shape[1] != heads.numel():
             raise err(f"tensor 'tap.{name}': expected shape [{chunks['index'].numel()},{heads.numel()},"
-                      f"{','.join(tap.shape)}] (chunk rows, heads, per-chunk), found {_fmt(t.shape)}")
-        for sym, size in zip(tap.shape, t.shape[2:]):
+                      f"{','.join(shape)}] (chunk rows, heads, per-chunk), found {_fmt(t.shape)}")
+        for sym, size in zip(shape, t.shape[2:]):
             if sizes.setdefault(sym, int(size)) != size:
-                raise err(f"tensor 'tap.{name}': expected per-chunk shape [{','.join(tap.shape)}] with "
+                raise err(f"tensor 'tap.{name}': expected per-chunk shape [{','.join(shape)}] with "
                           f"{sym}={sizes[sym]}, found {_fmt(t.shape[2:])}")
     if chunks and "C" in sizes and bool(((chunks["len"] < 1) | (chunks["len"] > sizes["C"])).any()):
         raise err(f"tensor 'chunk.len': expected values in 1..{sizes['C']}, found {chunks['len'].tolist()}")

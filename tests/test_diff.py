@@ -229,7 +229,7 @@ def test_against_file_with_perturbed_dU(tmp_path):
 
 
 def test_against_file_conversions(tmp_path):
-    inputs, cfg = inputs_for("basic")                   # K = V (FlashKDA's [V,K] states need it to be read)
+    inputs, cfg = inputs_for("basic")
 
     def theirs(taps):
         taps["S"], taps["dS"] = taps["S"].transpose(-1, -2), taps["dS"].transpose(-1, -2)
@@ -471,3 +471,21 @@ def test_planted_fault_in_bf16_is_a_bug_among_drift(kernel_device):
     assert res.first_divergence["label"] in ("DRIFT", "BUG") and not res.passed
     clean = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
     assert clean.first_bug is None and clean.passed
+
+
+def test_against_file_in_vk_layout_with_k_ne_v(tmp_path):
+    """Their S/dS stored [V,K] with K != V: read as such with --state-layout vk, and diffed clean."""
+    inputs, cfg = inputs_for("v_gt_k")
+    B, T, H, K, V = inputs.shape
+    assert K != V
+
+    def theirs(taps):
+        taps["S"], taps["dS"] = taps["S"].transpose(-1, -2), taps["dS"].transpose(-1, -2)
+        return taps
+
+    path = write_reference_taps(tmp_path, inputs, cfg, transform=theirs)
+    with pytest.raises(KdadbgError, match="tap.S"):
+        read_taps_file(path)                                   # read as [K,V]: a clear error
+    f = read_taps_file(path, state_layout="vk")
+    assert f["taps"]["S"].shape[-2:] == (V, K)
+    assert diff_dump(inputs, cfg, against=f, state_layout="vk").first_divergence is None
