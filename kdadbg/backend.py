@@ -56,3 +56,10 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     if device == "cuda":
         torch.cuda.synchronize()
     return outputs, buffers, plan
+
+
+def kernel_taps(inputs: KDAInputs, config: KDAConfig, precision: str, device: str, sel: TapSelection):
+    """``(outputs, tap buffers)`` of our kernels for the selection ``sel``: the runner ``diff`` and
+    ``taps --source kernel`` share."""
+    outputs, buffers, _ = run_kernels(inputs, config, precision, device, taps=sel)
+    return outputs, buffers

@@ -67,15 +67,6 @@ Runner = Callable[[KDAInputs, KDAConfig, str, str, TapSelection], tuple[dict, di
 Progress = Callable[[str, int, int], None]
 
 
-def kernel_runner(inputs: KDAInputs, config: KDAConfig, precision: str, device: str, sel: TapSelection):
-    """Our Triton kernels (``kdadbg.backend.run_kernels``) as a :data:`Runner`."""
-    from .backend import run_kernels
-
-    outputs, buffers, _ = run_kernels(inputs, config, precision, device, taps=sel)
-    return outputs, buffers
-
-
-# ---------------------------------------------------------------------------------------------
 # chunks: what the order, the masks and the locations need to know about each global chunk id
 
 
@@ -136,7 +127,6 @@ def valid_mask(name: str, lengths: torch.Tensor, dims: tuple[int, ...]) -> torch
     return m
 
 
-# ---------------------------------------------------------------------------------------------
 # cells
 
 
@@ -233,7 +223,6 @@ def compare_taps(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], ch
     return out
 
 
-# ---------------------------------------------------------------------------------------------
 # the result
 
 
@@ -450,7 +439,6 @@ def _jsonable(x):
     return x
 
 
-# ---------------------------------------------------------------------------------------------
 # conversions of another implementation's taps
 
 
@@ -479,7 +467,6 @@ def convert_theirs(taps: dict[str, torch.Tensor], state_layout: str = "kv", gate
     return out
 
 
-# ---------------------------------------------------------------------------------------------
 # diff against the reference
 
 
@@ -514,7 +501,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
         window: chunks in the made-here-or-carried-in rerun (kernels only; 0 skips it).
         repeat: run the kernels this many times and report the first tap × chunk whose bits differ.
         drift_fails: whether a DRIFT cell fails the verdict too (a BUG always does).
-        runner: the kernels (default :func:`kernel_runner`); tests pass stand-ins.
+        runner: the kernels (default :func:`kdadbg.backend.kernel_taps`); tests pass stand-ins.
     Example:
         >>> inputs, config = load_dump("sample_inputs/basic.safetensors")
         >>> res = diff_dump(inputs, config, precision="fp32")
@@ -522,7 +509,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, *, dump: str | None = None, 
     """
     from .reference import run_reference
 
-    runner = runner or kernel_runner
+    if runner is None:
+        from .backend import kernel_taps as runner
     tols = tap_tolerances(precision, tol_overrides)
     B, T, H, K, V = inputs.shape
     ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
@@ -643,7 +631,6 @@ def _file_side(f: dict, info: ChunkInfo, config: KDAConfig, K: int, V: int, name
     return cand, rows, heads, [file_ids.index(c) for c in rows]
 
 
-# ---------------------------------------------------------------------------------------------
 # two taps files, no reference
 
 
@@ -703,7 +690,6 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     return res
 
 
-# ---------------------------------------------------------------------------------------------
 # made here or carried in
 
 
@@ -817,7 +803,6 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
     return out
 
 
-# ---------------------------------------------------------------------------------------------
 # NaN / Inf: the exponent arguments per chunk
 
 
@@ -852,7 +837,6 @@ def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: l
     return out
 
 
-# ---------------------------------------------------------------------------------------------
 # determinism
 
 

@@ -47,11 +47,11 @@ def _reference(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: 
 def _kernel(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str, precision: str,
             progress: Progress | None) -> tuple[dict, dict]:
     """Our kernels' float32 outputs and tap buffers (already selected by the kernels)."""
-    from .backend import run_kernels
+    from .backend import kernel_taps
 
     if progress:
         progress("kernels", 0, 1)
-    outputs, buffers, _ = run_kernels(inputs, config, precision, device, taps=sel)
+    outputs, buffers = kernel_taps(inputs, config, precision, device, sel)
     if progress:
         progress("kernels", 1, 1)
     return outputs, buffers
