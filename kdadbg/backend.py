@@ -37,6 +37,32 @@ def kernels_module(device: str):
     return chunk
 
 
+def free_bytes(device: str) -> int:
+    """Memory free for new allocations on ``device`` (the CPU: available physical memory)."""
+    if device == "cuda":
+        return int(torch.cuda.mem_get_info()[0])
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_tap_memory(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str,
+                     headroom: float = 0.5) -> int:
+    """Refuse, before any work, a tap selection whose float32 buffers would take more than
+    ``headroom`` of the free memory; returns the bytes it needs."""
+    from .chunks import chunk_table
+
+    B, T, H, K, V = inputs.shape
+    n_chunks = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks
+    need = sel.nbytes(n_chunks, H, config.chunk_size, K, V)
+    free = free_bytes(device)
+    if need > headroom * free:
+        lo, hi = sel.chunk_range(n_chunks)
+        raise KdadbgError(
+            f"taps: {len(sel.names)} taps x {hi - lo} chunks x {len(sel.head_list(H))} heads need "
+            f"{need / 2**30:.1f} GiB of float32 buffers, more than half of the {free / 2**30:.1f} GiB free "
+            f"on {device}; narrow the selection with --taps (e.g. S,dS), --chunks A:B or --heads i,j")
+    return need
+
+
 def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", device: str = "cpu",
                 taps: TapSelection | None = None):
     """Forward and backward of our kernels: ``(outputs, tap buffers, TapPlan | None)``.
@@ -46,6 +72,8 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     """
     if precision not in PRECISIONS:
         raise KdadbgError(f"--precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}")
+    if taps is not None:
+        check_tap_memory(inputs, config, taps, device)
     chunk = kernels_module(device)
     x = inputs.to(device)
     outputs, buffers, plan = chunk.kda_forward_backward(

@@ -216,3 +216,13 @@ def test_reference_on_cuda_matches_cpu():
         assert rel_rms(cuda.outputs[key].cpu(), want) <= 1e-12, key
     for key, want in cpu.taps.items():
         assert rel_rms(cuda.taps[key].cpu(), want) <= 1e-12, key
+
+
+def test_run_that_cannot_fit_is_refused_up_front(monkeypatch):
+    from kdadbg import backend
+    from kdadbg.errors import KdadbgError
+
+    inputs, cfg = make_inputs(get_case("tail"))
+    monkeypatch.setattr(backend, "free_bytes", lambda device: 1000)
+    with pytest.raises(KdadbgError, match=r"GiB needed for 2 chunks x 3 heads"):
+        run_reference(inputs, cfg)

@@ -98,3 +98,21 @@ def test_taps_from_the_kernels_match_the_reference(dump, tmp_path):
         assert torch.allclose(t.double(), r["taps"][name], rtol=1e-4, atol=1e-5), name
     assert k["chunks"]["index"].tolist() == [1] and k["chunks"]["len"].tolist() == [1]  # T = 17
     assert (k["taps"]["dU"][0, 0, 1:] == 0).all() and (k["taps"]["dU"][0, 0, 0] != 0).any()
+
+
+def test_tap_selection_too_large_is_refused_up_front(dump, tmp_path, monkeypatch):
+    """A selection whose buffers would not fit is refused before any work, with its size and how
+    to narrow it; a narrower one goes through."""
+    from kdadbg import backend
+
+    inputs, cfg = load_dump(dump)
+    from kdadbg_kernels.taps import TapSelection
+
+    need = backend.check_tap_memory(inputs, cfg, TapSelection(), DEV)
+    monkeypatch.setattr(backend, "free_bytes", lambda device: need)   # only half of it may be used
+    out = tmp_path / "k.safetensors"
+    r = kdadbg("taps", dump, "-o", out, "--source", "kernel", "--device", DEV)
+    assert_one_error_line(r, "GiB", "--chunks A:B")
+    assert not out.exists()
+    r = kdadbg("taps", dump, "-o", out, "--source", "kernel", "--device", DEV, "--taps", "S,dS")
+    assert r.exit_code == 0, r.output
