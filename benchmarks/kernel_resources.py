@@ -1,0 +1,103 @@
+"""Registers, spills and shared memory of every kernel launch, compiled for the H100/H200 (sm_90)
+on a machine with no GPU.
+
+    python benchmarks/kernel_resources.py [--H 16] [--K 128] [--V 128] [--chunk-size 64]
+                                          [--precision bf16] [--taps]
+
+Runs one forward+backward on small CPU tensors with the launches intercepted: each launch is
+compiled by Triton for ``cuda:90`` with the launch's own constexprs and options, and
+``cuobjdump --dump-resource-usage`` (shipped with Triton) reads the cubin. ``STACK`` > 0 means
+local-memory spills, which cost most in the sequential chunk loops.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+
+import torch
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+from triton.runtime.jit import JITFunction
+
+DTYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int32: "*i32",
+          torch.int64: "*i64"}
+OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "num_ctas")
+
+
+def _signature(fn: JITFunction, args, kwargs):
+    bound = dict(zip(fn.arg_names, args))
+    bound.update({k: v for k, v in kwargs.items() if k not in OPTIONS})
+    sig, const, attrs = {}, {}, {}
+    for i, (name, p) in enumerate(zip(fn.arg_names, fn.params)):
+        if name not in bound:  # a constexpr left at its default
+            sig[name], const[name] = "constexpr", p.default
+            continue
+        val = bound[name]
+        if p.is_constexpr:
+            sig[name], const[name] = "constexpr", val
+        elif isinstance(val, torch.Tensor):
+            sig[name] = DTYPES[val.dtype]
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(val, bool):
+            sig[name] = "i1"
+        elif isinstance(val, int):
+            sig[name] = "i32" if -2**31 <= val < 2**31 else "i64"
+            if val % 16 == 0 and name not in fn.do_not_specialize and i not in fn.do_not_specialize:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            sig[name] = "fp32"
+    return sig, const, attrs
+
+
+def resources(cubin: bytes) -> str:
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
+    line = next((ln for ln in out.splitlines() if "REG:" in ln), "")
+    return " ".join(x for x in line.split() if x.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--H", type=int, default=16)
+    ap.add_argument("--K", type=int, default=128)
+    ap.add_argument("--V", type=int, default=128)
+    ap.add_argument("--chunk-size", type=int, default=64)
+    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--taps", action="store_true", help="every tap on")
+    a = ap.parse_args(argv)
+    if os.environ.get("TRITON_INTERPRET") == "1":
+        sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
+    launches = []
+
+    def capture(self, *args, grid, warmup, **kwargs):
+        launches.append((self, args, kwargs, grid))
+
+    JITFunction.run = capture
+    from kdadbg_kernels.chunk import kda_forward_backward
+    from kdadbg_kernels.taps import TapSelection
+
+    T, H, K, V = 2 * a.chunk_size, a.H, a.K, a.V
+    q, k = torch.randn(1, T, H, K, dtype=torch.bfloat16), torch.randn(1, T, H, K, dtype=torch.bfloat16)
+    v, do = torch.randn(1, T, H, V, dtype=torch.bfloat16), torch.randn(1, T, H, V, dtype=torch.bfloat16)
+    g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
+    kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=a.chunk_size, qk_l2norm=False,
+                         beta_sigmoid=False, precision=a.precision, taps=TapSelection() if a.taps else None)
+    target = GPUTarget("cuda", 90, 32)
+    for fn, args, kwargs, grid in launches:
+        sig, const, attrs = _signature(fn, args, kwargs)
+        opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
+        ck = triton.compile(ASTSource(fn, sig, const, attrs), target=target, options=opts)
+        print(f"{fn.__name__:<32} warps={opts.get('num_warps', 4)} {resources(ck.asm['cubin'])}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

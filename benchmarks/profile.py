@@ -1,0 +1,85 @@
+"""Where the time goes: CUDA time per kernel of our forward+backward (torch.profiler), one shape.
+
+    python benchmarks/profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
+                                 [--iters 5] [--json FILE]
+
+Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid).
+After a warm-up call (compilation), ``--iters`` calls of forward+backward are profiled; the table
+gives each kernel's mean CUDA time per call and its share of the total kernel time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections import defaultdict
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--H", type=int, default=16)
+    ap.add_argument("--T", type=int, default=16384)
+    ap.add_argument("--D", type=int, default=128)
+    ap.add_argument("--chunk-size", type=int, default=64)
+    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+    from torch.profiler import ProfilerActivity, profile
+
+    from kdadbg_kernels.chunk import chunk_kda
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+
+    def rn(*shape):
+        return torch.randn(*shape, generator=gen, device=dev)
+
+    T, H, D = a.T, a.H, a.D
+    x = dict(q=F.normalize(rn(1, T, H, D), dim=-1).bfloat16(), k=F.normalize(rn(1, T, H, D), dim=-1).bfloat16(),
+             v=rn(1, T, H, D).bfloat16(), g=F.logsigmoid(rn(1, T, H, D)) / 16, beta=rn(1, T, H).sigmoid().bfloat16())
+    for t in x.values():
+        t.requires_grad_(True)
+    do = rn(1, T, H, D).bfloat16()
+
+    def step():
+        o = chunk_kda(**x, chunk_size=a.chunk_size, precision=a.precision)[0]
+        return torch.autograd.grad(o, list(x.values()), do)
+
+    t0 = time.perf_counter()
+    step()
+    torch.cuda.synchronize()
+    first = time.perf_counter() - t0
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(a.iters):
+            step()
+        torch.cuda.synchronize()
+    per = defaultdict(float)
+    calls = defaultdict(int)
+    for ev in prof.key_averages():
+        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+        if t:
+            per[ev.key] += t / a.iters / 1000.0
+            calls[ev.key] += ev.count // a.iters
+    total = sum(per.values())
+    rows = sorted(per.items(), key=lambda kv: -kv[1])
+    print(f"H={H} T={T} D={D} C={a.chunk_size} precision={a.precision}: first call {first:.1f} s, "
+          f"kernel time per fwd+bwd {total:.3f} ms")
+    print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
+    for name, ms in rows:
+        print(f"{name[:60]:<60} {ms:8.3f} {ms / total:6.1%} {calls[name]:8d}")
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"shape": vars(a), "first_call_s": first, "total_ms": total,
+                       "kernels": [{"name": n, "ms": ms, "launches": calls[n]} for n, ms in rows]}, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
