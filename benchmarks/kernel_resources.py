@@ -72,6 +72,7 @@ def main(argv=None):
     ap.add_argument("--chunk-size", type=int, default=64)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--taps", action="store_true", help="every tap on")
+    ap.add_argument("--only", nargs="*", default=None, help="compile only kernels whose name contains one of these")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
@@ -92,10 +93,13 @@ def main(argv=None):
                          beta_sigmoid=False, precision=a.precision, taps=TapSelection() if a.taps else None)
     target = GPUTarget("cuda", 90, 32)
     for fn, args, kwargs, grid in launches:
+        if a.only and not any(x in fn.__name__ for x in a.only):
+            continue
         sig, const, attrs = _signature(fn, args, kwargs)
         opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
         ck = triton.compile(ASTSource(fn, sig, const, attrs), target=target, options=opts)
-        print(f"{fn.__name__:<32} warps={opts.get('num_warps', 4)} {resources(ck.asm['cubin'])}", flush=True)
+        print(f"{fn.__name__:<32} grid={tuple(grid) if not callable(grid) else grid} warps={opts.get('num_warps', 4)} "
+              f"{resources(ck.asm['cubin'])}", flush=True)
     return 0
 
 

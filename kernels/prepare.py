@@ -20,7 +20,7 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH, tap_kernel_args
-from .tlmath import GATE_IDS, gate_act, mm, mm3, sigmoid
+from .tlmath import GATE_IDS, gate_act, mm, mm_tf32, mm_x3, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
 
@@ -117,15 +117,15 @@ def kda_fwd_prepare_kernel(
     b_qs = b_q * scale
     b_Akk = tl.zeros([BC, BC], dtype=tl.float32)
     b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)
-    for i_s in tl.static_range(BC // 16):
+    for i_s in tl.range(0, BC // 16, num_stages=1):  # not unrolled: bounds the live tiles
         m_s = (o_t >= i_s * 16) & (o_t < i_s * 16 + 16)
         m_j = o_t < i_s * 16 + 16
         b_a = tl.sum(tl.where((o_t == i_s * 16)[:, None], b_gc, 0.0), 0)
         b_el = tl.exp(tl.where(m_s[:, None], b_gc - b_a[None, :], 0.0))
         b_er = tl.exp(tl.where(m_j[:, None], b_a[None, :] - b_gc, 0.0))
         b_kj = tl.where(m_j[:, None], b_k * b_er, 0.0)
-        b_Akk += mm3(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
-        b_Aqk += mm3(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
+        b_Akk += mm_tf32(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
+        b_Aqk += mm_tf32(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
     b_L = tl.where(o_t[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
     b_M = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.0)
 
@@ -151,7 +151,7 @@ def kda_fwd_prepare_kernel(
             b_inv = b_inv + mm(b_X2 - b_X - mm(b_X, b_X2, False), b_inv, False)
 
     b_kd = b_k * tl.exp(b_gc)
-    b_w = mm3(b_inv, b_kd * b_b[:, None], BF16)
+    b_w = mm_tf32(b_inv, b_kd * b_b[:, None], BF16)
 
     tl.store(qn + o_tk, b_q, mask=m_tk)
     tl.store(kn + o_tk, b_k, mask=m_tk)
@@ -170,7 +170,7 @@ def kda_fwd_prepare_kernel(
         o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
         o_ldv = (o_ld[:, None] * H + i_h) * V + o_v[None, :]
         b_v = tl.load(v + o_ldv, mask=m_ld[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)
-        tl.store(u + o_tv, mm3(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
+        tl.store(u + o_tv, mm_tf32(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
 
     if STORE_TAPS:
         i_slot = tl.load(head_slot + i_h)
@@ -232,6 +232,6 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault,
-        **LAUNCH, num_warps=4 if C * BK <= 4096 else 8,
+        **LAUNCH, num_warps=int(__import__("os").environ.get("XW", 4 if C * BK <= 4096 else 8)),
     )
     return qn, kn, gc, b, w, u, gT, INV, Mqk

@@ -25,6 +25,8 @@ so that no masked product meets an overflowed ``exp(−gc)``; where the true val
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -34,7 +36,9 @@ from .common import LAUNCH
 from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
-DQKG_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc")
+V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
+K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
+DQKG_TAPS = V_TAPS + K_TAPS
 
 
 @triton.jit
@@ -47,33 +51,29 @@ def scale_exp(p, x):
 
 
 @triton.jit
-def chunk_bwd_dqkg_kernel(
-    qn, kn,          # [BT, H, K] fp32
-    gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
-    gT,              # [NC, H, K] fp32
+def chunk_bwd_dqkg_v_kernel(
+    gc,              # [BT, H, K] fp32 (planted fault 4 only)
+    qn, kn,          # [BT, H, K] fp32 (planted fault 4 only)
+    gT,              # [NC, H, K] fp32 (planted fault 4 only)
     b,               # [BT, H] fp32
     INV,             # [NC, H, C, C] fp32
     S, dSn,          # [NC, H, K, V] fp32: state entering each chunk; dS arriving from the next chunk
     U, dU,           # [BT, H, V] fp32
     v, do,           # [BT, H, V] any float dtype
-    g,               # [BT, H, K] raw gate, any float dtype
-    A_log, dt_bias,  # [H], [H, K] fp32 (gate modes lower_bound / softplus)
-    dq, dk,          # [BT, H, K] fp32 out: dqn, dkn (w.r.t. the normalised q, k)
     dv,              # [BT, H, V] fp32 out (K-block 0 only)
-    dg,              # [BT, H, K] fp32 out: w.r.t. the raw gate
-    db_part,         # [NK, BT, H] fp32 out: this K-block's share of db
-    dA_part, ddt_part,  # [NC, H, K] fp32 out: per-chunk partials of dA_log (summed over K later), ddt_bias
-    t_dU, t_dvcorr, t_dMqk, t_dL, t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc,  # tap buffers
+    dMqk, dL,        # [NC, H, C, C] fp32 out (K-block 0 only): tril(dO U^T), -stril(dvcorr U^T)
+    dOS, dcS, dkr,   # [BT, H, K] fp32 out: dO S^T, dvcorr S^T, U dS⁺^T
+    dgTs,            # [NC, H, K] fp32 out: rowsum_v(dS⁺ ⊙ S)
+    dbv,             # [BT, H] fp32 out (K-block 0 only): rowsum(dvcorr ⊙ v)
+    t_dU, t_dvcorr, t_dMqk, t_dL,  # tap buffers
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
-    scale, lower_bound,  # floats
+    scale,           # query scale (planted fault 4 only)
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
-    BT, H, K, V,     # sizes
-    C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
+    H, K, V,         # sizes
+    C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
-    TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
-    TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
-    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 1 dL_sign, 4 dgT_after_update, 5 ln2_twice
+    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 1 dL_sign, 4 dgT_after_update
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -111,14 +111,11 @@ def chunk_bwd_dqkg_kernel(
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
         o_kv = (o_ch * K + o_k[:, None]) * V + o_v[None, :]
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
-        b_v = tl.load(v + o_tv, mask=m_tv, other=0.).to(tl.float32)
         b_U = tl.load(U + o_tv, mask=m_tv, other=0.)
         b_dU = tl.load(dU + o_tv, mask=m_tv, other=0.)
         b_S = tl.load(S + o_kv, mask=m_kv, other=0.)
         b_dSp = tl.load(dSn + o_kv, mask=m_kv, other=0.)
         b_dvc = mm(tl.trans(b_INV), b_dU, DOT)
-        b_dMqk += mm(b_do, tl.trans(b_U), DOT)
-        b_dL += mm(b_dvc, tl.trans(b_U), DOT)
         b_dOS += mm(b_do, tl.trans(b_S), DOT)
         b_dcS += mm(b_dvc, tl.trans(b_S), DOT)
         b_dkr += mm(b_U, tl.trans(b_dSp), DOT)
@@ -127,75 +124,139 @@ def chunk_bwd_dqkg_kernel(
             f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)
                     - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))
             b_dgTs += tl.where(i_c == fault_chunk, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)
-        b_dbv += tl.sum(b_dvc * b_v, axis=1)
-        if first:
+        if first:  # the V-only products, once per chunk
+            b_dMqk += mm(b_do, tl.trans(b_U), DOT)
+            b_dL += mm(b_dvc, tl.trans(b_U), DOT)
+            b_v = tl.load(v + o_tv, mask=m_tv, other=0.).to(tl.float32)
+            b_dbv += tl.sum(b_dvc * b_v, axis=1)
             tl.store(dv + o_tv, b_b[:, None] * b_dvc, mask=m_tv)
             m_pv = (o_t >= 0)[:, None] & m_v[None, :]
             if TAP_DU and on:
                 tl.store(t_dU + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dU, mask=m_pv)
             if TAP_DVCORR and on:
                 tl.store(t_dvcorr + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dvc, mask=m_pv)
-    b_dMqk = tl.where((o_t[:, None] >= o_t[None, :]) & m_tt, b_dMqk, 0.)
-    b_dL = tl.where((o_t[:, None] > o_t[None, :]) & m_tt, -b_dL, 0.)
-    if FAULT == 1:  # test-only: dL of the planted chunk with the wrong sign
-        b_dL = tl.where(i_c == fault_chunk, -b_dL, b_dL)
-    b_dbL = b_b[:, None] * b_dL
-    if first and on:
-        o_pcc = idx * C * C + o_t[:, None] * C + o_t[None, :]
-        if TAP_DMQK:
-            tl.store(t_dMqk + o_pcc, b_dMqk)
-        if TAP_DL:
-            tl.store(t_dL + o_pcc, b_dL)
+    tl.store(dOS + o_tk, b_dOS, mask=m_tk)
+    tl.store(dcS + o_tk, b_dcS, mask=m_tk)
+    tl.store(dkr + o_tk, b_dkr, mask=m_tk)
+    tl.store(dgTs + o_ch * K + o_k, b_dgTs, mask=m_k)
+    if first:
+        b_dMqk = tl.where((o_t[:, None] >= o_t[None, :]) & m_tt, b_dMqk, 0.)
+        b_dL = tl.where((o_t[:, None] > o_t[None, :]) & m_tt, -b_dL, 0.)
+        if FAULT == 1:  # test-only: dL of the planted chunk with the wrong sign
+            b_dL = tl.where(i_c == fault_chunk, -b_dL, b_dL)
+        tl.store(dMqk + o_cc, b_dMqk)
+        tl.store(dL + o_cc, b_dL)
+        tl.store(dbv + (bos + o_t) * H + i_h, b_dbv, mask=m_t)
+        if on:
+            o_pcc = idx * C * C + o_t[:, None] * C + o_t[None, :]
+            if TAP_DMQK:
+                tl.store(t_dMqk + o_pcc, b_dMqk)
+            if TAP_DL:
+                tl.store(t_dL + o_pcc, b_dL)
 
+
+@triton.jit
+def chunk_bwd_dqkg_kernel(
+    qn, kn,          # [BT, H, K] fp32
+    gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
+    gT,              # [NC, H, K] fp32
+    b,               # [BT, H] fp32
+    dMqk, dL,        # [NC, H, C, C] fp32 (from chunk_bwd_dqkg_v_kernel)
+    dOS, dcS, dkr,   # [BT, H, K] fp32 (idem)
+    dgTs,            # [NC, H, K] fp32 (idem)
+    dbv,             # [BT, H] fp32 (idem)
+    g,               # [BT, H, K] raw gate, any float dtype
+    A_log, dt_bias,  # [H], [H, K] fp32 (gate modes lower_bound / softplus)
+    dq, dk,          # [BT, H, K] fp32 out: dqn, dkn (w.r.t. the normalised q, k)
+    dg,              # [BT, H, K] fp32 out: w.r.t. the raw gate
+    db_part,         # [NK, BT, H] fp32 out: this K-block's share of db
+    dA_part, ddt_part,  # [NC, H, K] fp32 out: per-chunk partials of dA_log (summed over K later), ddt_bias
+    t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc,  # tap buffers
+    head_slot, tap_lo, tap_hi, n_sel,  # tap plan
+    chunk_start, chunk_len,  # [NC] int32
+    scale, lower_bound,  # floats
+    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
+    BT, H, K,        # sizes
+    C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
+    TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
+    TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
+    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
+):
+    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n = tl.load(chunk_len + i_c)
+    first = i_k == 0
+    o_t = tl.arange(0, C)
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_t, m_k = o_t < n, o_k < K
+    m_tk = m_t[:, None] & m_k[None, :]
+    o_ch = (i_c * H + i_h).to(tl.int64)
+    o_cc = (o_ch * C + o_t[:, None]) * C + o_t[None, :]
+    o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
+
+    b_b = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
+    b_dMqk = tl.load(dMqk + o_cc)
     b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
     b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
     b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.)
     b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.)
     b_E = tl.exp(b_gc)
-    b_R = tl.exp(b_gT[None, :] - b_gc)
 
     # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, anchored per 16-row block I:
     # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) for i in I;  Q·[j] = sum_{i in I} A[i,j] y_i e^(gc_i-gc_j)
     # the diagonal of dMqk is applied exactly, outside: its dgc terms cancel (qn dMqk_ii kn - kn dMqk_ii qn)
+    # Computed in two passes (P, then Q) so that fewer tiles are live at once.
     b_dMs = tl.where(o_t[:, None] > o_t[None, :], b_dMqk, 0.)
     b_dd = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dMqk, 0.), axis=1)
+    b_dL = tl.load(dL + o_cc)
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
-    b_Qq = tl.zeros([C, BK], dtype=tl.float32)
-    b_Ql = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.static_range(C // 16):
+    for I in tl.range(0, C // 16, num_stages=1):
         b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
         m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
         m_c = (o_t < I * 16 + 16)[:, None]
         b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
-        b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
-        b_kc = tl.where(m_c, b_kn * b_ec, 0.)
+        b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
         b_Pq += tl.where(m_r, b_er * mm_tf32(b_dMs, b_kc, DOT), 0.)
         b_Pl += tl.where(m_r, b_er * mm_tf32(b_dL, b_kc, DOT), 0.)
-        b_Qq += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMs), tl.where(m_r, b_qn * b_er, 0.), DOT), 0.)
-        b_Ql += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dbL), tl.where(m_r, b_kn * b_er, 0.), DOT), 0.)
 
-    b_Eq = b_E * b_dOS + b_Pq                     # E⊙dqd without the dMqk diagonal
-    b_X = b_Pl - b_E * b_dcS                      # E⊙dkd / b
-    b_Ed = b_b[:, None] * b_X                     # E⊙dkd
+    b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
+    tl.store(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), mask=m_tk)
+    b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
+    b_X = b_Pl - b_E * tl.load(dcS + o_tk, mask=m_tk, other=0.)    # E⊙dkd / b
+    b_db = tl.sum(b_kn * b_X, axis=1)
+    if first:
+        b_db += tl.load(dbv + (bos + o_t) * H + i_h, mask=m_t, other=0.)
+    tl.store(db_part + (i_k * BT + bos + o_t) * H + i_h, b_db, mask=m_t)
+    b_Ed = b_b[:, None] * b_X                                     # E⊙dkd
+
+    b_dbL = b_b[:, None] * b_dL
+    b_Qq = tl.zeros([C, BK], dtype=tl.float32)
+    b_Ql = tl.zeros([C, BK], dtype=tl.float32)
+    for I in tl.range(0, C // 16, num_stages=1):
+        b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
+        m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
+        m_c = (o_t < I * 16 + 16)[:, None]
+        b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
+        b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
+        b_Qq += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMs), b_qn * b_er, DOT), 0.)
+        b_Ql += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dbL), b_kn * b_er, DOT), 0.)
+
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
-    b_Rr = b_R * b_dkr                            # R⊙dkr
-    b_dqn = scale * (b_Eq + b_dd[:, None] * b_kn)
-    b_dkn = b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr
-    b_dgx = scale * b_qn * b_Eq + b_kn * (b_Ed - b_Ei)   # dgc without the kr path
+    b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
+    b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
+    tl.store(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, mask=m_tk)
+    b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path
     if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
         b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
-    b_db = tl.sum(b_kn * b_X, axis=1) + b_dbv * first.to(tl.float32)
-    tl.store(dq + o_tk, b_dqn, mask=m_tk)
-    tl.store(dk + o_tk, b_dkn, mask=m_tk)
-    tl.store(db_part + (i_k * BT + bos + o_t) * H + i_h, b_db, mask=m_t)
 
     # dγ[i] = sum_{r >= i} dgc[r] + dgT with dgT = eT⊙rowsum(dS⁺⊙S) + sum_r kr⊙dkr[r]; the kr path
     # enters dgc[r] as -kr⊙dkr[r], so it is summed as the prefix r < i rather than total - suffix
-    b_dgam = (tl.dot(tl.where(o_t[:, None] <= o_t[None, :], 1., 0.), b_dgx, input_precision="ieee")
-              + tl.dot(tl.where(o_t[:, None] > o_t[None, :], 1., 0.), b_dkrr, input_precision="ieee")
+    b_dgTs = tl.load(dgTs + o_ch * K + o_k, mask=m_k, other=0.)
+    b_dgam = (tl.cumsum(b_dgx, axis=0, reverse=True) + (tl.cumsum(b_dkrr, axis=0) - b_dkrr)
               + (tl.exp(b_gT) * b_dgTs)[None, :])
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
@@ -224,7 +285,7 @@ def chunk_bwd_dqkg_kernel(
         o_ptk = idx * C * K + o_t[:, None] * K + o_k[None, :]
         m_ptk = (o_t >= 0)[:, None] & m_k[None, :]
         if TAP_DKR:
-            tl.store(t_dkr + o_ptk, b_dkr, mask=m_ptk)
+            tl.store(t_dkr + o_ptk, b_dkrv, mask=m_ptk)
         if TAP_DGC:
             tl.store(t_dgc + o_ptk, b_dgx - b_dkrr, mask=m_ptk)
         if TAP_DGT:
@@ -241,9 +302,10 @@ def chunk_bwd_dqkg_kernel(
                 b_Tq += scale_exp(tl.dot(b_dMqk, b_x, input_precision="ieee"), -b_a[None, :])
                 b_Tl += scale_exp(tl.dot(b_dL, b_x, input_precision="ieee"), -b_a[None, :])
             if TAP_DQD:
-                tl.store(t_dqd + o_ptk, b_dOS + b_Tq, mask=m_ptk)
+                tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
             if TAP_DKD:
-                tl.store(t_dkd + o_ptk, b_b[:, None] * (b_Tl - b_dcS), mask=m_ptk)
+                tl.store(t_dkd + o_ptk, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)),
+                         mask=m_ptk)
         if TAP_DKI:
             tl.store(t_dki + o_ptk, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, mask=m_ptk)
 
@@ -312,6 +374,9 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
                    gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None):
     """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis.
 
+    Two kernels over (K-blocks, chunks, heads): the V pass (products with S, dS⁺, U, dU; dv, dMqk, dL)
+    and the K pass (everything else); the V pass's results go through global memory (fp32).
+
     Returns ``dqn, dkn`` [BT,H,K], ``dv`` [BT,H,V], ``dg`` [BT,H,K], ``db_part`` [NK,BT,H] and, for the
     gates with parameters, ``dA_part, ddt_part`` [NC,H,K] (sum over chunks, and K for dA_log).
     """
@@ -320,7 +385,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev = qn.device
     BK = _pow2(K, hi=64)
-    NK = triton.cdiv(K, BK)
+    BK3 = int(os.environ.get("XBK3", _pow2(K, hi=32)))
+    NK = triton.cdiv(K, BK3)
     f32 = dict(device=dev, dtype=torch.float32)
     dqn, dkn, dg = (torch.empty(BT, H, K, **f32) for _ in range(3))
     dv = torch.empty(BT, H, V, **f32)
@@ -330,19 +396,31 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     ddt_part = torch.empty(NC, H, K, **f32) if has_params else None
     if NC == 0:
         return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
+    dMqk, dL = (torch.empty(NC, H, C, C, **f32) for _ in range(2))
+    dOS, dcS, dkr = (torch.empty(BT, H, K, **f32) for _ in range(3))
+    dgTs = torch.empty(NC, H, K, **f32)
+    dbv = torch.empty(BT, H, **f32)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
-    bufs = [tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS]
+    bufs = {name: tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS}
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
+    plan = (tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
+            tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel)
     fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
+    DOT = dot_mode(precision)
+    chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), NC, H)](
+        gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
+        *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, H, K, V,
+        C=C, BK=BK, BV=int(os.environ.get("XBV2", _pow2(V, hi=32))), DOT=DOT,
+        **{f"TAP_{name.upper()}": taps[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0, **LAUNCH,
+        num_warps=int(os.environ.get("XW2", 4 if C <= 32 else 8)), num_stages=int(os.environ.get("XS2", 3)))
     chunk_bwd_dqkg_kernel[(NK, NC, H)](
-        qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g,
+        qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
         A_log if has_params else dv, dt_bias if has_params else dv,
-        dqn, dkn, dv, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
-        *bufs, tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
-        tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
-        chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk, BT, H, K, V,
-        C=C, BK=BK, BV=_pow2(V, hi=64), DOT=dot_mode(precision), GATE=GATE_IDS[gate],
-        **{f"TAP_{name.upper()}": taps[name] for name in DQKG_TAPS}, FAULT=fault, **LAUNCH, num_warps=4 if C <= 32 else 8)
+        dqn, dkn, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
+        *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
+        BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
+        **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0, **LAUNCH,
+        num_warps=int(os.environ.get("XW3", 4 if C <= 32 else 8)), num_stages=int(os.environ.get("XS3", 3)))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

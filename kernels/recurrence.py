@@ -16,7 +16,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, tap_kernel_args
-from .tlmath import mm, mm3
+from .tlmath import mm, mm3, mm_tf32
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -74,14 +74,14 @@ def kda_fwd_recurrence_kernel(
 
         tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0)
-        b_U = tl.load(u + o_tv, mask=m_tv, other=0) - mm3(b_w, b_S, BF16)
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0) - mm_tf32(b_w, b_S, BF16)
         tl.store(U + o_tv, b_U, mask=m_tv)
 
         b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
         b_kn = tl.load(kn + o_tk, mask=m_tk, other=0)
         b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
         b_kr = tl.where(m_tk, b_kn * tl.exp(b_gT[None, :] - b_gc), 0.0)
-        b_S = b_S * tl.exp(b_gT)[:, None] + mm3(tl.trans(b_kr), b_U, BF16)
+        b_S = b_S * tl.exp(b_gT)[:, None] + mm_tf32(tl.trans(b_kr), b_U, BF16)
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 
@@ -176,12 +176,13 @@ def kda_fwd_recurrence(kn, gc, gT, w, u, h0, chunks, *, precision):
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     if N == 0:
         return S, U, ht
-    BV = _block_v(K, V)
+    import os
+    BV = int(os.environ.get("XBV", _block_v(K, V)))
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         kn, gc, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", **LAUNCH, num_warps=4,
+        BF16=precision == "bf16", **LAUNCH, num_warps=int(os.environ.get("XW", 4)), num_stages=int(os.environ.get("XS", 3)),
     )
     return S, U, ht
 

@@ -191,7 +191,9 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
-    qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=torch.float32) for _ in range(3))
+    # on the GPU's bf16 mode they are only ever bf16 MMA operands: stored as such (half the bytes)
+    dt = torch.bfloat16 if dot_mode(precision) == 1 else torch.float32
+    qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=dt) for _ in range(3))
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
     if chunks.n_chunks == 0:
         return qd, kr, w, dU
@@ -215,7 +217,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if chunks.n_seqs == 0:
         return dSn, dh0
     BK = _pow2(K)
-    BV = _pow2(V, hi=32 if K > 128 else 64)
+    BV = int(os.environ.get("XBV", _pow2(V, hi=32 if K > 128 else 64)))
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     fault, fault_chunk = faults.args("dS_untransposed")
@@ -228,5 +230,6 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
         tap_plan.buffers["dS"].shape[1] if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH)
+        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH,
+        num_warps=int(os.environ.get("XW", 4)), num_stages=int(os.environ.get("XS", 3)))
     return dSn, dh0

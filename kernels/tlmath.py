@@ -43,6 +43,35 @@ def mm(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def round_tf32(x):
+    """fp32 -> nearest tf32 (10 mantissa bits, ties to even), kept in fp32."""
+    i = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    i = (i + 0xFFF + ((i >> 13) & 1)) & 0xFFFFE000
+    return i.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def mm_tf32(a, b, BF16: tl.constexpr):
+    """a @ b with fp32 accumulation: tf32 operands (fast mode: one MMA, 10 mantissa bits) or ieee fp32."""
+    if BF16:
+        if INTERPRET:
+            return tl.dot(round_tf32(a), round_tf32(b), input_precision="ieee")
+        else:
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+
+
+@triton.jit
+def mm_x3(a, b, BF16: tl.constexpr):
+    """a @ b to about fp32 accuracy on tensor cores (fast mode: three tf32 MMAs, "tf32x3"), or ieee fp32."""
+    if BF16 and not INTERPRET:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
+    else:
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
+
+
+@triton.jit
 def _split_bf16(x):
     if INTERPRET:
         hi = round_bf16(x)
