@@ -14,13 +14,15 @@ away with ``tl.where`` before the exponential.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
 
 from . import faults
 from .common import LAUNCH, tap_kernel_args
-from .tlmath import GATE_IDS, gate_act, mm, mm_tf32, mm_x3, sigmoid
+from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
 
@@ -37,6 +39,7 @@ def kda_fwd_prepare_kernel(
     qn,              # out [BT, H, K] fp32: q after l2norm
     kn,              # out [BT, H, K] fp32: k after l2norm
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
+    kr,              # out [BT, H, K] fp32: kn exp(gT - gc) (<= |kn|; 0 on padding rows)
     b,               # out [BT, H] fp32: b after activation
     w,               # out [BT, H, K] fp32: INV Diag(b) kd
     u,               # out [BT, H, V] fp32: INV Diag(b) v
@@ -57,12 +60,12 @@ def kda_fwd_prepare_kernel(
     K: tl.constexpr,
     V: tl.constexpr,
     BC: tl.constexpr,            # chunk size: 16, 32 or 64
-    BK: tl.constexpr,            # next_power_of_2(K)
+    BK: tl.constexpr,            # K block
     BV: tl.constexpr,            # V block of the u product
     GATE: tl.constexpr,          # 0 none, 1 lower_bound, 2 softplus
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
-    BF16: tl.constexpr,          # bf16 dot operands (fast mode) instead of ieee fp32
+    BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr, TAP_L: tl.constexpr,
@@ -74,39 +77,20 @@ def kda_fwd_prepare_kernel(
     n_valid = tl.load(chunk_len + i_c)
 
     o_t = tl.arange(0, BC)
-    o_k = tl.arange(0, BK)
     m_t = o_t < n_valid
-    m_k = o_k < K
-    m_tk = m_t[:, None] & m_k[None, :]
     o_tok = bos + o_t
-    o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-    o_ld, m_ld, o_ldk, m_ldk = o_tok, m_t, o_tk, m_tk  # where inputs are loaded from
+    o_ld, m_ld = o_tok, m_t  # where inputs are loaded from
     if FAULT == 6:  # test-only: inputs loaded one token late from the planted chunk on
         sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
         o_ld, m_ld = o_tok + sh, o_t + sh < n_valid
-        o_ldk, m_ldk = (o_ld[:, None] * H + i_h) * K + o_k[None, :], m_ld[:, None] & m_k[None, :]
-
-    b_q = tl.load(q + o_ldk, mask=m_ldk, other=0).to(tl.float32)
-    b_k = tl.load(k + o_ldk, mask=m_ldk, other=0).to(tl.float32)
-    if L2NORM:
-        b_q = b_q / tl.sqrt(tl.sum(b_q * b_q, 1) + 1e-6)[:, None]
-        b_k = b_k / tl.sqrt(tl.sum(b_k * b_k, 1) + 1e-6)[:, None]
-
-    b_g = tl.load(g + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+    o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
         a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
-        b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
     else:
         a_h = 1.0
-        b_dt = tl.zeros([BK], dtype=tl.float32)
-    # padding rows decay nothing, so gc stays flat past the last valid row
-    b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
-    if FAULT == 3:  # test-only: padding rows' decay left in the planted chunk, gT read at the tile's last row
-        b_gam = tl.where((i_c == fault_chunk) & m_k[None, :], gate_act(b_g, b_dt, a_h, lower_bound, GATE), b_gam)
-    b_gc = tl.cumsum(b_gam, axis=0)
-    b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
-    if FAULT == 3:
-        b_gT = tl.where(i_c == fault_chunk, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)
+    i_slot = tl.load(head_slot + i_h)
+    tapped = STORE_TAPS & (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
+    o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
 
     b_beta = tl.load(beta + o_ld * H + i_h, mask=m_ld, other=0).to(tl.float32)
     if BETA_SIGMOID:
@@ -114,25 +98,92 @@ def kda_fwd_prepare_kernel(
     else:
         b_b = b_beta
 
-    b_qs = b_q * scale
+    # row norms over K, a K block at a time
+    b_rq = tl.full([BC], 1.0, dtype=tl.float32)
+    b_rk = tl.full([BC], 1.0, dtype=tl.float32)
+    if L2NORM:
+        b_sq = tl.zeros([BC], dtype=tl.float32)
+        b_sk = tl.zeros([BC], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            o_ldk = (o_ld[:, None] * H + i_h) * K + o_k[None, :]
+            m_ldk = m_ld[:, None] & (o_k < K)[None, :]
+            b_q = tl.load(q + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+            b_k = tl.load(k + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+            b_sq += tl.sum(b_q * b_q, 1)
+            b_sk += tl.sum(b_k * b_k, 1)
+        b_rq = 1.0 / tl.sqrt(b_sq + 1e-6)
+        b_rk = 1.0 / tl.sqrt(b_sk + 1e-6)
+
+    # per K block: the per-token stage (qn, kn, gc, gT, kr) and its share of kd ki^T, qd ki^T.
+    # The products are anchored per 16-row block s of rows at a = gc[16 s]: exp(gc_i - a) <= 1 on
+    # the block's rows, exp(a - gc_j) <= exp(15 |gamma|max) on the columns j < 16 (s + 1) it pairs
+    # with; every other entry is selected away before the exponential.
     b_Akk = tl.zeros([BC, BC], dtype=tl.float32)
     b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)
-    for i_s in tl.range(0, BC // 16, num_stages=1):  # not unrolled: bounds the live tiles
-        m_s = (o_t >= i_s * 16) & (o_t < i_s * 16 + 16)
-        m_j = o_t < i_s * 16 + 16
-        b_a = tl.sum(tl.where((o_t == i_s * 16)[:, None], b_gc, 0.0), 0)
-        b_el = tl.exp(tl.where(m_s[:, None], b_gc - b_a[None, :], 0.0))
-        b_er = tl.exp(tl.where(m_j[:, None], b_a[None, :] - b_gc, 0.0))
-        b_kj = tl.where(m_j[:, None], b_k * b_er, 0.0)
-        b_Akk += mm_tf32(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
-        b_Aqk += mm_tf32(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
+    o_cK = o_t[:, None] * K
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        m_tk = m_t[:, None] & m_k[None, :]
+        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+        o_ldk = (o_ld[:, None] * H + i_h) * K + o_k[None, :]
+        m_ldk = m_ld[:, None] & m_k[None, :]
+        b_q = tl.load(q + o_ldk, mask=m_ldk, other=0).to(tl.float32) * b_rq[:, None]
+        b_k = tl.load(k + o_ldk, mask=m_ldk, other=0).to(tl.float32) * b_rk[:, None]
+        b_g = tl.load(g + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+        if GATE != 0:
+            b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
+        else:
+            b_dt = tl.zeros([BK], dtype=tl.float32)
+        # padding rows decay nothing, so gc stays flat past the last valid row
+        b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
+        if FAULT == 3:  # test-only: padding rows' decay left in the planted chunk, gT read at the tile's last row
+            b_gam = tl.where((i_c == fault_chunk) & m_k[None, :], gate_act(b_g, b_dt, a_h, lower_bound, GATE),
+                             b_gam)
+        b_gc = tl.cumsum(b_gam, axis=0)
+        b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
+        if FAULT == 3:
+            b_gT = tl.where(i_c == fault_chunk, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)
+        b_kr = b_k * tl.exp(b_gT[None, :] - b_gc)
+        tl.store(qn + o_tk, b_q, mask=m_tk)
+        tl.store(kn + o_tk, b_k, mask=m_tk)
+        tl.store(gc + o_tk, b_gc, mask=m_tk)
+        tl.store(kr + o_tk, b_kr, mask=m_tk)
+        tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
+        if tapped:
+            o_ck = o_cK + o_k[None, :]
+            m_ck = (o_t >= 0)[:, None] & m_k[None, :]
+            if TAP_GC:
+                tl.store(t_gc + o_tap * BC * K + o_ck, b_gc, mask=m_ck)
+            if TAP_GT:
+                tl.store(t_gT + o_tap * K + o_k, b_gT, mask=m_k)
+            if TAP_QD:
+                tl.store(t_qd + o_tap * BC * K + o_ck, b_q * scale * tl.exp(b_gc), mask=m_ck)
+            if TAP_KD:
+                tl.store(t_kd + o_tap * BC * K + o_ck, b_k * tl.exp(b_gc), mask=m_ck)
+            if TAP_KI:
+                # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
+                tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
+            if TAP_KR:
+                tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
+        b_qs = b_q * scale
+        for i_s in tl.range(0, BC // 16, num_stages=1):  # not unrolled: bounds the live tiles
+            m_s = (o_t >= i_s * 16) & (o_t < i_s * 16 + 16)
+            m_j = o_t < i_s * 16 + 16
+            b_a = tl.sum(tl.where((o_t == i_s * 16)[:, None], b_gc, 0.0), 0)
+            b_el = tl.exp(tl.where(m_s[:, None], b_gc - b_a[None, :], 0.0))
+            b_er = tl.exp(tl.where(m_j[:, None], b_a[None, :] - b_gc, 0.0))
+            b_kj = tl.where(m_j[:, None], b_k * b_er, 0.0)
+            b_Akk += mm_tf32(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
+            b_Aqk += mm_tf32(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
     b_L = tl.where(o_t[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
     b_M = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.0)
 
     # INV = (I + L)^-1 by blocks of 16 rows: A = I + L = D + N with D block diagonal, N strictly
-    # block-lower; D^-1 by forward substitution, all blocks at once (the rows s of every block
-    # touch disjoint columns, so one reduction serves them all); then (I + X)^-1 D^-1, X = D^-1 N,
-    # as the finite series I - X + X^2 - X^3 (X^NB = 0). Both in exact fp32 in either precision.
+    # block-lower; D^-1 by forward substitution in exact fp32, all blocks at once (the rows s of
+    # every block touch disjoint columns, so one reduction serves them all); then (I + X)^-1 D^-1,
+    # X = D^-1 N, as the finite series I - X + X^2 - X^3 (X^NB = 0), on tensor cores in fast mode.
     o_bi = o_t // 16
     m_bd = o_bi[:, None] == o_bi[None, :]
     b_Lbd = tl.where(m_bd, b_L, 0.0)
@@ -143,27 +194,35 @@ def kda_fwd_prepare_kernel(
         b_r = tl.sum(b_l[:, None] * b_inv, 0)
         b_inv = tl.where(m_r & m_bd, b_inv - b_r[None, :], b_inv)
     if BC >= 32:
-        b_X = mm(b_inv, tl.where(m_bd, 0.0, b_L), False)
+        b_X = mm_tf32(b_inv, tl.where(m_bd, 0.0, b_L), BF16)
         if BC == 32:
-            b_inv = b_inv - mm(b_X, b_inv, False)
+            b_inv = b_inv - mm_tf32(b_X, b_inv, BF16)
         else:
-            b_X2 = mm(b_X, b_X, False)
-            b_inv = b_inv + mm(b_X2 - b_X - mm(b_X, b_X2, False), b_inv, False)
+            b_X2 = mm_tf32(b_X, b_X, BF16)
+            b_inv = b_inv + mm_tf32(b_X2 - b_X - mm_tf32(b_X, b_X2, BF16), b_inv, BF16)
 
-    b_kd = b_k * tl.exp(b_gc)
-    b_w = mm_tf32(b_inv, b_kd * b_b[:, None], BF16)
-
-    tl.store(qn + o_tk, b_q, mask=m_tk)
-    tl.store(kn + o_tk, b_k, mask=m_tk)
-    tl.store(gc + o_tk, b_gc, mask=m_tk)
-    tl.store(w + o_tk, b_w, mask=m_tk)
     tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
-    o_ch = (i_c * H + i_h).to(tl.int64)
-    tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
     o_cc = o_t[:, None] * BC + o_t[None, :]
     tl.store(INV + o_ch * BC * BC + o_cc, b_inv)
     tl.store(Mqk + o_ch * BC * BC + o_cc, b_M)
+    if tapped:
+        if TAP_B:
+            tl.store(t_b + o_tap * BC + o_t, b_b)
+        if TAP_L:
+            tl.store(t_L + o_tap * BC * BC + o_cc, b_L)
+        if TAP_INV:
+            tl.store(t_INV + o_tap * BC * BC + o_cc, b_inv)
+        if TAP_MQK:
+            tl.store(t_Mqk + o_tap * BC * BC + o_cc, b_M)
 
+    # w = INV Diag(b) kd from this program's own kn, gc stores (a barrier makes them visible)
+    tl.debug_barrier()
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_tk = m_t[:, None] & (o_k < K)[None, :]
+        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+        b_kd = tl.load(kn + o_tk, mask=m_tk, other=0) * tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0))
+        tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
@@ -172,66 +231,38 @@ def kda_fwd_prepare_kernel(
         b_v = tl.load(v + o_ldv, mask=m_ld[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)
         tl.store(u + o_tv, mm_tf32(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
 
-    if STORE_TAPS:
-        i_slot = tl.load(head_slot + i_h)
-        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
-            o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
-            o_ck = o_t[:, None] * K + o_k[None, :]
-            m_ck = (o_t >= 0)[:, None] & m_k[None, :]
-            if TAP_GC:
-                tl.store(t_gc + o_tap * BC * K + o_ck, b_gc, mask=m_ck)
-            if TAP_GT:
-                tl.store(t_gT + o_tap * K + o_k, b_gT, mask=m_k)
-            if TAP_B:
-                tl.store(t_b + o_tap * BC + o_t, b_b)
-            if TAP_QD:
-                tl.store(t_qd + o_tap * BC * K + o_ck, b_qs * tl.exp(b_gc), mask=m_ck)
-            if TAP_KD:
-                tl.store(t_kd + o_tap * BC * K + o_ck, b_kd, mask=m_ck)
-            if TAP_KI:
-                # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
-                tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
-            if TAP_KR:
-                tl.store(t_kr + o_tap * BC * K + o_ck, b_k * tl.exp(b_gT[None, :] - b_gc), mask=m_ck)
-            if TAP_L:
-                tl.store(t_L + o_tap * BC * BC + o_cc, b_L)
-            if TAP_INV:
-                tl.store(t_INV + o_tap * BC * BC + o_cc, b_inv)
-            if TAP_MQK:
-                tl.store(t_Mqk + o_tap * BC * BC + o_cc, b_M)
-
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
                     A_log, dt_bias, precision, tap_plan=None):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
-    Returns fp32 ``qn, kn, gc, w [BT,H,K]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``.
+    Returns fp32 ``qn, kn, gc, kr, w [BT,H,K]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``.
     """
     BT, H, K = q.shape
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
-    qn, kn, gc, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(4))
+    qn, kn, gc, kr, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(5))
     u = torch.empty(BT, H, V, device=dev, dtype=f32)
     b = torch.empty(BT, H, device=dev, dtype=f32)
     gT = torch.empty(NC, H, K, device=dev, dtype=f32)
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     if NC == 0:
-        return qn, kn, gc, b, w, u, gT, INV, Mqk
+        return qn, kn, gc, kr, b, w, u, gT, INV, Mqk
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, PREPARE_TAPS, qn)
     has_gate = GATE_IDS[gate] != 0
-    BK = triton.next_power_of_2(K)
     fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
     kda_fwd_prepare_kernel[(NC, H)](
         q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
-        qn, kn, gc, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
+        qn, kn, gc, kr, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
         float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
-        H=H, K=K, V=V, BC=C, BK=BK, BV=min(triton.next_power_of_2(V), 64), GATE=GATE_IDS[gate],
+        H=H, K=K, V=V, BC=C, BK=int(os.environ.get("XBK", min(triton.next_power_of_2(K), 64))),
+        BV=int(os.environ.get("XBV", min(triton.next_power_of_2(V), 64))), GATE=GATE_IDS[gate],
         L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, BF16=precision == "bf16", STORE_TAPS=store,
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault,
-        **LAUNCH, num_warps=int(__import__("os").environ.get("XW", 4 if C * BK <= 4096 else 8)),
+        **LAUNCH, num_warps=int(os.environ.get("XW", 4 if C <= 32 else 8)),
     )
-    return qn, kn, gc, b, w, u, gT, INV, Mqk
+    return qn, kn, gc, kr, b, w, u, gT, INV, Mqk

@@ -412,7 +412,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, H, K, V,
         C=C, BK=BK, BV=int(os.environ.get("XBV2", _pow2(V, hi=32))), DOT=DOT,
         **{f"TAP_{name.upper()}": taps[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0, **LAUNCH,
-        num_warps=int(os.environ.get("XW2", 4 if C <= 32 else 8)), num_stages=int(os.environ.get("XS2", 3)))
+        num_warps=int(os.environ.get("XW2", 4 if C <= 16 else 8)), num_stages=int(os.environ.get("XS2", 3)))
     chunk_bwd_dqkg_kernel[(NK, NC, H)](
         qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
         A_log if has_params else dv, dt_bias if has_params else dv,

@@ -199,7 +199,8 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         return qd, kr, w, dU
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn, kn, gc, gT, b, INV, Mqk, do, qd, kr, w, dU, chunks.chunk_start, chunks.chunk_len, scale, H, K, V,
-        C=C, BK=_pow2(K, hi=64), BV=_pow2(V, hi=64), DOT=dot_mode(precision), **LAUNCH)
+        C=C, BK=_pow2(K, hi=64), BV=_pow2(V, hi=64), DOT=dot_mode(precision), **LAUNCH,
+        num_warps=8 if C >= 64 else 4)
     return qd, kr, w, dU
 
 
@@ -217,7 +218,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if chunks.n_seqs == 0:
         return dSn, dh0
     BK = _pow2(K)
-    BV = int(os.environ.get("XBV", _pow2(V, hi=32 if K > 128 else 64)))
+    BV = int(os.environ.get("XBV", _pow2(V, hi=32)))
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     fault, fault_chunk = faults.args("dS_untransposed")
