@@ -1,6 +1,6 @@
 """Where the time goes: CUDA time per kernel of our forward+backward (torch.profiler), one shape.
 
-    python benchmarks/profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
+    python benchmarks/kernel_profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
                                  [--iters 5] [--json FILE]
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid).
