@@ -14,14 +14,13 @@ away with ``tl.where`` before the exponential.
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from . import faults
 from .common import LAUNCH, tap_kernel_args
+from .tuning import knob
 from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
@@ -71,6 +70,7 @@ def kda_fwd_prepare_kernel(
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr, TAP_L: tl.constexpr,
     TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
+    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no substitution, 2 no INV series, 4 no A products, 8 no w/u
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -168,7 +168,7 @@ def kda_fwd_prepare_kernel(
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
         b_qs = b_q * scale
-        for i_s in tl.range(0, BC // 16, num_stages=1):  # not unrolled: bounds the live tiles
+        for i_s in tl.range(0, BC // 16 if (ABLATE & 4) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
             m_s = (o_t >= i_s * 16) & (o_t < i_s * 16 + 16)
             m_j = o_t < i_s * 16 + 16
             b_a = tl.sum(tl.where((o_t == i_s * 16)[:, None], b_gc, 0.0), 0)
@@ -188,12 +188,12 @@ def kda_fwd_prepare_kernel(
     m_bd = o_bi[:, None] == o_bi[None, :]
     b_Lbd = tl.where(m_bd, b_L, 0.0)
     b_inv = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
-    for i_r in range(1, tl.minimum(n_valid, 16)):
+    for i_r in range(1, tl.minimum(n_valid, 16) if (ABLATE & 1) == 0 else 1):
         m_r = (o_t % 16 == i_r)[:, None]
         b_l = tl.sum(tl.where(m_r, b_Lbd, 0.0), 0)
         b_r = tl.sum(b_l[:, None] * b_inv, 0)
         b_inv = tl.where(m_r & m_bd, b_inv - b_r[None, :], b_inv)
-    if BC >= 32:
+    if BC >= 32 and (ABLATE & 2) == 0:
         b_X = mm_tf32(b_inv, tl.where(m_bd, 0.0, b_L), BF16)
         if BC == 32:
             b_inv = b_inv - mm_tf32(b_X, b_inv, BF16)
@@ -217,13 +217,13 @@ def kda_fwd_prepare_kernel(
 
     # w = INV Diag(b) kd from this program's own kn, gc stores (a barrier makes them visible)
     tl.debug_barrier()
-    for i_k in range(tl.cdiv(K, BK)):
+    for i_k in range(tl.cdiv(K, BK) if (ABLATE & 8) == 0 else 0):
         o_k = i_k * BK + tl.arange(0, BK)
         m_tk = m_t[:, None] & (o_k < K)[None, :]
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
         b_kd = tl.load(kn + o_tk, mask=m_tk, other=0) * tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0))
         tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
-    for i_v in range(tl.cdiv(V, BV)):
+    for i_v in range(tl.cdiv(V, BV) if (ABLATE & 8) == 0 else 0):
         o_v = i_v * BV + tl.arange(0, BV)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
         o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
@@ -257,12 +257,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
         qn, kn, gc, kr, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
         float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
-        H=H, K=K, V=V, BC=C, BK=int(os.environ.get("XBK", min(triton.next_power_of_2(K), 64))),
-        BV=int(os.environ.get("XBV", min(triton.next_power_of_2(V), 64))), GATE=GATE_IDS[gate],
+        H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 64)),
+        BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
         L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, BF16=precision == "bf16", STORE_TAPS=store,
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
-        TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault,
-        **LAUNCH, num_warps=int(os.environ.get("XW", 4 if C <= 32 else 8)),
+        TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0),
+        **LAUNCH, num_warps=knob("PREP_WARPS", 4 if C <= 32 else 8),
     )
     return qn, kn, gc, kr, b, w, u, gT, INV, Mqk

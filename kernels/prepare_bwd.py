@@ -25,14 +25,13 @@ so that no masked product meets an overflowed ``exp(−gc)``; where the true val
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
 from . import faults
 from .common import LAUNCH
+from .tuning import knob
 from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
@@ -181,6 +180,7 @@ def chunk_bwd_dqkg_kernel(
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
     TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
+    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -213,7 +213,7 @@ def chunk_bwd_dqkg_kernel(
     b_dL = tl.load(dL + o_cc)
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.range(0, C // 16, num_stages=1):
+    for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):
         b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
         m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
         m_c = (o_t < I * 16 + 16)[:, None]
@@ -235,7 +235,7 @@ def chunk_bwd_dqkg_kernel(
     b_dbL = b_b[:, None] * b_dL
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.range(0, C // 16, num_stages=1):
+    for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
         b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
         m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
         m_c = (o_t < I * 16 + 16)[:, None]
@@ -295,12 +295,12 @@ def chunk_bwd_dqkg_kernel(
             # exp(-a) <= exp(-gc_j): it overflows only where every ki of the block does
             b_Tq = tl.zeros([C, BK], dtype=tl.float32)
             b_Tl = tl.zeros([C, BK], dtype=tl.float32)
-            for J in tl.static_range(C // 16):
+            for J in tl.range(0, C // 16, num_stages=1):
                 b_a = tl.sum(tl.where(o_t[:, None] == J * 16, b_gc, 0.), axis=0)
                 m_j = ((o_t >= J * 16) & (o_t < J * 16 + 16))[:, None]
                 b_x = tl.where(m_j & m_tk, b_kn * tl.exp(tl.where(m_j, b_a[None, :] - b_gc, 0.)), 0.)
-                b_Tq += scale_exp(tl.dot(b_dMqk, b_x, input_precision="ieee"), -b_a[None, :])
-                b_Tl += scale_exp(tl.dot(b_dL, b_x, input_precision="ieee"), -b_a[None, :])
+                b_Tq += scale_exp(mm_tf32(b_dMqk, b_x, DOT), -b_a[None, :])
+                b_Tl += scale_exp(mm_tf32(b_dL, b_x, DOT), -b_a[None, :])
             if TAP_DQD:
                 tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
             if TAP_DKD:
@@ -385,7 +385,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev = qn.device
     BK = _pow2(K, hi=64)
-    BK3 = int(os.environ.get("XBK3", _pow2(K, hi=32)))
+    BK3 = knob("DQKG_BK", _pow2(K, hi=32))
     NK = triton.cdiv(K, BK3)
     f32 = dict(device=dev, dtype=torch.float32)
     dqn, dkn, dg = (torch.empty(BT, H, K, **f32) for _ in range(3))
@@ -410,17 +410,18 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), NC, H)](
         gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
         *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, H, K, V,
-        C=C, BK=BK, BV=int(os.environ.get("XBV2", _pow2(V, hi=32))), DOT=DOT,
+        C=C, BK=BK, BV=knob("DQKGV_BV", _pow2(V, hi=32)), DOT=DOT,
         **{f"TAP_{name.upper()}": taps[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0, **LAUNCH,
-        num_warps=int(os.environ.get("XW2", 4 if C <= 16 else 8)), num_stages=int(os.environ.get("XS2", 3)))
+        num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
     chunk_bwd_dqkg_kernel[(NK, NC, H)](
         qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
         A_log if has_params else dv, dt_bias if has_params else dv,
         dqn, dkn, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
         *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
-        **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0, **LAUNCH,
-        num_warps=int(os.environ.get("XW3", 4 if C <= 32 else 8)), num_stages=int(os.environ.get("XS3", 3)))
+        **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
+        ABLATE=knob("DQKG_ABLATE", 0), **LAUNCH,
+        num_warps=knob("DQKG_WARPS", 4 if C <= 32 else 8), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

@@ -16,6 +16,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, tap_kernel_args
+from .tuning import knob
 from .tlmath import mm, mm3, mm_tf32
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -42,6 +43,7 @@ def kda_fwd_recurrence_kernel(
     BV: tl.constexpr,
     HAS_H0: tl.constexpr,
     BF16: tl.constexpr,
+    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
     i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     o_t = tl.arange(0, BC)
@@ -71,14 +73,19 @@ def kda_fwd_recurrence_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         o_ch = (i_c * H + i_h).to(tl.int64)
 
-        tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
-        b_w = tl.load(w + o_tk, mask=m_tk, other=0)
-        b_U = tl.load(u + o_tv, mask=m_tv, other=0) - mm_tf32(b_w, b_S, BF16)
-        tl.store(U + o_tv, b_U, mask=m_tv)
+        if (ABLATE & 4) == 0:
+            tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0)
+        if (ABLATE & 1) == 0:
+            b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
+        if (ABLATE & 4) == 0:
+            tl.store(U + o_tv, b_U, mask=m_tv)
 
         b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
         b_kr = tl.load(kr + o_tk, mask=m_tk, other=0)
-        b_S = b_S * tl.exp(b_gT)[:, None] + mm_tf32(tl.trans(b_kr), b_U, BF16)
+        b_S = b_S * tl.exp(b_gT)[:, None]
+        if (ABLATE & 2) == 0:
+            b_S += mm_tf32(tl.trans(b_kr), b_U, BF16)
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 
@@ -173,13 +180,13 @@ def kda_fwd_recurrence(kr, gT, w, u, h0, chunks, *, precision):
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     if N == 0:
         return S, U, ht
-    import os
-    BV = int(os.environ.get("XBV", max(16, min(triton.next_power_of_2(V), 32))))
+    BV = knob("REC_BV", max(16, min(triton.next_power_of_2(V), 32)))
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         kr, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", **LAUNCH, num_warps=int(os.environ.get("XW", 4)), num_stages=int(os.environ.get("XS", 3)),
+        BF16=precision == "bf16", **LAUNCH, num_warps=knob("REC_WARPS", 4),
+        num_stages=knob("REC_STAGES", 3), ABLATE=knob("REC_ABLATE", 0),
     )
     return S, U, ht
 
@@ -199,6 +206,6 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         *bufs, slot, lo, hi, n_sel,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, BF16=precision == "bf16",
         STORE_TAPS=store, TAP_S=present["S"], TAP_VCORR=present["vcorr"], TAP_U=present["U"],
-        **LAUNCH, num_warps=4,
+        **LAUNCH, num_warps=8 if store and C * triton.next_power_of_2(K) > 4096 else 4,
     )
     return o

@@ -22,6 +22,7 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH
+from .tuning import knob
 
 
 @triton.jit
@@ -218,7 +219,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if chunks.n_seqs == 0:
         return dSn, dh0
     BK = _pow2(K)
-    BV = int(os.environ.get("XBV", _pow2(V, hi=32)))
+    BV = knob("RECB_BV", _pow2(V, hi=32))
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     fault, fault_chunk = faults.args("dS_untransposed")
@@ -232,5 +233,5 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_plan.buffers["dS"].shape[1] if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
         USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH,
-        num_warps=int(os.environ.get("XW", 4)), num_stages=int(os.environ.get("XS", 3)))
+        num_warps=knob("RECB_WARPS", 4), num_stages=knob("RECB_STAGES", 3))
     return dSn, dh0

@@ -1,0 +1,110 @@
+"""Time each stage of our forward and backward separately (``triton.testing.do_bench`` medians).
+
+    python benchmarks/stage_bench.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--tag NAME]
+                                     [--json-lines FILE]
+
+Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid),
+bf16 mode. One line per run: the stage times in ms and the ``KDADBG_*`` overrides in effect
+(``kernels/tuning.py``), so one GPU call can time many launch variants and ablations:
+
+    for v in "" KDADBG_REC_BV=64 KDADBG_PREP_ABLATE=1; do env $v python benchmarks/stage_bench.py --tag "$v"; done
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--H", type=int, default=16)
+    ap.add_argument("--T", type=int, default=16384)
+    ap.add_argument("--D", type=int, default=128)
+    ap.add_argument("--chunk-size", type=int, default=64)
+    ap.add_argument("--tag", default="")
+    ap.add_argument("--json-lines", default=None, help="append the result as one JSON line to this file")
+    a = ap.parse_args(argv)
+    import torch
+    import torch.nn.functional as F
+    import triton.testing
+
+    from kdadbg_kernels.common import KernelChunks
+    from kdadbg_kernels.prepare import kda_fwd_prepare
+    from kdadbg_kernels.prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
+    from kdadbg_kernels.recurrence import kda_fwd_output, kda_fwd_recurrence
+    from kdadbg_kernels.recurrence_bwd import chunk_bwd_prep, recurrence_bwd
+
+    dev = torch.device("cuda")
+    gen = torch.Generator(device=dev).manual_seed(0)
+    T, H, D, C = a.T, a.H, a.D, a.chunk_size
+
+    def rn(*shape):
+        return torch.randn(*shape, generator=gen, device=dev)
+
+    q = F.normalize(rn(T, H, D), dim=-1).bfloat16()
+    k = F.normalize(rn(T, H, D), dim=-1).bfloat16()
+    v, do = rn(T, H, D).bfloat16(), rn(T, H, D).bfloat16()
+    g = F.logsigmoid(rn(T, H, D)) / 16
+    beta = rn(T, H).sigmoid().bfloat16()
+    chunks = KernelChunks.build(1, T, None, C, dev)
+    scale, p = D ** -0.5, "bf16"
+    opts = dict(scale=scale, gate="none", lower_bound=-5.0, qk_l2norm=False, beta_sigmoid=False, A_log=None,
+                dt_bias=None, precision=p)
+
+    stages = {}
+    t0 = time.perf_counter()
+
+    def prep():
+        return kda_fwd_prepare(q, k, v, g, beta, chunks, **opts)
+
+    qn, kn, gc, kr, b, w, u, gT, INV, Mqk = prep()
+    stages["fwd_prepare"] = prep
+
+    def rec():
+        return kda_fwd_recurrence(kr, gT, w, u, None, chunks, precision=p)
+
+    S, U, ht = rec()
+    stages["fwd_recurrence"] = rec
+    stages["fwd_output"] = lambda: kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=p)
+
+    def bprep():
+        return chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, scale=scale, precision=p)
+
+    qd, krb, wb, dU = bprep()
+    stages["bwd_prep"] = bprep
+
+    def brec():
+        return recurrence_bwd(qd, krb, wb, do, dU, gT, None, chunks, has_h0=False, precision=p)
+
+    dSn, _ = brec()
+    stages["bwd_recurrence"] = brec
+
+    def dqkg():
+        return chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, None, None, chunks, scale=scale,
+                              gate="none", lower_bound=-5.0, precision=p)
+
+    dq, dk, dv, dg, db_part, _, _ = dqkg()
+    stages["bwd_dqkg"] = dqkg
+    stages["bwd_finish"] = lambda: chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, qk_l2norm=False,
+                                                    beta_sigmoid=False)
+    torch.cuda.synchronize()
+    compile_s = time.perf_counter() - t0
+    res = {name: float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
+           for name, fn in stages.items()}
+    res["total"] = sum(res.values())
+    knobs = {k: v for k, v in os.environ.items() if k.startswith("KDADBG_")}
+    line = {"tag": a.tag, "H": H, "T": T, "D": D, "C": C, "knobs": knobs, "first_call_s": round(compile_s, 2),
+            "ms": {k: round(v, 4) for k, v in res.items()}}
+    print(f"{a.tag or 'default':<28} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)
+    if a.json_lines:
+        with open(a.json_lines, "a") as f:
+            f.write(json.dumps(line) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
