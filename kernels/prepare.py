@@ -257,12 +257,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
         qn, kn, gc, kr, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
         float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
-        H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 64)),
+        H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)),
         BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
         L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, BF16=precision == "bf16", STORE_TAPS=store,
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0),
-        **LAUNCH, num_warps=knob("PREP_WARPS", 4 if C <= 32 else 8),
+        **LAUNCH, num_warps=knob("PREP_WARPS", 4),
     )
     return qn, kn, gc, kr, b, w, u, gT, INV, Mqk

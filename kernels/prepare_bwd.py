@@ -421,7 +421,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
         **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
         ABLATE=knob("DQKG_ABLATE", 0), **LAUNCH,
-        num_warps=knob("DQKG_WARPS", 4 if C <= 32 else 8), num_stages=knob("DQKG_STAGES", 3))
+        num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

@@ -180,7 +180,7 @@ def kda_fwd_recurrence(kr, gT, w, u, h0, chunks, *, precision):
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     if N == 0:
         return S, U, ht
-    BV = knob("REC_BV", max(16, min(triton.next_power_of_2(V), 32)))
+    BV = knob("REC_BV", 16)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         kr, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,

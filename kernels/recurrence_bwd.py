@@ -219,7 +219,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if chunks.n_seqs == 0:
         return dSn, dh0
     BK = _pow2(K)
-    BV = knob("RECB_BV", _pow2(V, hi=32))
+    BV = knob("RECB_BV", 16)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     fault, fault_chunk = faults.args("dS_untransposed")
