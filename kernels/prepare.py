@@ -71,6 +71,7 @@ def kda_fwd_prepare_kernel(
     TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no substitution, 2 no INV series, 4 no A products, 8 no w/u
+    BATCHED: tl.constexpr = 1,   # the 16-row blocks as one batched (3D) product instead of a loop
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -168,7 +169,18 @@ def kda_fwd_prepare_kernel(
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
         b_qs = b_q * scale
-        for i_s in tl.range(0, BC // 16 if (ABLATE & 4) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
+        if BATCHED and (ABLATE & 4) == 0:
+            # block s's rows only meet columns j < 16 (s + 1): [NB, 16, BK] @ [NB, BK, BC]
+            b_gc3 = tl.reshape(b_gc, [BC // 16, 16, BK])
+            b_a3 = tl.sum(tl.where((tl.arange(0, 16) == 0)[None, :, None], b_gc3, 0.0), axis=1)  # [NB, BK]
+            b_el3 = tl.exp(b_gc3 - b_a3[:, None, :])
+            m_j3 = (o_t[None, :] < tl.arange(0, BC // 16)[:, None] * 16 + 16)[:, :, None]
+            b_kj3 = tl.where(m_j3, b_k[None, :, :] * tl.exp(tl.where(m_j3, b_a3[:, None, :] - b_gc[None, :, :], 0.0)),
+                             0.0)
+            b_kj3 = tl.permute(b_kj3, (0, 2, 1))
+            b_Akk += tl.reshape(mm_tf32(tl.reshape(b_k, [BC // 16, 16, BK]) * b_el3, b_kj3, BF16), [BC, BC])
+            b_Aqk += tl.reshape(mm_tf32(tl.reshape(b_qs, [BC // 16, 16, BK]) * b_el3, b_kj3, BF16), [BC, BC])
+        for i_s in tl.range(0, BC // 16 if (ABLATE & 4) == 0 and not BATCHED else 0, num_stages=1):  # not unrolled: bounds the live tiles
             m_s = (o_t >= i_s * 16) & (o_t < i_s * 16 + 16)
             m_j = o_t < i_s * 16 + 16
             b_a = tl.sum(tl.where((o_t == i_s * 16)[:, None], b_gc, 0.0), 0)
@@ -263,6 +275,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0),
+        BATCHED=knob("PREP_BATCHED", 1),
         **LAUNCH, num_warps=knob("PREP_WARPS", 4),
     )
     return qn, kn, gc, kr, b, w, u, gT, INV, Mqk

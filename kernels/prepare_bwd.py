@@ -181,6 +181,7 @@ def chunk_bwd_dqkg_kernel(
     TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
+    BATCHED: tl.constexpr = 1,   # the 16-row blocks as one batched (3D) product instead of a loop
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -213,7 +214,18 @@ def chunk_bwd_dqkg_kernel(
     b_dL = tl.load(dL + o_cc)
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):
+    o_b = tl.arange(0, C // 16)
+    m_c3 = (o_t[None, :] < o_b[:, None] * 16 + 16)[:, :, None]  # [NB, C, 1]: columns j < 16 (I + 1)
+    if BATCHED and (ABLATE & 1) == 0:
+        # block I's rows only meet columns j < 16 (I + 1): [NB, 16, C] @ [NB, C, BK], no masked-out rows
+        b_gc3 = tl.reshape(b_gc, [C // 16, 16, BK])
+        b_a3 = tl.sum(tl.where((tl.arange(0, 16) == 0)[None, :, None], b_gc3, 0.), axis=1)  # [NB, BK]
+        b_er3 = tl.exp(b_gc3 - b_a3[:, None, :])
+        b_kc3 = tl.where(m_c3, b_kn[None, :, :] * tl.exp(tl.where(m_c3, b_a3[:, None, :] - b_gc[None, :, :], 0.)),
+                         0.)
+        b_Pq = tl.reshape(b_er3 * mm_tf32(tl.reshape(b_dMs, [C // 16, 16, C]), b_kc3, DOT), [C, BK])
+        b_Pl = tl.reshape(b_er3 * mm_tf32(tl.reshape(b_dL, [C // 16, 16, C]), b_kc3, DOT), [C, BK])
+    for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 and not BATCHED else 0, num_stages=1):
         b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
         m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
         m_c = (o_t < I * 16 + 16)[:, None]
@@ -235,7 +247,19 @@ def chunk_bwd_dqkg_kernel(
     b_dbL = b_b[:, None] * b_dL
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
+    if BATCHED and (ABLATE & 2) == 0:
+        # column j gathers from the rows of every block I with j < 16 (I + 1): [NB, C, 16] @ [NB, 16, BK]
+        b_gc3 = tl.reshape(b_gc, [C // 16, 16, BK])
+        b_a3 = tl.sum(tl.where((tl.arange(0, 16) == 0)[None, :, None], b_gc3, 0.), axis=1)
+        b_er3 = tl.exp(b_gc3 - b_a3[:, None, :])
+        b_ec3 = tl.exp(tl.where(m_c3, b_a3[:, None, :] - b_gc[None, :, :], 0.))
+        b_lq = tl.permute(tl.reshape(tl.trans(b_dMs), [C, C // 16, 16]), (1, 0, 2))
+        b_Qq = tl.sum(tl.where(m_c3, b_ec3 * mm_tf32(b_lq, tl.reshape(b_qn, [C // 16, 16, BK]) * b_er3, DOT), 0.),
+                      axis=0)
+        b_ll = tl.permute(tl.reshape(tl.trans(b_dbL), [C, C // 16, 16]), (1, 0, 2))
+        b_Ql = tl.sum(tl.where(m_c3, b_ec3 * mm_tf32(b_ll, tl.reshape(b_kn, [C // 16, 16, BK]) * b_er3, DOT), 0.),
+                      axis=0)
+    for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 and not BATCHED else 0, num_stages=1):
         b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
         m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
         m_c = (o_t < I * 16 + 16)[:, None]
@@ -420,7 +444,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
         **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-        ABLATE=knob("DQKG_ABLATE", 0), **LAUNCH,
+        ABLATE=knob("DQKG_ABLATE", 0), BATCHED=knob("DQKG_BATCHED", 1), **LAUNCH,
         num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
