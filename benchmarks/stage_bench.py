@@ -61,11 +61,11 @@ def main(argv=None):
     def prep():
         return kda_fwd_prepare(q, k, v, g, beta, chunks, **opts)
 
-    qn, kn, gc, kr, b, w, u, gT, INV, Mqk = prep()
+    qn, kn, gc, krT, b, w, u, gT, INV, Mqk = prep()
     stages["fwd_prepare"] = prep
 
     def rec():
-        return kda_fwd_recurrence(kr, gT, w, u, None, chunks, precision=p)
+        return kda_fwd_recurrence(krT, gT, w, u, None, chunks, precision=p)
 
     S, U, ht = rec()
     stages["fwd_recurrence"] = rec

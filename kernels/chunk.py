@@ -93,10 +93,10 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         h0 = h0.float().contiguous()
     faults.bind(q, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
 
-    qn, kn, gc, kr, b, w, u, gT, INV, Mqk = kda_fwd_prepare(
+    qn, kn, gc, krT, b, w, u, gT, INV, Mqk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan)
-    S, U, ht = kda_fwd_recurrence(kr, gT, w, u, h0, chunks, precision=precision)
+    S, U, ht = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan)
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U)

@@ -38,7 +38,7 @@ def kda_fwd_prepare_kernel(
     qn,              # out [BT, H, K] fp32: q after l2norm
     kn,              # out [BT, H, K] fp32: k after l2norm
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
-    kr,              # out [BT, H, K] fp32: kn exp(gT - gc) (<= |kn|; 0 on padding rows)
+    krT,             # out [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
     b,               # out [BT, H] fp32: b after activation
     w,               # out [BT, H, K] fp32: INV Diag(b) kd
     u,               # out [BT, H, V] fp32: INV Diag(b) v
@@ -146,11 +146,11 @@ def kda_fwd_prepare_kernel(
         b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
         if FAULT == 3:
             b_gT = tl.where(i_c == fault_chunk, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)
-        b_kr = b_k * tl.exp(b_gT[None, :] - b_gc)
+        b_kr = tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0)
         tl.store(qn + o_tk, b_q, mask=m_tk)
         tl.store(kn + o_tk, b_k, mask=m_tk)
         tl.store(gc + o_tk, b_gc, mask=m_tk)
-        tl.store(kr + o_tk, b_kr, mask=m_tk)
+        tl.store(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, mask=m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
         if tapped:
             o_ck = o_cK + o_k[None, :]
@@ -248,26 +248,29 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
                     A_log, dt_bias, precision, tap_plan=None):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
-    Returns fp32 ``qn, kn, gc, kr, w [BT,H,K]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``.
+    Returns fp32 ``qn, kn, gc, w [BT,H,K]; krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
+    INV, Mqk [NC,H,C,C]``.  ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's
+    ``kr^T U`` then reads its left operand with the reduction axis contiguous, as tf32 MMAs need.
     """
     BT, H, K = q.shape
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
-    qn, kn, gc, kr, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(5))
+    qn, kn, gc, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(4))
+    krT = torch.empty(NC, H, K, C, device=dev, dtype=f32)
     u = torch.empty(BT, H, V, device=dev, dtype=f32)
     b = torch.empty(BT, H, device=dev, dtype=f32)
     gT = torch.empty(NC, H, K, device=dev, dtype=f32)
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     if NC == 0:
-        return qn, kn, gc, kr, b, w, u, gT, INV, Mqk
+        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, PREPARE_TAPS, qn)
     has_gate = GATE_IDS[gate] != 0
     fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
     kda_fwd_prepare_kernel[(NC, H)](
         q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
-        qn, kn, gc, kr, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
+        qn, kn, gc, krT, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
         float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
         H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)),
         BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
@@ -278,4 +281,4 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         BATCHED=knob("PREP_BATCHED", 1),
         **LAUNCH, num_warps=knob("PREP_WARPS", 4),
     )
-    return qn, kn, gc, kr, b, w, u, gT, INV, Mqk
+    return qn, kn, gc, krT, b, w, u, gT, INV, Mqk

@@ -24,7 +24,7 @@ OUTPUT_TAPS = ("S", "vcorr", "U")
 
 @triton.jit
 def kda_fwd_recurrence_kernel(
-    kr,              # [BT, H, K] fp32: kn exp(gT - gc)
+    krT,             # [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
     w,               # [BT, H, K] fp32: INV Diag(b) kd
     u,               # [BT, H, V] fp32: INV Diag(b) v
@@ -82,10 +82,10 @@ def kda_fwd_recurrence_kernel(
             tl.store(U + o_tv, b_U, mask=m_tv)
 
         b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
-        b_kr = tl.load(kr + o_tk, mask=m_tk, other=0)
+        b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
         b_S = b_S * tl.exp(b_gT)[:, None]
         if (ABLATE & 2) == 0:
-            b_S += mm_tf32(tl.trans(b_kr), b_U, BF16)
+            b_S += mm_tf32(b_krT, b_U, BF16)
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 
@@ -169,12 +169,12 @@ def _block_v(K: int, V: int) -> int:
     return max(16, min(triton.next_power_of_2(V), 64, 8192 // BK))
 
 
-def kda_fwd_recurrence(kr, gT, w, u, h0, chunks, *, precision):
+def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout)."""
-    BT, H, K = kr.shape
+    BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
-    dev, f32 = kr.device, torch.float32
+    dev, f32 = w.device, torch.float32
     S = torch.empty(NC, H, K, V, device=dev, dtype=f32)
     U = torch.empty(BT, H, V, device=dev, dtype=f32)
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
@@ -182,7 +182,7 @@ def kda_fwd_recurrence(kr, gT, w, u, h0, chunks, *, precision):
         return S, U, ht
     BV = knob("REC_BV", 16)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
-        kr, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
+        krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", **LAUNCH, num_warps=knob("REC_WARPS", 4),
