@@ -70,7 +70,9 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     qf, kf, gf, vf, dof = flat(q, K), flat(k, K), flat(g, K), flat(v, V), flat(do, V)
     betaf = beta.contiguous().view(BT, H)
     faults.bind(qf, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
-    sv = {f: getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
+    # qn, kn may be q, k themselves (no l2norm): the kernels read any float dtype, so no fp32 copy
+    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") else getattr(saved, f).float().contiguous()
+          for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
 
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
                                    chunks, scale=scale, precision=precision)

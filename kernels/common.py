@@ -61,6 +61,16 @@ class KernelChunks:
 
     @staticmethod
     def build(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int, device) -> "KernelChunks":
+        if cu_seqlens is None:  # dense: built on the device, no host-to-device copy (which would sync)
+            C = chunk_size
+            n_per = (T + C - 1) // C
+            c = torch.arange(B * n_per, device=device, dtype=torch.int64)
+            t = c % n_per
+            i32 = dict(dtype=torch.int32)
+            return KernelChunks(C, ((c // n_per) * T + t * C).to(**i32).contiguous(),
+                                torch.clamp(T - t * C, max=C).to(**i32).contiguous(), (c // n_per).to(**i32).contiguous(),
+                                (torch.arange(B + 1, device=device, dtype=torch.int64) * n_per).to(**i32).contiguous(),
+                                B * n_per, B, n_per if B else 0)
         bos, lens, base, seq, t, start, length = chunk_layout(B, T, cu_seqlens, chunk_size)
 
         def dev(x):
@@ -73,9 +83,9 @@ class KernelChunks:
 
 @dataclass
 class FwdSaved:
-    """What the forward keeps for the backward (all float32, gates natural-log, math layout).
+    """What the forward keeps for the backward (float32, gates natural-log, math layout).
 
-    qn, kn: [BT,H,K] after l2norm (or the raw q, k when l2norm is off); gc: [BT,H,K] within-chunk
+    qn, kn: [BT,H,K] fp32 after l2norm, or without l2norm the raw q, k themselves in their own dtype; gc: [BT,H,K] within-chunk
     inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H] after activation;
     INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state entering
     each chunk; U: [BT,H,V].

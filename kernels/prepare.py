@@ -35,8 +35,8 @@ def kda_fwd_prepare_kernel(
     beta,            # [BT, H] beta logits (or b itself when BETA_SIGMOID is off)
     A_log,           # [H] fp32 (GATE != 0)
     dt_bias,         # [H, K] fp32 (GATE != 0)
-    qn,              # out [BT, H, K] fp32: q after l2norm
-    kn,              # out [BT, H, K] fp32: k after l2norm
+    qn,              # out [BT, H, K] fp32: q after l2norm (STORE_QK; else q itself, not written)
+    kn,              # out [BT, H, K] fp32: k after l2norm (STORE_QK; else k itself, read by the w pass)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
     krT,             # out [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
     b,               # out [BT, H] fp32: b after activation
@@ -64,6 +64,7 @@ def kda_fwd_prepare_kernel(
     GATE: tl.constexpr,          # 0 none, 1 lower_bound, 2 softplus
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
+    STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, or a planted fault that shifts the loads)
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
@@ -147,8 +148,9 @@ def kda_fwd_prepare_kernel(
         if FAULT == 3:
             b_gT = tl.where(i_c == fault_chunk, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)
         b_kr = tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0)
-        tl.store(qn + o_tk, b_q, mask=m_tk)
-        tl.store(kn + o_tk, b_k, mask=m_tk)
+        if STORE_QK:
+            tl.store(qn + o_tk, b_q, mask=m_tk)
+            tl.store(kn + o_tk, b_k, mask=m_tk)
         tl.store(gc + o_tk, b_gc, mask=m_tk)
         tl.store(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, mask=m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
@@ -233,7 +235,7 @@ def kda_fwd_prepare_kernel(
         o_k = i_k * BK + tl.arange(0, BK)
         m_tk = m_t[:, None] & (o_k < K)[None, :]
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-        b_kd = tl.load(kn + o_tk, mask=m_tk, other=0) * tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0))
+        b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0))
         tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
     for i_v in range(tl.cdiv(V, BV) if (ABLATE & 8) == 0 else 0):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -248,7 +250,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
                     A_log, dt_bias, precision, tap_plan=None):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
-    Returns fp32 ``qn, kn, gc, w [BT,H,K]; krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
+    Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
+    own dtype: the same values, no copy); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
     INV, Mqk [NC,H,C,C]``.  ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's
     ``kr^T U`` then reads its left operand with the reduction axis contiguous, as tf32 MMAs need.
     """
@@ -256,7 +259,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
-    qn, kn, gc, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(4))
+    fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
+    store_qk = qk_l2norm or fault != 0
+    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2)) if store_qk else (q, k)
+    gc, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2))
     krT = torch.empty(NC, H, K, C, device=dev, dtype=f32)
     u = torch.empty(BT, H, V, device=dev, dtype=f32)
     b = torch.empty(BT, H, device=dev, dtype=f32)
@@ -267,14 +273,13 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, PREPARE_TAPS, qn)
     has_gate = GATE_IDS[gate] != 0
-    fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
     kda_fwd_prepare_kernel[(NC, H)](
         q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
         qn, kn, gc, krT, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
         float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
         H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)),
         BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
-        L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, BF16=precision == "bf16", STORE_TAPS=store,
+        L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, BF16=precision == "bf16", STORE_TAPS=store,
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0),

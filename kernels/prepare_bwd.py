@@ -100,8 +100,8 @@ def chunk_bwd_dqkg_v_kernel(
     if FAULT == 4:  # test-only: the planted chunk's dgT reads dS after this chunk's update
         f_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
         f_E = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))
-        f_qd = tl.where(m_tk, scale * tl.load(qn + o_tk, mask=m_tk, other=0.) * f_E, 0.)
-        f_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0.) * f_E, 0.)
+        f_qd = tl.where(m_tk, scale * tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32) * f_E, 0.)
+        f_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32) * f_E, 0.)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
@@ -201,8 +201,8 @@ def chunk_bwd_dqkg_kernel(
     b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
     b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
-    b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.)
-    b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.)
+    b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32)
+    b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
     b_E = tl.exp(b_gc)
 
     # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, anchored per 16-row block I:
@@ -444,7 +444,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
         **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-        ABLATE=knob("DQKG_ABLATE", 0), BATCHED=knob("DQKG_BATCHED", 1), **LAUNCH,
+        ABLATE=knob("DQKG_ABLATE", 0), BATCHED=knob("DQKG_BATCHED", 0), **LAUNCH,
         num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

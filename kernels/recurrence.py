@@ -139,7 +139,7 @@ def kda_fwd_output_kernel(
 
     b_S = tl.load(S + o_ch * K * V + o_kv, mask=m_kv, other=0)
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
-    b_qd = tl.where(m_tk, tl.load(qn + o_tk, mask=m_tk, other=0) * scale * tl.exp(b_gc), 0.0)
+    b_qd = tl.where(m_tk, tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32) * scale * tl.exp(b_gc), 0.0)
     b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
     b_U = tl.load(U + o_tv, mask=m_tv, other=0)
     b_o = mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16)
@@ -156,7 +156,7 @@ def kda_fwd_output_kernel(
             if TAP_U:
                 tl.store(t_U + o_tap * BC * V + o_cv, b_U, mask=m_cv)
             if TAP_VCORR:
-                b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0) * tl.exp(b_gc), 0.0)
+                b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(b_gc), 0.0)
                 b_v = tl.load(v + o_tv, mask=m_tv, other=0).to(tl.float32)
                 b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
                 b_vc = b_b[:, None] * (b_v - mm(b_kd, b_S, BF16))
@@ -186,7 +186,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", **LAUNCH, num_warps=knob("REC_WARPS", 4),
-        num_stages=knob("REC_STAGES", 3), ABLATE=knob("REC_ABLATE", 0),
+        num_stages=knob("REC_STAGES", 2), ABLATE=knob("REC_ABLATE", 0),
     )
     return S, U, ht
 

@@ -129,3 +129,19 @@ def test_head_dims_up_to_256(K, V, dtype):
                                            < ref.chunks.length[:, None, None, None])
         c = compare(name, buffers[name], ref.taps[name], mask).judge(1e-5)
         assert c.passed, c
+
+
+@pytest.mark.parametrize("B,T,C", [(1, 1, 16), (2, 17, 16), (3, 200, 64), (2, 64, 32), (1, 0, 16), (2, 130, 32)])
+def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
+    """The dense table is built with device arithmetic (no host copy); it must be spec §9's numbering."""
+    from kdadbg_kernels.common import KernelChunks, chunk_layout
+
+    got = KernelChunks.build(B, T, None, C, DEVICE)
+    bos, lens, base, seq, t, start, length = chunk_layout(B, T, None, C)
+    assert got.chunk_start.cpu().tolist() == start.tolist()
+    assert got.chunk_len.cpu().tolist() == length.tolist()
+    assert got.chunk_seq.cpu().tolist() == seq.tolist()
+    assert got.seq_chunk_base.cpu().tolist() == base.tolist()
+    assert (got.n_chunks, got.n_seqs) == (int(base[-1]), B)
+    assert got.max_chunks == int((base[1:] - base[:-1]).max())
+    assert all(x.dtype == torch.int32 for x in (got.chunk_start, got.chunk_len, got.chunk_seq, got.seq_chunk_base))
