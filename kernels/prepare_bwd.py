@@ -161,6 +161,16 @@ def chunk_bwd_dqkg_v_kernel(
 
 
 @triton.jit
+def mm_x3(a, b, DOT: tl.constexpr):
+    """fp32-accurate product for the gate-sensitive intra-chunk terms: three tf32 MMAs in the bf16 mode
+    (their cancellation in dg, dA_log and ddt_bias exposes single-tf32 errors), IEEE otherwise."""
+    if DOT == 1:
+        return tl.dot(a, b, input_precision="tf32x3")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
 def _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr):
     """Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL, anchored at a = gc[16 I]."""
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
@@ -168,8 +178,8 @@ def _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr):
     m_c = (o_t < I * 16 + 16)[:, None]
     b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
     b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
-    return (tl.where(m_r, b_er * mm_tf32(b_dMs, b_kc, DOT), 0.),
-            tl.where(m_r, b_er * mm_tf32(b_dL, b_kc, DOT), 0.))
+    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT), 0.),
+            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT), 0.))
 
 
 @triton.jit
@@ -180,8 +190,8 @@ def _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr):
     m_c = (o_t < I * 16 + 16)[:, None]
     b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
     b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
-    return (tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMs), b_qn * b_er, DOT), 0.),
-            tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dbL), b_kn * b_er, DOT), 0.))
+    return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT), 0.),
+            tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT), 0.))
 
 
 @triton.jit
