@@ -73,6 +73,7 @@ def chunk_bwd_dqkg_v_kernel(
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 1 dL_sign, 4 dgT_after_update
+    UNCOND: tl.constexpr = 0,    # the V-only products in every K-block (not under `if first` in the loop)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -123,11 +124,16 @@ def chunk_bwd_dqkg_v_kernel(
             f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)
                     - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))
             b_dgTs += tl.where(i_c == fault_chunk, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)
-        if first:  # the V-only products, once per chunk
+        if UNCOND:
+            b_dMqk += mm(b_do, tl.trans(b_U), DOT)
+            b_dL += mm(b_dvc, tl.trans(b_U), DOT)
+            b_dbv += tl.sum(b_dvc * tl.load(v + o_tv, mask=m_tv, other=0.).to(tl.float32), axis=1)
+        elif first:  # the V-only products, once per chunk
             b_dMqk += mm(b_do, tl.trans(b_U), DOT)
             b_dL += mm(b_dvc, tl.trans(b_U), DOT)
             b_v = tl.load(v + o_tv, mask=m_tv, other=0.).to(tl.float32)
             b_dbv += tl.sum(b_dvc * b_v, axis=1)
+        if first:
             tl.store(dv + o_tv, b_b[:, None] * b_dvc, mask=m_tv)
             m_pv = (o_t >= 0)[:, None] & m_v[None, :]
             if TAP_DU and on:
@@ -152,6 +158,40 @@ def chunk_bwd_dqkg_v_kernel(
                 tl.store(t_dMqk + o_pcc, b_dMqk)
             if TAP_DL:
                 tl.store(t_dL + o_pcc, b_dL)
+
+
+@triton.jit
+def mm_x3(a, b, DOT: tl.constexpr):
+    """fp32-accurate product for the gate-sensitive intra-chunk terms: three tf32 MMAs in the bf16 mode
+    (their cancellation in dg, dA_log and ddt_bias exposes single-tf32 errors), IEEE otherwise."""
+    if DOT == 1:
+        return tl.dot(a, b, input_precision="tf32x3")
+    else:
+        return tl.dot(a, b, input_precision="ieee")
+
+
+@triton.jit
+def _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr):
+    """Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL, anchored at a = gc[16 I]."""
+    b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
+    m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
+    m_c = (o_t < I * 16 + 16)[:, None]
+    b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
+    b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
+    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT), 0.),
+            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT), 0.))
+
+
+@triton.jit
+def _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr):
+    """Block I's share of sum_{i in I} A[i,j] y_i e^(gc_i-gc_j) (A, y = dMs, qn and b dL, kn), anchored at gc[16 I]."""
+    b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
+    m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
+    m_c = (o_t < I * 16 + 16)[:, None]
+    b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
+    b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
+    return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT), 0.),
+            tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT), 0.))
 
 
 @triton.jit
@@ -182,6 +222,7 @@ def chunk_bwd_dqkg_kernel(
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
     BATCHED: tl.constexpr = 1,   # the 16-row blocks as one batched (3D) product instead of a loop
+    UNROLL: tl.constexpr = 0,    # the 16-row block loops unrolled (static_range) instead of a runtime loop
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -225,14 +266,15 @@ def chunk_bwd_dqkg_kernel(
                          0.)
         b_Pq = tl.reshape(b_er3 * mm_tf32(tl.reshape(b_dMs, [C // 16, 16, C]), b_kc3, DOT), [C, BK])
         b_Pl = tl.reshape(b_er3 * mm_tf32(tl.reshape(b_dL, [C // 16, 16, C]), b_kc3, DOT), [C, BK])
-    for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 and not BATCHED else 0, num_stages=1):
-        b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
-        m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
-        m_c = (o_t < I * 16 + 16)[:, None]
-        b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
-        b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
-        b_Pq += tl.where(m_r, b_er * mm_tf32(b_dMs, b_kc, DOT), 0.)
-        b_Pl += tl.where(m_r, b_er * mm_tf32(b_dL, b_kc, DOT), 0.)
+    if UNROLL and not BATCHED and (ABLATE & 1) == 0:
+        for I in tl.static_range(C // 16):
+            d_q, d_l = _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT)
+            b_Pq += d_q
+            b_Pl += d_l
+    for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 and not BATCHED and not UNROLL else 0, num_stages=1):
+        d_q, d_l = _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT)
+        b_Pq += d_q
+        b_Pl += d_l
 
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     tl.store(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), mask=m_tk)
@@ -259,14 +301,15 @@ def chunk_bwd_dqkg_kernel(
         b_ll = tl.permute(tl.reshape(tl.trans(b_dbL), [C, C // 16, 16]), (1, 0, 2))
         b_Ql = tl.sum(tl.where(m_c3, b_ec3 * mm_tf32(b_ll, tl.reshape(b_kn, [C // 16, 16, BK]) * b_er3, DOT), 0.),
                       axis=0)
-    for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 and not BATCHED else 0, num_stages=1):
-        b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
-        m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
-        m_c = (o_t < I * 16 + 16)[:, None]
-        b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
-        b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
-        b_Qq += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dMs), b_qn * b_er, DOT), 0.)
-        b_Ql += tl.where(m_c, b_ec * mm_tf32(tl.trans(b_dbL), b_kn * b_er, DOT), 0.)
+    if UNROLL and not BATCHED and (ABLATE & 2) == 0:
+        for I in tl.static_range(C // 16):
+            d_q, d_l = _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT)
+            b_Qq += d_q
+            b_Ql += d_l
+    for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 and not BATCHED and not UNROLL else 0, num_stages=1):
+        d_q, d_l = _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT)
+        b_Qq += d_q
+        b_Ql += d_l
 
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
@@ -435,7 +478,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
         *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, H, K, V,
         C=C, BK=BK, BV=knob("DQKGV_BV", _pow2(V, hi=32)), DOT=DOT,
-        **{f"TAP_{name.upper()}": taps[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0, **LAUNCH,
+        **{f"TAP_{name.upper()}": taps[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0,
+        UNCOND=knob("DQKGV_UNCOND", 0), **LAUNCH,
         num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
     chunk_bwd_dqkg_kernel[(NK, NC, H)](
         qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
@@ -444,7 +488,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
         **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-        ABLATE=knob("DQKG_ABLATE", 0), BATCHED=knob("DQKG_BATCHED", 0), **LAUNCH,
+        ABLATE=knob("DQKG_ABLATE", 0), BATCHED=knob("DQKG_BATCHED", 0),
+        UNROLL=knob("DQKG_UNROLL", 0), **LAUNCH,
         num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

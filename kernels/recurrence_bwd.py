@@ -34,6 +34,13 @@ def round_mantissa(x, DROP: tl.constexpr):
 
 
 @triton.jit
+def truncate_mantissa(x, DROP: tl.constexpr):
+    """Drop the low ``DROP`` mantissa bits of fp32 (toward zero), as tf32 tensor-core operands do."""
+    u = x.to(tl.uint32, bitcast=True)
+    return ((u >> DROP) << DROP).to(tl.float32, bitcast=True)
+
+
+@triton.jit
 def mm(a, b, DOT: tl.constexpr):
     """fp32-accumulating tensor-core product. DOT 0: fp32 operands, IEEE precision; 1: bf16 operands;
     2: bf16 operands emulated in fp32 (the Triton interpreter truncates casts to bf16)."""
@@ -52,7 +59,7 @@ def mm_tf32(a, b, DOT: tl.constexpr):
     if DOT == 1:
         return tl.dot(a, b, input_precision="tf32")
     elif DOT == 2:
-        return tl.dot(round_mantissa(a, 13), round_mantissa(b, 13), input_precision="ieee")
+        return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), input_precision="ieee")
     else:
         return tl.dot(a, b, input_precision="ieee")
 

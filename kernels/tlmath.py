@@ -44,9 +44,8 @@ def mm(a, b, BF16: tl.constexpr):
 
 @triton.jit
 def round_tf32(x):
-    """fp32 -> nearest tf32 (10 mantissa bits, ties to even), kept in fp32."""
-    i = x.to(tl.float32).to(tl.uint32, bitcast=True)
-    i = (i + 0xFFF + ((i >> 13) & 1)) & 0xFFFFE000
+    """fp32 -> tf32 as the tensor cores read it: the low 13 mantissa bits dropped (toward zero), kept in fp32."""
+    i = x.to(tl.float32).to(tl.uint32, bitcast=True) & 0xFFFFE000
     return i.to(tl.float32, bitcast=True)
 
 
