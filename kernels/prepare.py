@@ -72,7 +72,6 @@ def kda_fwd_prepare_kernel(
     TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no substitution, 2 no INV series, 4 no A products, 8 no w/u
-    BATCHED: tl.constexpr = 1,   # the 16-row blocks as one batched (3D) product instead of a loop
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -171,7 +170,7 @@ def kda_fwd_prepare_kernel(
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
         b_qs = b_q * scale
-        if BATCHED and (ABLATE & 4) == 0:
+        if (ABLATE & 4) == 0:
             # block s's rows only meet columns j < 16 (s + 1): [NB, 16, BK] @ [NB, BK, BC]
             b_gc3 = tl.reshape(b_gc, [BC // 16, 16, BK])
             b_a3 = tl.sum(tl.where((tl.arange(0, 16) == 0)[None, :, None], b_gc3, 0.0), axis=1)  # [NB, BK]
@@ -182,15 +181,6 @@ def kda_fwd_prepare_kernel(
             b_kj3 = tl.permute(b_kj3, (0, 2, 1))
             b_Akk += tl.reshape(mm_tf32(tl.reshape(b_k, [BC // 16, 16, BK]) * b_el3, b_kj3, BF16), [BC, BC])
             b_Aqk += tl.reshape(mm_tf32(tl.reshape(b_qs, [BC // 16, 16, BK]) * b_el3, b_kj3, BF16), [BC, BC])
-        for i_s in tl.range(0, BC // 16 if (ABLATE & 4) == 0 and not BATCHED else 0, num_stages=1):  # not unrolled: bounds the live tiles
-            m_s = (o_t >= i_s * 16) & (o_t < i_s * 16 + 16)
-            m_j = o_t < i_s * 16 + 16
-            b_a = tl.sum(tl.where((o_t == i_s * 16)[:, None], b_gc, 0.0), 0)
-            b_el = tl.exp(tl.where(m_s[:, None], b_gc - b_a[None, :], 0.0))
-            b_er = tl.exp(tl.where(m_j[:, None], b_a[None, :] - b_gc, 0.0))
-            b_kj = tl.where(m_j[:, None], b_k * b_er, 0.0)
-            b_Akk += mm_tf32(tl.where(m_s[:, None], b_k * b_el, 0.0), tl.trans(b_kj), BF16)
-            b_Aqk += mm_tf32(tl.where(m_s[:, None], b_qs * b_el, 0.0), tl.trans(b_kj), BF16)
     b_L = tl.where(o_t[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
     b_M = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.0)
 
@@ -283,7 +273,6 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
         TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
         TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0),
-        BATCHED=knob("PREP_BATCHED", 1),
         **LAUNCH, num_warps=knob("PREP_WARPS", 4),
     )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
