@@ -9,7 +9,13 @@ and total ``gT``, the strictly lower ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk
 strong gates. ``kd ki^T`` and ``qd ki^T`` are built per 16-row block s of rows with the exponent
 anchored at ``a = gc[16 s]``: ``exp(gc_i - a) <= 1`` on the block's rows and ``exp(a - gc_j) <=
 exp(15 |gamma|max)`` on the columns ``j < 16 (s + 1)`` it pairs with; every other entry is selected
-away with ``tl.where`` before the exponential.
+away with ``tl.where`` before the exponential. The four 16-row blocks go through one batched (3D)
+product ``[NB, 16, BK] @ [NB, BK, C]``, so no masked-out rows are multiplied.
+
+The kernel walks K in blocks (row norms first when l2norm is on, then per block the per-token
+stage and its share of the products), which keeps every tile small enough not to spill registers
+on sm_90; ``w`` is formed after ``INV`` from this program's own ``kn``/``gc`` stores, made visible
+by a barrier.
 """
 
 from __future__ import annotations

@@ -3,7 +3,9 @@ output pass, parallel over chunks.
 
 State pass, grid (N, H, V-blocks): S [K, BV] fp32 stays in registers; per chunk of the sequence,
 in order, it stores S (the state entering the chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)),
-then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1). The last S is ht.
+then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1), read as ``krT``
+[K, C] per chunk from the prepare (the tf32 MMA then needs no register transpose). The last S is ht.
+V-blocks of 16 columns: 8 programs per head at V = 128, so 128 sequential chains at H = 16.
 
 Output pass, grid (NC, H, V-blocks): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``; it also
 writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps.
