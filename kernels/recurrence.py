@@ -19,7 +19,7 @@ import triton.language as tl
 
 from .common import LAUNCH, tap_kernel_args
 from .tuning import knob
-from .tlmath import mm, mm3, mm_tf32
+from .tlmath import mm, mm_tf32
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 

@@ -2,9 +2,9 @@
 stable sigmoid/softplus and the gate activations of spec §1.3 (natural-log units).
 
 Precision modes of a product: ``mm`` is one MMA (ieee fp32, or bf16 operands in the fast mode);
-``mm3`` is ieee fp32, or in the fast mode three bf16 MMAs on hi/lo splits (about 16 mantissa bits).
-The fast forward uses ``mm3`` where an error would be carried on (the anchored ``kd ki^T`` and
-``qd ki^T``, the ``INV`` products, the state pass) and ``mm`` for the output ``o`` only: with ``mm``
+``mm_tf32`` is ieee fp32, or in the fast mode one tf32 MMA (10 mantissa bits). The fast forward uses
+``mm_tf32`` where an error would be carried on (the anchored ``kd ki^T`` and ``qd ki^T``, the ``INV``
+products, ``w``, ``u``, the state pass) and ``mm`` for the output ``o`` only: with bf16 operands
 everywhere, o and ht land at 3-5e-3 of fla's ratio, too close to the 5e-3 bar.
 """
 
@@ -57,44 +57,6 @@ def mm_tf32(a, b, BF16: tl.constexpr):
             return tl.dot(round_tf32(a), round_tf32(b), input_precision="ieee")
         else:
             return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
-    else:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-
-
-@triton.jit
-def mm_x3(a, b, BF16: tl.constexpr):
-    """a @ b to about fp32 accuracy on tensor cores (fast mode: three tf32 MMAs, "tf32x3"), or ieee fp32."""
-    if BF16 and not INTERPRET:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32x3")
-    else:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
-
-
-@triton.jit
-def _split_bf16(x):
-    if INTERPRET:
-        hi = round_bf16(x)
-        return hi, round_bf16(x - hi)
-    else:
-        hi = x.to(tl.bfloat16)
-        return hi, (x - hi.to(tl.float32)).to(tl.bfloat16)
-
-
-@triton.jit
-def _mmb(a, b):
-    if INTERPRET:
-        return tl.dot(a, b, input_precision="ieee")
-    else:
-        return tl.dot(a, b)
-
-
-@triton.jit
-def mm3(a, b, BF16: tl.constexpr):
-    """a @ b to about 16 mantissa bits from three bf16 MMAs (hi·hi + hi·lo + lo·hi), or ieee fp32."""
-    if BF16:
-        a_hi, a_lo = _split_bf16(a.to(tl.float32))
-        b_hi, b_lo = _split_bf16(b.to(tl.float32))
-        return _mmb(a_hi, b_hi) + (_mmb(a_hi, b_lo) + _mmb(a_lo, b_hi))
     else:
         return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
 
