@@ -47,9 +47,9 @@ def main(argv=None):
     os.environ.setdefault("FLA_FLASH_KDA", "0")
     os.environ.setdefault("FLA_TILELANG", "0")
     import torch
-    import torch.nn.functional as F
     import triton
     import triton.testing
+    from peer_inputs import peer_inputs
 
     from kdadbg_kernels import chunk as ours
     from kdadbg_kernels.taps import TapSelection
@@ -73,23 +73,7 @@ def main(argv=None):
                            T=sum(MIXED6), lens=MIXED6))
 
     def inputs(s):
-        gen = torch.Generator(device=dev).manual_seed(0)
-        T, H, D = s["T"], s["H"], args.dim
-
-        def rn(*shape):
-            return torch.randn(*shape, generator=gen, device=dev, dtype=torch.float32)
-
-        x = dict(q=F.normalize(rn(1, T, H, D), dim=-1).to(torch.bfloat16),
-                 k=F.normalize(rn(1, T, H, D), dim=-1).to(torch.bfloat16),
-                 v=rn(1, T, H, D).to(torch.bfloat16),
-                 g=F.logsigmoid(rn(1, T, H, D)) / 16.0,
-                 beta=torch.sigmoid(rn(1, T, H)).to(torch.bfloat16))
-        for t in x.values():
-            t.requires_grad_(True)
-        cu = None
-        if s["lens"]:
-            cu = torch.tensor([0] + list(torch.tensor(s["lens"]).cumsum(0).tolist()), device=dev, dtype=torch.long)
-        return x, cu, rn(1, T, H, D).to(torch.bfloat16)
+        return peer_inputs(s["T"], s["H"], args.dim, dev, lens=s["lens"])
 
     def timed(fn):
         return float(triton.testing.do_bench(fn, warmup=args.warmup, rep=args.rep, return_mode="median"))

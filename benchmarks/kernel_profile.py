@@ -28,23 +28,13 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     import torch
-    import torch.nn.functional as F
+    from peer_inputs import peer_inputs
     from torch.profiler import ProfilerActivity, profile
 
     from kdadbg_kernels.chunk import chunk_kda
 
-    dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
-
-    def rn(*shape):
-        return torch.randn(*shape, generator=gen, device=dev)
-
     T, H, D = a.T, a.H, a.D
-    x = dict(q=F.normalize(rn(1, T, H, D), dim=-1).bfloat16(), k=F.normalize(rn(1, T, H, D), dim=-1).bfloat16(),
-             v=rn(1, T, H, D).bfloat16(), g=F.logsigmoid(rn(1, T, H, D)) / 16, beta=rn(1, T, H).sigmoid().bfloat16())
-    for t in x.values():
-        t.requires_grad_(True)
-    do = rn(1, T, H, D).bfloat16()
+    x, _, do = peer_inputs(T, H, D, torch.device("cuda"))
 
     def step():
         o = chunk_kda(**x, chunk_size=a.chunk_size, precision=a.precision)[0]

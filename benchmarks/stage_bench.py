@@ -29,8 +29,8 @@ def main(argv=None):
     ap.add_argument("--json-lines", default=None, help="append the result as one JSON line to this file")
     a = ap.parse_args(argv)
     import torch
-    import torch.nn.functional as F
     import triton.testing
+    from peer_inputs import peer_inputs
 
     from kdadbg_kernels.common import KernelChunks
     from kdadbg_kernels.prepare import kda_fwd_prepare
@@ -39,17 +39,10 @@ def main(argv=None):
     from kdadbg_kernels.recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
     dev = torch.device("cuda")
-    gen = torch.Generator(device=dev).manual_seed(0)
     T, H, D, C = a.T, a.H, a.D, a.chunk_size
-
-    def rn(*shape):
-        return torch.randn(*shape, generator=gen, device=dev)
-
-    q = F.normalize(rn(T, H, D), dim=-1).bfloat16()
-    k = F.normalize(rn(T, H, D), dim=-1).bfloat16()
-    v, do = rn(T, H, D).bfloat16(), rn(T, H, D).bfloat16()
-    g = F.logsigmoid(rn(T, H, D)) / 16
-    beta = rn(T, H).sigmoid().bfloat16()
+    x, _, do = peer_inputs(T, H, D, dev, requires_grad=False)
+    q, k, v, g, beta = (x[n][0] for n in ("q", "k", "v", "g", "beta"))  # flattened B*T = T
+    do = do[0]
     chunks = KernelChunks.build(1, T, None, C, dev)
     scale, p = D ** -0.5, "bf16"
     opts = dict(scale=scale, gate="none", lower_bound=-5.0, qk_l2norm=False, beta_sigmoid=False, A_log=None,
