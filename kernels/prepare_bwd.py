@@ -32,7 +32,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH
 from .tuning import knob
-from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
+from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -161,37 +161,73 @@ def chunk_bwd_dqkg_v_kernel(
 
 
 @triton.jit
-def mm_x3(a, b, DOT: tl.constexpr):
-    """fp32-accurate product for the gate-sensitive intra-chunk terms: three tf32 MMAs in the bf16 mode
-    (their cancellation in dg, dA_log and ddt_bias exposes single-tf32 errors), IEEE otherwise."""
+def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """fp32-accurate product for the gate-sensitive intra-chunk terms in the bf16 modes (their
+    cancellation in dg, dA_log and ddt_bias exposes single-tf32 errors), IEEE in fp32 mode.
+
+    SPLIT 3 (default): three tf32 MMAs (``tf32x3``). SPLIT 2 (a knob for timing): two,
+    ``a·hi(b) + a·lo(b)`` with ``hi(b)`` b's tf32 truncation and ``lo(b) = b - hi(b)``: b (the keys or
+    queries with their decay) kept to about fp32, a (dMqk, dL) to tf32. In CPU emulation over 8 seeds
+    it stayed within fla's bars except `chunk32`'s dA_log (1.06x its tolerance at worst, against 0.90x
+    for SPLIT 3); keeping a exact instead was far worse (ddt_bias 1.87x on `chunk64_varlen`). Under
+    the interpreter (DOT 2) tf32 operands are truncated as the tensor cores read them; tf32x3 is
+    taken as IEEE."""
     if DOT == 1:
-        return tl.dot(a, b, input_precision="tf32x3")
+        if SPLIT == 2:
+            hi = truncate_mantissa(b, 13)
+            return tl.dot(a, hi, input_precision="tf32") + tl.dot(a, b - hi, input_precision="tf32")
+        else:
+            return tl.dot(a, b, input_precision="tf32x3")
+    elif DOT == 2 and SPLIT == 2:
+        hi, at = truncate_mantissa(b, 13), truncate_mantissa(a, 13)
+        return (tl.dot(at, hi, input_precision="ieee")
+                + tl.dot(at, truncate_mantissa(b - hi, 13), input_precision="ieee"))
     else:
         return tl.dot(a, b, input_precision="ieee")
 
 
 @triton.jit
-def _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr):
+def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
+    """Along the chunk axis: ``sum_{r >= i} x[r]`` (SUFFIX 1) or ``sum_{r < i} x[r]`` (SUFFIX 0).
+
+    In fp32 mode as an IEEE product with a 0/1 triangle, whose FMA order is fixed: ``tl.cumsum``'s
+    order follows the register layout the compiler picks, and on the H200 (Triton 3.6) switching taps
+    on moved this scan to another layout and changed dg's last bits (docs/gpu/round7). The bf16 modes
+    keep the scan (no extra MMAs there), whose layout was the same with taps on and off."""
+    if DOT == 0:
+        if SUFFIX:
+            m = o_t[None, :] >= o_t[:, None]
+        else:
+            m = o_t[None, :] < o_t[:, None]
+        return tl.dot(m.to(tl.float32), x, input_precision="ieee")
+    elif SUFFIX:
+        return tl.cumsum(x, axis=0, reverse=True)
+    else:
+        return tl.cumsum(x, axis=0) - x
+
+
+@triton.jit
+def _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.constexpr):
     """Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL, anchored at a = gc[16 I]."""
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
     b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
     b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
-    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT), 0.),
-            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT), 0.))
+    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT, SPLIT), 0.),
+            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT, SPLIT), 0.))
 
 
 @triton.jit
-def _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr):
+def _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLIT: tl.constexpr):
     """Block I's share of sum_{i in I} A[i,j] y_i e^(gc_i-gc_j) (A, y = dMs, qn and b dL, kn), anchored at gc[16 I]."""
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
     b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
     b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
-    return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT), 0.),
-            tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT), 0.))
+    return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT, SPLIT), 0.),
+            tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT, SPLIT), 0.))
 
 
 @triton.jit
@@ -221,6 +257,7 @@ def chunk_bwd_dqkg_kernel(
     TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
+    SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -254,7 +291,7 @@ def chunk_bwd_dqkg_kernel(
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
     for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-        d_q, d_l = _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT)
+        d_q, d_l = _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT, SPLIT)
         b_Pq += d_q
         b_Pl += d_l
 
@@ -272,7 +309,7 @@ def chunk_bwd_dqkg_kernel(
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
     for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
-        d_q, d_l = _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT)
+        d_q, d_l = _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT, SPLIT)
         b_Qq += d_q
         b_Ql += d_l
 
@@ -288,7 +325,7 @@ def chunk_bwd_dqkg_kernel(
     # dγ[i] = sum_{r >= i} dgc[r] + dgT with dgT = eT⊙rowsum(dS⁺⊙S) + sum_r kr⊙dkr[r]; the kr path
     # enters dgc[r] as -kr⊙dkr[r], so it is summed as the prefix r < i rather than total - suffix
     b_dgTs = tl.load(dgTs + o_ch * K + o_k, mask=m_k, other=0.)
-    b_dgam = (tl.cumsum(b_dgx, axis=0, reverse=True) + (tl.cumsum(b_dkrr, axis=0) - b_dkrr)
+    b_dgam = (row_sums(b_dgx, o_t, 1, DOT) + row_sums(b_dkrr, o_t, 0, DOT)
               + (tl.exp(b_gT) * b_dgTs)[None, :])
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
@@ -456,7 +493,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
         **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-        ABLATE=knob("DQKG_ABLATE", 0), **LAUNCH,
+        ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 3), **LAUNCH,
         num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

@@ -103,7 +103,7 @@ def compare(grads, taps_out, ref_grads, ref_taps, chunks, cfg, K, V, tol=1e-5, t
         x = grads[name]
         if name == "dh0":
             x = x.transpose(-1, -2) if cfg.state_layout == "vk" else x
-        r = ratio(ref, x.reshape(ref.shape))
+        r = ratio(ref, x.reshape(ref.shape).cpu())
         if not r <= (tol if isinstance(tol, float) else tol.get(name, 1e-5)):
             bad[name] = r
     for name, buf in (taps_out or {}).items():
@@ -221,11 +221,12 @@ def test_forward_backward(name):
     case = get_case(name)
     inputs, cfg = make_inputs(case)
     res = run_reference(inputs, cfg, taps=())
+    dev = inputs.to(DEVICE)
     _, _, saved, chunks = kda_forward(
-        inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, scale=cfg.scale, chunk_size=cfg.chunk_size,
+        dev.q, dev.k, dev.v, dev.g, dev.beta, scale=cfg.scale, chunk_size=cfg.chunk_size,
         gate=cfg.gate, lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
-        A_log=inputs.A_log, dt_bias=inputs.dt_bias, h0=to_math(inputs.h0, cfg.state_layout),
-        cu_seqlens=inputs.cu_seqlens)
+        A_log=dev.A_log, dt_bias=dev.dt_bias, h0=to_math(dev.h0, cfg.state_layout),
+        cu_seqlens=dev.cu_seqlens)
     B, T, H, K, V = inputs.shape
     grads = run_bwd(saved, chunks, inputs, cfg)
     assert not compare(grads, None, res.outputs, None, chunks, cfg, K, V)

@@ -1,0 +1,56 @@
+"""Taps must not change how a reduction adds: every ``tl.sum``/``tl.cumsum`` keeps its register layout
+with taps on (``benchmarks/layout_check.py``; the kernels compiled for sm_90, no GPU needed).
+
+Before ``row_sums`` the K pass's reverse scan of dgc moved layout in fp32 mode with taps on, and dg
+changed in its last bits on the H200 (docs/gpu/round7); this check flags that code.
+"""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+from layout_check import reductions  # noqa: E402
+
+TTGIR = """#blocked = #ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [4, 8], warpsPerCTA = [4, 1], order = [1, 0]}>
+#blocked1 = #ttg.blocked<{sizePerThread = [2, 2], threadsPerWarp = [2, 16], warpsPerCTA = [4, 1], order = [1, 0]}>
+module {
+    %a = "tt.scan"(%x) <{axis = 0 : i32, reverse = true}> ({
+    ^bb0(%p: f32, %q: f32):
+      %s = arith.addf %p, %q : f32
+      tt.scan.return %s : f32
+    }) : (tensor<16x32xf32, #blocked1>) -> tensor<16x32xf32, #blocked1>
+    %b = "tt.reduce"(%a) <{axis = 1 : i32}> ({
+    ^bb0(%p: f32, %q: f32):
+      %s = arith.addf %p, %q : f32
+      tt.reduce.return %s : f32
+    }) : (tensor<16x32xf32, #blocked>) -> tensor<16xf32, #ttg.slice<{dim = 1, parent = #blocked}>>
+    %c = "tt.reduce"(%b) <{axis = 0 : i32}> ({
+    ^bb0(%p: f32, %q: f32):
+      %s = arith.addf %p, %q : f32
+      tt.reduce.return %s : f32
+    }) : (tensor<16xf32, #ttg.slice<{dim = 1, parent = #blocked}>>) -> f32
+}
+"""
+
+
+def test_reductions_parses_ops_shapes_and_spelled_out_layouts():
+    r = reductions(TTGIR)
+    assert [x[:2] for x in r] == [("scan axis 0", "16x32xf32"), ("reduce axis 1", "16x32xf32"),
+                                  ("reduce axis 0", "16xf32")]
+    assert "sizePerThread = [2, 2]" in r[0][2] and "sizePerThread = [1, 4]" in r[1][2]
+    assert r[2][2].startswith("#ttg.slice<{dim = 1, parent = #ttg.blocked<{sizePerThread = [1, 4]")
+    moved = reductions(TTGIR.replace("(tensor<16x32xf32, #blocked1>)", "(tensor<16x32xf32, #blocked>)"))
+    assert moved[0] != r[0] and moved[1:] == r[1:]
+
+
+@pytest.mark.parametrize("chunk,K,V", [(16, 72, 40), (64, 128, 128)])
+def test_taps_keep_every_reduction_layout(chunk, K, V):
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layout_check.py"), "--chunk-size", str(chunk),
+                        "--K", str(K), "--V", str(V)], capture_output=True, text=True, env=env, cwd=ROOT)
+    assert p.returncode == 0 and "taps leave every reduction's layout unchanged" in p.stdout, p.stdout + p.stderr
