@@ -27,7 +27,7 @@ MIXED6 = [2600, 1094, 4096, 1926, 542, 6126]
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--shapes", default="dense,varlen", help="comma list: dense, varlen")
+    p.add_argument("--shapes", default="dense,varlen", help="comma list of dense, varlen, timed in this order")
     p.add_argument("--heads", type=int, nargs="+", default=[16, 32])
     p.add_argument("--seqlens", type=int, nargs="+", default=[4096, 16384, 65536])
     p.add_argument("--varlen-heads", type=int, default=32)
@@ -65,12 +65,14 @@ def main(argv=None):
            "gpu": torch.cuda.get_device_name(), "date": time.strftime("%Y-%m-%d %H:%M:%S %Z"),
            "argv": sys.argv[1:], "fla": bool(fla_kda)}
     shapes = []
-    groups = set(args.shapes.split(","))
-    if "dense" in groups:
-        shapes += [dict(name=f"dense_H{H}_T{T}", H=H, T=T, lens=None) for H in args.heads for T in args.seqlens]
-    if "varlen" in groups:
-        shapes.append(dict(name=f"varlen_mixed6_H{args.varlen_heads}_T{sum(MIXED6)}", H=args.varlen_heads,
-                           T=sum(MIXED6), lens=MIXED6))
+    for group in args.shapes.split(","):  # in the order given: the budget may stop the last ones
+        if group == "dense":
+            shapes += [dict(name=f"dense_H{H}_T{T}", H=H, T=T, lens=None) for H in args.heads for T in args.seqlens]
+        elif group == "varlen":
+            shapes.append(dict(name=f"varlen_mixed6_H{args.varlen_heads}_T{sum(MIXED6)}", H=args.varlen_heads,
+                               T=sum(MIXED6), lens=MIXED6))
+        else:
+            sys.exit(f"bench: --shapes: expected a comma list of dense, varlen; found {group!r}")
 
     def inputs(s):
         return peer_inputs(s["T"], s["H"], args.dim, dev, lens=s["lens"])

@@ -45,7 +45,7 @@ if has run; then
     } 2>&1 | tee "$OUT/gpu_run.log" | tail -40
 fi
 if has bench; then
-    python3 benchmarks/bench.py --json "$OUT/bench.json" --budget-s "${BENCH_BUDGET_S:-420}" 2>&1 \
+    python3 benchmarks/bench.py --json "$OUT/bench.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" | tail -30
 fi
 exit $status
