@@ -47,13 +47,14 @@ def _reference(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: 
 def _kernel(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str, precision: str,
             progress: Progress | None) -> tuple[dict, dict]:
     """Our kernels' float32 outputs and tap buffers (already selected by the kernels)."""
-    from .backend import kernel_taps
+    from .backend import check_tap_memory, kernel_taps
 
+    check_tap_memory(inputs, config, sel, device)  # a refusal comes before any progress line
     if progress:
-        progress("kernels", 0, 1)
+        progress("kernels (forward+backward)", 0, 1)
     outputs, buffers = kernel_taps(inputs, config, precision, device, sel)
     if progress:
-        progress("kernels", 1, 1)
+        progress("kernels (forward+backward)", 1, 1)
     return outputs, buffers
 
 

@@ -245,7 +245,7 @@ def fwd_recurrence(p: dict, v: torch.Tensor, S0: torch.Tensor, ct: ChunkTable, d
         out["o"][cs] = mm(qd, s) + mm(p["Mqk"][cs], U)
         S[seqs] = torch.exp(p["gT"][cs])[..., None] * s + mm(kr.transpose(-1, -2), U)
         if progress:
-            progress("forward", step + 1, total)
+            progress("reference forward", step + 1, total)
     out["ht"] = S
     return out
 
@@ -280,7 +280,7 @@ def bwd_recurrence(p: dict, f: dict, do: torch.Tensor, dhT: torch.Tensor, ct: Ch
             out[n][cs] = vals[n]
         dSp[seqs] = dS
         if progress:
-            progress("backward", step + 1, total)
+            progress("reference backward", step + 1, total)
     out["dh0"] = dSp
     return out
 

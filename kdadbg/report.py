@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 from contextlib import contextmanager
 
 from rich.console import Console
@@ -108,7 +109,24 @@ def render_export(console: Console, info: dict) -> None:
 
 @contextmanager
 def progress_display(console: Console):
-    """A ``progress(stage, done, total)`` callable drawing rich progress bars on ``console``."""
+    """A ``progress(stage, done, total)`` callable drawing rich progress bars on ``console``.
+
+    When ``console`` is not a terminal (stderr redirected to a log), rich draws nothing; there it
+    prints a line when a stage starts and ends, and in between at most one every 5 s."""
+    if not console.is_terminal:
+        start: dict[str, float] = {}
+        last: dict[str, float] = {}
+
+        def lines(stage: str, done: int, total: int) -> None:
+            now = time.perf_counter()
+            first = stage not in start
+            t0 = start.setdefault(stage, now)
+            if first or done >= total or now - last[stage] >= 5.0:
+                last[stage] = now
+                console.print(f"{stage}: {done}/{total} ({now - t0:.1f} s)", highlight=False, soft_wrap=True)
+
+        yield lines
+        return
     bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                     console=console, transient=True)
     tasks: dict[str, int] = {}

@@ -97,12 +97,12 @@ def check(inputs: KDAInputs, config: KDAConfig, *, dump: str = "", precision: st
             raise KdadbgError(f"{save}: already exists; refusing to overwrite (use --force)")
     timings = {}
     if progress:
-        progress("kernels", 0, 1)
+        progress("kernels (forward+backward)", 0, 1)
     t0 = time.perf_counter()
     kern, _, _ = run_kernels(inputs, config, precision, device)
     timings["kernels"] = time.perf_counter() - t0
     if progress:
-        progress("kernels", 1, 1)
+        progress("kernels (forward+backward)", 1, 1)
     t0 = time.perf_counter()
     ref = run_reference(inputs, config, taps=(), device=device, progress=progress)
     timings["reference"] = time.perf_counter() - t0

@@ -37,6 +37,12 @@ def test_run_passes_and_writes_json_and_save(dump, tmp_path):
         assert set(t) >= {"name", "shape", "max_abs", "ratio", "cosine", "nonfinite", "tol", "pass"}
         assert t["pass"] is True and t["tol"] == 1e-5 and 0 <= t["ratio"] < 1e-5 and t["cosine"] > 0.999999
     assert doc["config"]["chunk_size"] == 16 and doc["env"]["torch"] == torch.__version__
+    # stderr is not a terminal here: progress comes as plain lines, start and end of each stage
+    progress = r.stderr.splitlines()
+    assert progress[0] == "kernels (forward+backward): 0/1 (0.0 s)", r.stderr
+    assert progress[1].startswith("kernels (forward+backward): 1/1 ("), r.stderr
+    done = [x.split()[2] for x in progress if x.startswith("reference backward: ")]
+    assert done and done[-1].split("/")[0] == done[-1].split("/")[1], r.stderr
     out = load_file(str(saved))
     inputs, cfg = load_dump(dump)
     ref = run_reference(inputs, cfg, taps=())
