@@ -64,6 +64,37 @@ def resources(cubin: bytes) -> str:
     return " ".join(x for x in line.split() if x.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
 
 
+def capture_launches(C, H, K, V, precision, taps, l2norm=False):
+    """Every kernel launch ``(fn, args, kwargs, grid)`` of one forward+backward on small CPU tensors
+    (T = 2 chunks), intercepted instead of run. ``taps``: every tap on."""
+    from kdadbg_kernels.chunk import kda_forward_backward
+    from kdadbg_kernels.taps import TapSelection
+
+    launches = []
+
+    def capture(self, *args, grid, warmup, **kwargs):
+        launches.append((self, args, kwargs, grid))
+
+    saved, JITFunction.run = JITFunction.run, capture
+    try:
+        T = 2 * C
+        q, k = torch.randn(1, T, H, K, dtype=torch.bfloat16), torch.randn(1, T, H, K, dtype=torch.bfloat16)
+        v, do = torch.randn(1, T, H, V, dtype=torch.bfloat16), torch.randn(1, T, H, V, dtype=torch.bfloat16)
+        g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
+        kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=C, qk_l2norm=l2norm,
+                             beta_sigmoid=l2norm, precision=precision, taps=TapSelection() if taps else None)
+    finally:
+        JITFunction.run = saved
+    return launches
+
+
+def compile_sm90(fn, args, kwargs):
+    """One captured launch compiled by Triton for ``cuda:90``, with its own constexprs and options."""
+    sig, const, attrs = _signature(fn, args, kwargs)
+    opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
+    return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--H", type=int, default=16)
@@ -76,30 +107,12 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
-    launches = []
-
-    def capture(self, *args, grid, warmup, **kwargs):
-        launches.append((self, args, kwargs, grid))
-
-    JITFunction.run = capture
-    from kdadbg_kernels.chunk import kda_forward_backward
-    from kdadbg_kernels.taps import TapSelection
-
-    T, H, K, V = 2 * a.chunk_size, a.H, a.K, a.V
-    q, k = torch.randn(1, T, H, K, dtype=torch.bfloat16), torch.randn(1, T, H, K, dtype=torch.bfloat16)
-    v, do = torch.randn(1, T, H, V, dtype=torch.bfloat16), torch.randn(1, T, H, V, dtype=torch.bfloat16)
-    g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
-    kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=a.chunk_size, qk_l2norm=False,
-                         beta_sigmoid=False, precision=a.precision, taps=TapSelection() if a.taps else None)
-    target = GPUTarget("cuda", 90, 32)
-    for fn, args, kwargs, grid in launches:
+    for fn, args, kwargs, grid in capture_launches(a.chunk_size, a.H, a.K, a.V, a.precision, a.taps):
         if a.only and not any(x in fn.__name__ for x in a.only):
             continue
-        sig, const, attrs = _signature(fn, args, kwargs)
-        opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
-        ck = triton.compile(ASTSource(fn, sig, const, attrs), target=target, options=opts)
-        print(f"{fn.__name__:<32} grid={tuple(grid) if not callable(grid) else grid} warps={opts.get('num_warps', 4)} "
-              f"{resources(ck.asm['cubin'])}", flush=True)
+        ck = compile_sm90(fn, args, kwargs)
+        print(f"{fn.__name__:<32} grid={tuple(grid) if not callable(grid) else grid} "
+              f"warps={kwargs.get('num_warps', 4)} {resources(ck.asm['cubin'])}", flush=True)
     return 0
 
 

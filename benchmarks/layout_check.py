@@ -22,15 +22,11 @@ import argparse
 import os
 import re
 import sys
+from importlib.metadata import version
 
-import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_resources import OPTIONS, _signature  # noqa: E402
+from kernel_resources import capture_launches, compile_sm90  # noqa: E402
 
 OP = re.compile(r'"tt\.(scan|reduce)"\(([^)]*)\) <\{axis = (\d+)')
 TYPE = re.compile(r"\}\) : \(tensor<([^,]+), (.*?)>\) ->")
@@ -55,44 +51,16 @@ def reductions(ttgir: str) -> list[tuple[str, str, str]]:
     return out
 
 
-def capture_launches(C, K, V, precision, taps):
-    from kdadbg_kernels.chunk import kda_forward_backward
-    from kdadbg_kernels.taps import TapSelection
-
-    launches = []
-
-    def capture(self, *args, grid, warmup, **kwargs):
-        launches.append((self, args, kwargs))
-
-    saved, JITFunction.run = JITFunction.run, capture
-    try:
-        T, H = 2 * C, 2
-        q, k = torch.randn(1, T, H, K, dtype=torch.bfloat16), torch.randn(1, T, H, K, dtype=torch.bfloat16)
-        v, do = torch.randn(1, T, H, V, dtype=torch.bfloat16), torch.randn(1, T, H, V, dtype=torch.bfloat16)
-        g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
-        kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=C, qk_l2norm=True, beta_sigmoid=True,
-                             precision=precision, taps=TapSelection() if taps else None)
-    finally:
-        JITFunction.run = saved
-    return launches
-
-
-def compile_ttgir(fn, args, kwargs) -> str:
-    sig, const, attrs = _signature(fn, args, kwargs)
-    opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
-    return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts).asm["ttgir"]
-
-
 def check(C, K, V, precision, only=None, log=print) -> list[str]:
     """Kernels (with the differing op) whose reductions change layout when taps are switched on."""
-    off = capture_launches(C, K, V, precision, taps=False)
-    on = capture_launches(C, K, V, precision, taps=True)
+    off = capture_launches(C, 2, K, V, precision, taps=False, l2norm=True)
+    on = capture_launches(C, 2, K, V, precision, taps=True, l2norm=True)
     bad = []
-    for (fn, a0, k0), (fn1, a1, k1) in zip(off, on):
+    for (fn, a0, k0, _), (fn1, a1, k1, _) in zip(off, on):
         assert fn is fn1, (fn.__name__, fn1.__name__)
         if only and not any(x in fn.__name__ for x in only):
             continue
-        r0, r1 = reductions(compile_ttgir(fn, a0, k0)), reductions(compile_ttgir(fn1, a1, k1))
+        r0, r1 = (reductions(compile_sm90(f, x, kw).asm["ttgir"]) for f, x, kw in ((fn, a0, k0), (fn1, a1, k1)))
         diff = [f"{fn.__name__}: {x[0]} of {x[1]}: {x[2]} -> {y[2]}" for x, y in zip(r0, r1) if x != y]
         log(f"C={C} K={K} V={V} {precision:<5} {fn.__name__:<28} {len(r0)} reductions off, {len(r1)} on: "
             + ("SAME" if not diff else "DIFFERENT"))
@@ -110,7 +78,7 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("layout_check: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
-    print(f"triton {triton.__version__}, target sm_90", flush=True)
+    print(f"triton {version('triton')}, target sm_90", flush=True)
     bad = []
     for C in a.chunk_size:
         for p in a.precision:
