@@ -97,9 +97,12 @@ def main(argv=None):
         leaves = list(x.values())
         rec = dict(s)
 
+        cu_cpu = cu.cpu() if cu is not None else None  # both get the host offsets fla's API takes
+
         def our_fwd(taps=None):
-            return ours.chunk_kda(**x, cu_seqlens=cu, chunk_size=args.chunk_size, use_qk_l2norm_in_kernel=False,
-                                  use_beta_sigmoid_in_kernel=False, precision="bf16", taps=taps)[0]
+            return ours.chunk_kda(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_size=args.chunk_size,
+                                  use_qk_l2norm_in_kernel=False, use_beta_sigmoid_in_kernel=False, precision="bf16",
+                                  taps=taps)[0]
 
         def our_fwdbwd(taps=None):
             return torch.autograd.grad(our_fwd(taps), leaves, do)
@@ -108,7 +111,7 @@ def main(argv=None):
         if fla_kda is not None:
             kw = dict(cu_seqlens=cu, chunk_size=args.chunk_size)
             if cu is not None:
-                kw["cu_seqlens_cpu"] = cu.cpu()
+                kw["cu_seqlens_cpu"] = cu_cpu
 
             def fla_fwd():
                 return fla_kda(**x, **kw)[0]

@@ -3,7 +3,9 @@
 # network): the GPU-facing tests on CUDA, `kdadbg run` end to end, the reference timing, and the
 # benchmark against fla (whose first call autotunes for ~3.5 min). Logs land in $OUT (default .out/).
 # Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
-#   bash benchmarks/gpu_check.sh [tests|run|bench|all]...   (default: all)
+#   bash benchmarks/gpu_check.sh [tests|run|bench|stages|profile|all]...   (default: all)
+# stages: stage_bench.py once per line of $VARIANTS (a file; each line "default" or comma-separated
+# KDADBG_*=value overrides); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
@@ -47,5 +49,20 @@ fi
 if has bench; then
     python3 benchmarks/bench.py --json "$OUT/bench.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" | tail -30
+fi
+if has stages; then
+    while IFS= read -r v; do
+        [ -z "$v" ] && continue
+        env_args=(); [ "$v" != default ] && IFS=, read -ra env_args <<< "$v"
+        env "${env_args[@]}" python3 benchmarks/stage_bench.py --tag "$v" --json-lines "$OUT/stages.jsonl" 2>&1 \
+            | tail -2 | tee -a "$OUT/stages.log"
+    done < "${VARIANTS:-/dev/stdin}"
+fi
+if has profile; then
+    for shape in "--H 16" "--H 32" "--H 32 --varlen"; do
+        tag=$(echo "$shape" | tr -d ' -')
+        python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" 2>&1 \
+            | tee "$OUT/profile_$tag.log" | head -14
+    done
 fi
 exit $status

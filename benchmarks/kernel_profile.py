@@ -1,11 +1,14 @@
 """Where the time goes: CUDA time per kernel of our forward+backward (torch.profiler), one shape.
 
     python benchmarks/kernel_profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
-                                 [--iters 5] [--json FILE]
+                                 [--iters 5] [--varlen] [--json FILE]
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid).
 After a warm-up call (compilation), ``--iters`` calls of forward+backward are profiled; the table
-gives each kernel's mean CUDA time per call and its share of the total kernel time.
+gives each kernel's mean CUDA time per call and its share of the total kernel time, beside the
+wall time of a forward and a forward+backward (``do_bench`` medians): where the wall time exceeds the
+kernel time, the host (launches, synchronising copies) is the bound. ``--varlen``: ``bench.py``'s
+varlen batch of six sequences (``--T`` is then their total, 16384).
 """
 
 from __future__ import annotations
@@ -25,20 +28,28 @@ def main(argv=None):
     ap.add_argument("--chunk-size", type=int, default=64)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--iters", type=int, default=5)
+    ap.add_argument("--varlen", action="store_true", help="bench.py's six mixed-length sequences")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     import torch
+    import triton.testing
+    from bench import MIXED6
     from peer_inputs import peer_inputs
     from torch.profiler import ProfilerActivity, profile
 
     from kdadbg_kernels.chunk import chunk_kda
 
-    T, H, D = a.T, a.H, a.D
-    x, _, do = peer_inputs(T, H, D, torch.device("cuda"))
+    T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
+    x, cu, do = peer_inputs(T, H, D, torch.device("cuda"), lens=MIXED6 if a.varlen else None)
+
+    cu_cpu = cu.cpu() if cu is not None else None
+
+    def fwd():
+        return chunk_kda(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_size=a.chunk_size,
+                         precision=a.precision)[0]
 
     def step():
-        o = chunk_kda(**x, chunk_size=a.chunk_size, precision=a.precision)[0]
-        return torch.autograd.grad(o, list(x.values()), do)
+        return torch.autograd.grad(fwd(), list(x.values()), do)
 
     t0 = time.perf_counter()
     step()
@@ -59,14 +70,16 @@ def main(argv=None):
             calls[ev.key] += ev.count // a.iters
     total = sum(per.values())
     rows = sorted(per.items(), key=lambda kv: -kv[1])
-    print(f"H={H} T={T} D={D} C={a.chunk_size} precision={a.precision}: first call {first:.1f} s, "
-          f"kernel time per fwd+bwd {total:.3f} ms")
+    wall = {"fwd": triton.testing.do_bench(fwd, return_mode="median"),
+            "fwdbwd": triton.testing.do_bench(step, return_mode="median")}
+    print(f"H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} varlen={a.varlen}: first call {first:.1f} s, "
+          f"kernel time per fwd+bwd {total:.3f} ms; wall fwd {wall['fwd']:.3f} ms, fwd+bwd {wall['fwdbwd']:.3f} ms")
     print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
     for name, ms in rows:
         print(f"{name[:60]:<60} {ms:8.3f} {ms / total:6.1%} {calls[name]:8d}")
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"shape": vars(a), "first_call_s": first, "total_ms": total,
+            json.dump({"shape": vars(a), "first_call_s": first, "total_ms": total, "wall_ms": wall,
                        "kernels": [{"name": n, "ms": ms, "launches": calls[n]} for n, ms in rows]}, f, indent=2)
     return 0
 

@@ -64,10 +64,11 @@ def resources(cubin: bytes) -> str:
     return " ".join(x for x in line.split() if x.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
 
 
-def capture_launches(C, H, K, V, precision, taps, l2norm=False):
+def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False):
     """Every kernel launch ``(fn, args, kwargs, grid)`` of one forward+backward on small CPU tensors
-    (T = 2 chunks), intercepted instead of run. ``taps``: every tap on."""
-    from kdadbg_kernels.chunk import kda_forward_backward
+    (T = 2 chunks), intercepted instead of run. ``taps``: every tap on. ``op``: through the autograd op
+    ``chunk_kda`` (outputs and gradients stored in the inputs' bf16), not ``kda_forward_backward``."""
+    from kdadbg_kernels.chunk import chunk_kda, kda_forward_backward
     from kdadbg_kernels.taps import TapSelection
 
     launches = []
@@ -81,8 +82,15 @@ def capture_launches(C, H, K, V, precision, taps, l2norm=False):
         q, k = torch.randn(1, T, H, K, dtype=torch.bfloat16), torch.randn(1, T, H, K, dtype=torch.bfloat16)
         v, do = torch.randn(1, T, H, V, dtype=torch.bfloat16), torch.randn(1, T, H, V, dtype=torch.bfloat16)
         g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
-        kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=C, qk_l2norm=l2norm,
-                             beta_sigmoid=l2norm, precision=precision, taps=TapSelection() if taps else None)
+        sel = TapSelection() if taps else None
+        if op:
+            x = [t.requires_grad_(True) for t in (q, k, v, g, beta)]
+            o = chunk_kda(*x, chunk_size=C, use_qk_l2norm_in_kernel=l2norm, use_beta_sigmoid_in_kernel=l2norm,
+                          precision=precision, taps=sel)[0]
+            torch.autograd.grad(o, x, do)  # the backward launches are captured too (o is never computed)
+        else:
+            kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=C, qk_l2norm=l2norm,
+                                 beta_sigmoid=l2norm, precision=precision, taps=sel)
     finally:
         JITFunction.run = saved
     return launches
@@ -104,10 +112,11 @@ def main(argv=None):
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--taps", action="store_true", help="every tap on")
     ap.add_argument("--only", nargs="*", default=None, help="compile only kernels whose name contains one of these")
+    ap.add_argument("--op", action="store_true", help="the autograd op's launches (bf16 outputs and gradients)")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
-    for fn, args, kwargs, grid in capture_launches(a.chunk_size, a.H, a.K, a.V, a.precision, a.taps):
+    for fn, args, kwargs, grid in capture_launches(a.chunk_size, a.H, a.K, a.V, a.precision, a.taps, op=a.op):
         if a.only and not any(x in fn.__name__ for x in a.only):
             continue
         ck = compile_sm90(fn, args, kwargs)

@@ -62,7 +62,9 @@ def main(argv=None):
 
     S, U, ht = rec()
     stages["fwd_recurrence"] = rec
-    stages["fwd_output"] = lambda: kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=p)
+    # outputs and gradients in the inputs' dtypes, as the autograd op stores them
+    stages["fwd_output"] = lambda: kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=p,
+                                                  out_dtype=v.dtype)
 
     def bprep():
         return chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, scale=scale, precision=p)
@@ -78,12 +80,13 @@ def main(argv=None):
 
     def dqkg():
         return chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, None, None, chunks, scale=scale,
-                              gate="none", lower_bound=-5.0, precision=p)
+                              gate="none", lower_bound=-5.0, precision=p,
+                              out_dtypes=(q.dtype, k.dtype, v.dtype, g.dtype))
 
     dq, dk, dv, dg, db_part, _, _ = dqkg()
     stages["bwd_dqkg"] = dqkg
     stages["bwd_finish"] = lambda: chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, qk_l2norm=False,
-                                                    beta_sigmoid=False)
+                                                    beta_sigmoid=False, out_dtypes=(q.dtype, k.dtype, beta.dtype))
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
     res = {name: float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))

@@ -22,8 +22,9 @@ def _expect(ok: bool, name: str, expected: str, found) -> None:
         raise ValueError(f"{name}: expected {expected}, found {found}")
 
 
-def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision):
-    """Validate shapes, dtypes and options; returns ``(B, T, H, K, V, N)``."""
+def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision, cu_seqlens_cpu=None):
+    """Validate shapes, dtypes and options; returns ``(B, T, H, K, V, N, cu)`` with ``cu`` the varlen
+    offsets on the host (``cu_seqlens_cpu`` when given, else read back from ``cu_seqlens``) or None."""
     _expect(q.dim() == 4, "q", "shape [B, T, H, K]", tuple(q.shape))
     B, T, H, K = q.shape
     _expect(v.dim() == 4 and tuple(v.shape[:3]) == (B, T, H), "v", f"shape [{B}, {T}, {H}, V]", tuple(v.shape))
@@ -44,24 +45,31 @@ def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_s
                 None if A_log is None else tuple(A_log.shape))
         _expect(dt_bias is not None and dt_bias.numel() == H * K, "dt_bias", f"[{H}, {K}] (gate {gate!r})",
                 None if dt_bias is None else tuple(dt_bias.shape))
+    cu = None
     if cu_seqlens is None:
+        _expect(cu_seqlens_cpu is None, "cu_seqlens_cpu", "None without cu_seqlens", "offsets")
         N = B
     else:
         _expect(B == 1, "q", "batch size 1 with cu_seqlens", B)
-        cu = cu_seqlens.detach().cpu().long()
+        if cu_seqlens_cpu is not None:
+            _expect(tuple(cu_seqlens.shape) == tuple(cu_seqlens_cpu.shape), "cu_seqlens_cpu",
+                    f"the shape of cu_seqlens {tuple(cu_seqlens.shape)}", tuple(cu_seqlens_cpu.shape))
+        cu = (cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu).detach().cpu().long()
         ok = cu.dim() == 1 and cu.numel() >= 2 and int(cu[0]) == 0 and int(cu[-1]) == T and bool(
             (cu[1:] >= cu[:-1]).all())
-        _expect(ok, "cu_seqlens", f"non-decreasing offsets from 0 to T={T}", cu.tolist())
+        if not ok:
+            _expect(ok, "cu_seqlens" if cu_seqlens_cpu is None else "cu_seqlens_cpu",
+                    f"non-decreasing offsets from 0 to T={T}", cu.tolist())
         N = cu.numel() - 1
     if h0 is not None:
         _expect(tuple(h0.shape) == (N, H, K, V), "h0", f"shape {(N, H, K, V)} (math layout [N,H,K,V])",
                 tuple(h0.shape))
-    return B, T, H, K, V, N
+    return B, T, H, K, V, N, cu
 
 
 def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bound=-5.0, qk_l2norm=True,
                 beta_sigmoid=True, A_log=None, dt_bias=None, h0=None, cu_seqlens=None, precision="fp32",
-                tap_plan: TapPlan | None = None):
+                tap_plan: TapPlan | None = None, out_dtype=torch.float32, cu_seqlens_cpu=None):
     """Chunked KDA forward.
 
     Args:
@@ -70,19 +78,23 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         A_log ``[H]``, dt_bias ``[H, K]``: gate parameters (``lower_bound`` and ``softplus`` gates).
         h0: ``[N, H, K, V]`` fp32 initial state in math layout, or None for zeros.
         cu_seqlens: ``[N + 1]`` varlen offsets (B == 1), or None (N = B).
+        cu_seqlens_cpu: the same offsets on the host, if the caller has them: then nothing waits for the
+            GPU (otherwise ``cu_seqlens`` is read back once).
         precision: ``"fp32"`` (exact fp32 matmuls) or ``"bf16"`` (bf16 operands, fp32 accumulation).
         tap_plan: where to write forward taps (see ``TapPlan``), or None.
+        out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
 
     Returns:
-        ``(o [B,T,H,V] fp32, ht [N,H,K,V] fp32, FwdSaved, KernelChunks)``.
+        ``(o [B,T,H,V] in out_dtype, ht [N,H,K,V] fp32, FwdSaved, KernelChunks)``.
 
     Example:
         >>> o, ht, saved, chunks = kda_forward(q, k, v, g, beta, scale=K ** -0.5, gate="lower_bound",
         ...                                    A_log=A_log, dt_bias=dt_bias, h0=h0)
     """
-    B, T, H, K, V, N = check_inputs(q, k, v, g, beta, chunk_size=chunk_size, gate=gate, A_log=A_log,
-                                    dt_bias=dt_bias, h0=h0, cu_seqlens=cu_seqlens, precision=precision)
-    chunks = KernelChunks.build(B, T, cu_seqlens, chunk_size, q.device)
+    B, T, H, K, V, N, cu = check_inputs(q, k, v, g, beta, chunk_size=chunk_size, gate=gate, A_log=A_log,
+                                        dt_bias=dt_bias, h0=h0, cu_seqlens=cu_seqlens, precision=precision,
+                                        cu_seqlens_cpu=cu_seqlens_cpu)
+    chunks = KernelChunks.build(B, T, cu, chunk_size, q.device)
     q, k, g = (x.reshape(B * T, H, K).contiguous() for x in (q, k, g))
     v = v.reshape(B * T, H, V).contiguous()
     beta = beta.reshape(B * T, H).contiguous()
@@ -98,7 +110,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan)
     S, U, ht = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
-                       tap_plan=tap_plan)
+                       tap_plan=tap_plan, out_dtype=out_dtype)
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U)
     return o.view(B, T, H, V), ht, saved, chunks
 
@@ -162,12 +174,12 @@ class ChunkKDAFunction(torch.autograd.Function):
     @staticmethod
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan):
         o, ht, saved, chunks = kda_forward(q, k, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
-                                           A_log=A_log, dt_bias=dt_bias, **opts)
+                                           A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, **opts)
         ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
                               saved.INV, saved.Mqk, saved.S, saved.U)
         ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0 = chunks, opts, plan, h0 is not None
         ctx.set_materialize_grads(False)
-        return o.to(v.dtype), ht
+        return o, ht
 
     @staticmethod
     def backward(ctx, do, dht):
@@ -179,7 +191,7 @@ class ChunkKDAFunction(torch.autograd.Function):
             do = torch.zeros_like(v, dtype=torch.float32)
         opts = {n: ctx.opts[n] for n in ("scale", "gate", "lower_bound", "qk_l2norm", "beta_sigmoid", "precision")}
         grads = kda_backward(saved, ctx.chunks, q, k, v, g, beta, do, dht, A_log=A_log, dt_bias=dt_bias,
-                             tap_plan=ctx.plan, has_h0=ctx.has_h0, **opts)
+                             tap_plan=ctx.plan, has_h0=ctx.has_h0, grad_dtypes=True, **opts)
         has_gate = ctx.opts["gate"] != "none"
         return (grads["dq"].to(q.dtype), grads["dk"].to(k.dtype), grads["dv"].to(v.dtype), grads["dg"].to(g.dtype),
                 grads["dbeta"].to(beta.dtype),
@@ -192,7 +204,7 @@ class ChunkKDAFunction(torch.autograd.Function):
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
               chunk_size=16, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
               use_beta_sigmoid_in_kernel=False, lower_bound=None, A_log=None, dt_bias=None, state_v_first=False,
-              precision="bf16", taps: TapSelection | None = None):
+              precision="bf16", taps: TapSelection | None = None, cu_seqlens_cpu=None):
     """Chunked KDA with autograd, with flash-linear-attention's ``chunk_kda`` argument names.
 
     Defaults follow fla's: no in-kernel l2norm, gate or beta sigmoid.
@@ -208,6 +220,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         initial_state: ``[N, H, K, V]`` (``[N, H, V, K]`` with ``state_v_first``) or None.
         output_final_state: also return the final state (fp32, same layout as ``initial_state``).
         cu_seqlens: ``[N + 1]`` varlen offsets, with B == 1.
+        cu_seqlens_cpu: the same offsets on the host (as fla's ``cu_seqlens_cpu``): the call then never
+            waits for the GPU; without it ``cu_seqlens`` is read back once per forward.
         chunk_size: 16, 32 or 64.
         precision: ``"bf16"`` (bf16 MMA operands, fp32 accumulation) or ``"fp32"`` (exact fp32 matmuls).
         taps: record taps (``TapSelection``); then a third value is returned, the ``TapPlan`` whose
@@ -234,12 +248,12 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         gate, A_log, dt_bias = "none", None, None
     opts = dict(scale=K ** -0.5 if scale is None else scale, chunk_size=chunk_size, gate=gate,
                 lower_bound=-5.0 if lower_bound is None else lower_bound, qk_l2norm=use_qk_l2norm_in_kernel,
-                beta_sigmoid=use_beta_sigmoid_in_kernel, precision=precision)
+                beta_sigmoid=use_beta_sigmoid_in_kernel, precision=precision, cu_seqlens_cpu=cu_seqlens_cpu)
     layout = "vk" if state_v_first else "kv"
     h0 = _to_math(initial_state, layout)  # differentiable: dh0 flows back through the transpose
     plan = None
     if taps is not None:
-        NC = int(chunk_layout(B, T, cu_seqlens, chunk_size)[2][-1])
+        NC = int(chunk_layout(B, T, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size)[2][-1])
         plan = TapPlan.build(taps, NC, H, chunk_size, K, V, q.device)
     o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan)
     final = _from_math(ht, layout) if output_final_state else None

@@ -10,6 +10,7 @@
 
 from __future__ import annotations
 
+import torch
 
 from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
@@ -26,8 +27,10 @@ def _check(name, x, shape, float_only=True):
 
 def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dht, *, scale: float, gate: str,
                  lower_bound: float, qk_l2norm: bool, beta_sigmoid: bool, A_log=None, dt_bias=None,
-                 precision: str = "fp32", tap_plan: TapPlan | None = None, has_h0: bool = True) -> dict:
-    """Gradients of chunked KDA, all float32.
+                 precision: str = "fp32", tap_plan: TapPlan | None = None, has_h0: bool = True,
+                 grad_dtypes: bool = False) -> dict:
+    """Gradients of chunked KDA: float32, or with ``grad_dtypes`` dq, dk, dv, dg, dbeta in the dtypes of
+    q, k, v, g, beta (rounded to nearest in the kernels that write them; what the autograd op returns).
 
     q, k, g: [B,T,H,K]; v, do: [B,T,H,V]; beta: [B,T,H] (raw, any float dtype); dht: [N,H,K,V] math
     layout or None; A_log [H], dt_bias [H,K] (or [H*K]) for the ``lower_bound``/``softplus`` gates.
@@ -78,12 +81,18 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
                                    chunks, scale=scale, precision=precision)
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
-    dq, dk, dv, dg, db_part, dA_part, ddt_part = chunk_bwd_dqkg(
+    f32 = torch.float32
+    dtypes = {n: (x.dtype if grad_dtypes else f32) for n, x in (("dq", q), ("dk", k), ("dv", v), ("dg", g),
+                                                                ("dbeta", beta))}
+    # with l2norm the per-chunk kernel's dqn, dkn stay fp32: the finish kernel reads them
+    dqn_dtypes = (f32, f32) if qk_l2norm else (dtypes["dq"], dtypes["dk"])
+    dqn, dkn, dv, dg, db_part, dA_part, ddt_part = chunk_bwd_dqkg(
         sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["S"], dSn, sv["U"], dU, vf, dof, gf,
         A_log, dt_bias, chunks, scale=scale, gate=gate, lower_bound=lower_bound, precision=precision,
-        tap_plan=tap_plan)
-    dbeta = chunk_bwd_finish(qf, kf, dq, dk, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
-                             beta_sigmoid=beta_sigmoid, tap_plan=tap_plan)
+        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]))
+    dq, dk, dbeta = chunk_bwd_finish(qf, kf, dqn, dkn, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
+                                     beta_sigmoid=beta_sigmoid, tap_plan=tap_plan,
+                                     out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))
 
     out = {"dq": dq.view(B, T, H, K), "dk": dk.view(B, T, H, K), "dv": dv.view(B, T, H, V),
            "dg": dg.view(B, T, H, K), "dbeta": dbeta.view(B, T, H)}

@@ -61,6 +61,8 @@ class KernelChunks:
 
     @staticmethod
     def build(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int, device) -> "KernelChunks":
+        """The table for ``B`` sequences of ``T`` tokens, or for the varlen offsets ``cu_seqlens``
+        (pass a CPU copy when there is one: a device tensor is read back, which waits for the GPU)."""
         if cu_seqlens is None:  # dense: built on the device, no host-to-device copy (which would sync)
             C = chunk_size
             n_per = (T + C - 1) // C
@@ -72,13 +74,16 @@ class KernelChunks:
                                 (torch.arange(B + 1, device=device, dtype=torch.int64) * n_per).to(**i32).contiguous(),
                                 B * n_per, B, n_per if B else 0)
         bos, lens, base, seq, t, start, length = chunk_layout(B, T, cu_seqlens, chunk_size)
-
-        def dev(x):
-            return x.to(device=device, dtype=torch.int32).contiguous()
-
-        n_per = base[1:] - base[:-1]
-        return KernelChunks(chunk_size, dev(start), dev(length), dev(seq), dev(base), int(base[-1]), len(lens),
-                            int(n_per.max()) if len(lens) else 0)
+        NC, N = int(base[-1]), len(lens)
+        # one host-to-device copy of the whole table, from pinned memory without waiting for the GPU
+        table = torch.cat([start, length, seq, base]).to(torch.int32)
+        if torch.device(device).type == "cuda":
+            table = table.pin_memory().to(device, non_blocking=True)
+        else:
+            table = table.to(device)
+        start, length, seq, base = torch.split(table, [NC, NC, NC, N + 1])
+        n_per = (lens + chunk_size - 1) // chunk_size
+        return KernelChunks(chunk_size, start, length, seq, base, NC, N, int(n_per.max()) if N else 0)
 
 
 @dataclass

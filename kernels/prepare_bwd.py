@@ -33,6 +33,7 @@ from . import faults
 from .common import LAUNCH
 from .tuning import knob
 from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index, truncate_mantissa
+from .tlmath import store_rn
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -59,7 +60,7 @@ def chunk_bwd_dqkg_v_kernel(
     S, dSn,          # [NC, H, K, V] fp32: state entering each chunk; dS arriving from the next chunk
     U, dU,           # [BT, H, V] fp32
     v, do,           # [BT, H, V] any float dtype
-    dv,              # [BT, H, V] fp32 out (K-block 0 only)
+    dv,              # [BT, H, V] out (K-block 0 only; fp32 or the caller's dtype)
     dMqk, dL,        # [NC, H, C, C] fp32 out (K-block 0 only): tril(dO U^T), -stril(dvcorr U^T)
     dOS, dcS, dkr,   # [BT, H, K] fp32 out: dO S^T, dvcorr S^T, U dS⁺^T
     dgTs,            # [NC, H, K] fp32 out: rowsum_v(dS⁺ ⊙ S)
@@ -134,7 +135,7 @@ def chunk_bwd_dqkg_v_kernel(
             b_v = tl.load(v + o_tv, mask=m_tv, other=0.).to(tl.float32)
             b_dbv += tl.sum(b_dvc * b_v, axis=1)
         if first:
-            tl.store(dv + o_tv, b_b[:, None] * b_dvc, mask=m_tv)
+            store_rn(dv + o_tv, b_b[:, None] * b_dvc, m_tv)
             m_pv = (o_t >= 0)[:, None] & m_v[None, :]
             if TAP_DU and on:
                 tl.store(t_dU + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dU, mask=m_pv)
@@ -242,8 +243,8 @@ def chunk_bwd_dqkg_kernel(
     dbv,             # [BT, H] fp32 (idem)
     g,               # [BT, H, K] raw gate, any float dtype
     A_log, dt_bias,  # [H], [H, K] fp32 (gate modes lower_bound / softplus)
-    dq, dk,          # [BT, H, K] fp32 out: dqn, dkn (w.r.t. the normalised q, k)
-    dg,              # [BT, H, K] fp32 out: w.r.t. the raw gate
+    dq, dk,          # [BT, H, K] out: dqn, dkn (w.r.t. the normalised q, k; fp32 or the caller's dtype)
+    dg,              # [BT, H, K] out: w.r.t. the raw gate (fp32 or the caller's dtype)
     db_part,         # [NK, BT, H] fp32 out: this K-block's share of db
     dA_part, ddt_part,  # [NC, H, K] fp32 out: per-chunk partials of dA_log (summed over K later), ddt_bias
     t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc,  # tap buffers
@@ -296,7 +297,7 @@ def chunk_bwd_dqkg_kernel(
         b_Pl += d_l
 
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
-    tl.store(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), mask=m_tk)
+    store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
     b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
     b_X = b_Pl - b_E * tl.load(dcS + o_tk, mask=m_tk, other=0.)    # E⊙dkd / b
     b_db = tl.sum(b_kn * b_X, axis=1)
@@ -316,7 +317,7 @@ def chunk_bwd_dqkg_kernel(
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
     b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
-    tl.store(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, mask=m_tk)
+    store_rn(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, m_tk)
     b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path
     if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
         b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
@@ -348,7 +349,7 @@ def chunk_bwd_dqkg_kernel(
         b_dg = tl.where(m_tk, b_dg, 0.)
         tl.store(dA_part + o_ch * K + o_k, b_dA, mask=m_k)
         tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
-    tl.store(dg + o_tk, b_dg, mask=m_tk)
+    store_rn(dg + o_tk, b_dg, m_tk)
 
     if on:
         o_ptk = idx * C * K + o_t[:, None] * K + o_k[None, :]
@@ -380,8 +381,9 @@ def chunk_bwd_dqkg_kernel(
 
 
 @triton.jit
-def l2norm_bwd_rows(x, dx, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
-    """In place on ``dx`` rows: dx = r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>, r = (|x|^2 + 1e-6)^-1/2."""
+def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
+    """``dx_out`` rows from ``dx`` (fp32) rows: r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>,
+    r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself)."""
     b_ss = tl.zeros([C], dtype=tl.float32)
     b_sd = tl.zeros([C], dtype=tl.float32)
     for i_k in range(tl.cdiv(K, BK)):
@@ -400,16 +402,17 @@ def l2norm_bwd_rows(x, dx, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
         o_tk = o_th[:, None] * K + o_k[None, :]
         b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
         b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
-        tl.store(dx + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, mask=m_tk)
+        store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
 
 
 @triton.jit
 def chunk_bwd_finish_kernel(
     q, k,            # [BT, H, K] raw inputs, any float dtype
-    dq, dk,          # [BT, H, K] fp32 in: dqn, dkn; out: dq, dk (when L2NORM)
+    dqn, dkn,        # [BT, H, K] fp32 in (when L2NORM)
+    dq, dk,          # [BT, H, K] out (when L2NORM): fp32 or the caller's dtype; may be dqn, dkn themselves
     beta,            # [BT, H] raw beta, any float dtype
     db_part,         # [NK, BT, H] fp32
-    dbeta,           # [BT, H] fp32 out
+    dbeta,           # [BT, H] out (fp32 or the caller's dtype)
     t_db,            # [hi-lo, n_sel, C] tap buffer
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
@@ -424,8 +427,8 @@ def chunk_bwd_finish_kernel(
     m_t = o_t < n
     o_th = (bos + o_t) * H + i_h
     if L2NORM:
-        l2norm_bwd_rows(q, dq, o_th, m_t, K, C, BK)
-        l2norm_bwd_rows(k, dk, o_th, m_t, K, C, BK)
+        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK)
+        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK)
     b_db = tl.zeros([C], dtype=tl.float32)
     for i_k in range(NK):
         b_db += tl.load(db_part + i_k * BT * H + o_th, mask=m_t, other=0.)
@@ -436,18 +439,19 @@ def chunk_bwd_finish_kernel(
     if BETA_SIGMOID:
         b_x = tl.load(beta + o_th, mask=m_t, other=0.).to(tl.float32)
         b_db = b_db / ((1. + tl.exp(-b_x)) * (1. + tl.exp(b_x)))  # σ(x) σ(-x)
-    tl.store(dbeta + o_th, b_db, mask=m_t)
+    store_rn(dbeta + o_th, b_db, m_t)
 
 
 def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
-                   gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None):
+                   gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None):
     """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis.
 
     Two kernels over (K-blocks, chunks, heads): the V pass (products with S, dS⁺, U, dU; dv, dMqk, dL)
     and the K pass (everything else); the V pass's results go through global memory (fp32).
 
-    Returns ``dqn, dkn`` [BT,H,K], ``dv`` [BT,H,V], ``dg`` [BT,H,K], ``db_part`` [NK,BT,H] and, for the
-    gates with parameters, ``dA_part, ddt_part`` [NC,H,K] (sum over chunks, and K for dA_log).
+    Returns ``dqn, dkn`` [BT,H,K], ``dv`` [BT,H,V], ``dg`` [BT,H,K] (in ``out_dtypes``, default fp32),
+    ``db_part`` [NK,BT,H] and, for the gates with parameters, ``dA_part, ddt_part`` [NC,H,K] (sum over
+    chunks, and K for dA_log), fp32.
     """
     BT, H, K = qn.shape
     V = v.shape[-1]
@@ -457,8 +461,9 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     BK3 = knob("DQKG_BK", _pow2(K, hi=32))
     NK = triton.cdiv(K, BK3)
     f32 = dict(device=dev, dtype=torch.float32)
-    dqn, dkn, dg = (torch.empty(BT, H, K, **f32) for _ in range(3))
-    dv = torch.empty(BT, H, V, **f32)
+    t_q, t_k, t_v, t_g = out_dtypes or (torch.float32,) * 4
+    dqn, dkn, dg = (torch.empty(BT, H, K, device=dev, dtype=t) for t in (t_q, t_k, t_g))
+    dv = torch.empty(BT, H, V, device=dev, dtype=t_v)
     db_part = torch.empty(NK, BT, H, **f32)
     has_params = gate != "none"
     dA_part = torch.empty(NC, H, K, **f32) if has_params else None
@@ -498,18 +503,24 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 
-def chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, *, qk_l2norm: bool, beta_sigmoid: bool, tap_plan=None):
-    """L2-norm backward in place on ``dq``/``dk`` (when on); returns ``dbeta`` [BT,H] fp32."""
+def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, beta_sigmoid: bool, tap_plan=None,
+                     out_dtypes=None):
+    """Returns ``dq, dk`` [BT,H,K] (the L2-norm backward of ``dqn, dkn`` when on, else ``dqn, dkn``
+    themselves) and ``dbeta`` [BT,H], in ``out_dtypes`` (default fp32; in place when fp32)."""
     BT, H, K = q.shape
-    dbeta = torch.empty(BT, H, device=q.device, dtype=torch.float32)
+    t_q, t_k, t_b = out_dtypes or (torch.float32,) * 3
+    dq, dk = dqn, dkn
+    if qk_l2norm:
+        dq, dk = (d if t == d.dtype else torch.empty_like(d, dtype=t) for d, t in ((dqn, t_q), (dkn, t_k)))
+    dbeta = torch.empty(BT, H, device=q.device, dtype=t_b)
     if chunks.n_chunks == 0:
-        return dbeta
+        return dq, dk, dbeta
     tap = tap_plan is not None and tap_plan.has("db")
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
-        q, k, dq, dk, beta, db_part, dbeta, tap_plan.buffers["db"] if tap else dbeta,
+        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.buffers["db"] if tap else dbeta,
         tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],
         C=chunks.chunk_size, BK=_pow2(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
-    return dbeta
+    return dq, dk, dbeta

@@ -19,7 +19,7 @@ import triton.language as tl
 
 from .common import LAUNCH, tap_kernel_args
 from .tuning import knob
-from .tlmath import mm, mm_tf32
+from .tlmath import mm, mm_tf32, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -77,7 +77,7 @@ def kda_fwd_recurrence_kernel(
 
         if (ABLATE & 4) == 0:
             tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
-        b_U = tl.load(u + o_tv, mask=m_tv, other=0)
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(tl.float32)
         if (ABLATE & 1) == 0:
             b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
         if (ABLATE & 4) == 0:
@@ -102,7 +102,7 @@ def kda_fwd_output_kernel(
     Mqk,             # [NC, H, BC, BC] fp32
     S,               # [NC, H, K, V] fp32: state entering each chunk
     U,               # [BT, H, V] fp32
-    o,               # out [BT, H, V] fp32
+    o,               # out [BT, H, V] (fp32, or the caller's output dtype: rounded to nearest)
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     scale,           # query scale
@@ -145,7 +145,7 @@ def kda_fwd_output_kernel(
     b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
     b_U = tl.load(U + o_tv, mask=m_tv, other=0)
     b_o = mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16)
-    tl.store(o + o_tv, b_o, mask=m_tv)
+    store_rn(o + o_tv, b_o, m_tv)
 
     if STORE_TAPS:
         i_slot = tl.load(head_slot + i_h)
@@ -193,12 +193,13 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     return S, U, ht
 
 
-def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap_plan=None):
-    """Output pass: ``o [BT,H,V]`` fp32 (and the S, vcorr, U taps)."""
+def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap_plan=None,
+                   out_dtype=torch.float32):
+    """Output pass: ``o [BT,H,V]`` in ``out_dtype`` (and the S, vcorr, U taps)."""
     BT, H, K = qn.shape
     V = v.shape[-1]
     NC, C = chunks.n_chunks, chunks.chunk_size
-    o = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
+    o = torch.empty(BT, H, V, device=qn.device, dtype=out_dtype)
     if NC == 0:
         return o
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o)

@@ -62,6 +62,16 @@ def mm_tf32(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def store_rn(ptr, x, mask):
+    """``tl.store`` that rounds to nearest even into a bf16 output, as ``torch``'s ``.to`` and the GPU's
+    store conversion do (the CPU interpreter's store conversion truncates)."""
+    if INTERPRET:
+        if ptr.dtype.element_ty == tl.bfloat16:
+            x = round_bf16(x)
+    tl.store(ptr, x, mask=mask)
+
+
+@triton.jit
 def sigmoid(x):
     # exp of a non-positive argument only: no overflow, full relative accuracy on both tails
     e = tl.exp(-tl.abs(x))

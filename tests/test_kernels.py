@@ -26,8 +26,9 @@ def run_fb(inputs, cfg, precision="fp32", taps=None):
         qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, precision=precision, taps=taps)
 
 
-def run_op(inputs, cfg, precision="fp32"):
-    """chunk_kda with fla's argument names; returns outputs and gradients keyed like the reference."""
+def run_op(inputs, cfg, precision="fp32", **kw):
+    """chunk_kda with fla's argument names (``kw``: more of them); returns outputs and gradients keyed
+    like the reference."""
     inputs = inputs.to(DEVICE)
     leaves = {n: getattr(inputs, n).clone().requires_grad_(True) for n in ("q", "k", "v", "g", "beta")}
     extra = {}
@@ -39,7 +40,7 @@ def run_op(inputs, cfg, precision="fp32"):
     o, ht = chunk_kda(**leaves, scale=cfg.scale, initial_state=h0, output_final_state=True,
                       cu_seqlens=inputs.cu_seqlens, chunk_size=cfg.chunk_size,
                       use_qk_l2norm_in_kernel=cfg.qk_l2norm, use_beta_sigmoid_in_kernel=cfg.beta_sigmoid,
-                      state_v_first=cfg.state_layout == "vk", precision=precision, **extra)
+                      state_v_first=cfg.state_layout == "vk", precision=precision, **extra, **kw)
     assert o.dtype == inputs.v.dtype
     loss = (o.float() * inputs.do.float()).sum()
     if inputs.dht is not None:
@@ -78,6 +79,36 @@ def test_autograd_op_vs_reference(name):
 def test_autograd_op_bf16_mode(name):
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
+
+
+@pytest.mark.parametrize("name,precision", [("bf16", "fp32"), ("bf16", "bf16"), ("raw", "bf16")])
+def test_op_outputs_rounded_in_kernel_like_torch(name, precision):
+    """The op writes o and the gradients in the inputs' dtype inside the kernels: the same bits as the
+    fp32 results of ``kda_forward_backward`` rounded by ``torch`` (round to nearest even)."""
+    case = get_case(name) if name == "bf16" else with_size(get_case(name), dtype="bfloat16", T=40)
+    inputs, cfg = make_inputs(case)
+    assert inputs.q.dtype == torch.bfloat16
+    op = run_op(inputs, cfg, precision)
+    plain, *_ = run_fb(inputs, cfg, precision)
+    for n in ("o", "dq", "dk", "dv", "dg", "dbeta"):
+        assert op[n].dtype == torch.bfloat16, n
+        want = plain[n].to(torch.bfloat16)
+        assert torch.equal(op[n].view(torch.int16), want.view(torch.int16)), (
+            f"{n}: {(op[n] != want).sum().item()} of {want.numel()} differ")
+
+
+def test_op_with_host_offsets_gives_the_same_bits():
+    """``cu_seqlens_cpu`` (fla's argument) only saves the read-back: same outputs and gradients."""
+    inputs, cfg = make_inputs(get_case("chunk64_varlen"))
+    plain = run_op(inputs, cfg, "bf16")
+    host = run_op(inputs, cfg, "bf16", cu_seqlens_cpu=inputs.cu_seqlens)
+    assert sorted(plain) == sorted(host)
+    for n, t in plain.items():
+        assert t.isfinite().all() and torch.equal(t, host[n]), n
+    with pytest.raises(ValueError, match="cu_seqlens_cpu: expected the shape of cu_seqlens"):
+        run_op(inputs, cfg, "bf16", cu_seqlens_cpu=inputs.cu_seqlens[:-1])
+    with pytest.raises(ValueError, match=r"cu_seqlens_cpu: expected non-decreasing offsets from 0 to T=150, found \[0, 70, 5, 150\]"):
+        run_op(inputs, cfg, "bf16", cu_seqlens_cpu=torch.tensor([0, 70, 5, 150]))
 
 
 def test_op_without_final_state_and_lower_bound_without_params():
