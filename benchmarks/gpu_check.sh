@@ -5,7 +5,7 @@
 # Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
 #   bash benchmarks/gpu_check.sh [tests|run|bench|stages|profile|all]...   (default: all)
 # stages: stage_bench.py once per line of $VARIANTS (a file; each line "default" or comma-separated
-# KDADBG_*=value overrides); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch.
+# KDADBG_*=value overrides, then after a space stage_bench options, e.g. "--H 32 --varlen"); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
@@ -51,10 +51,11 @@ if has bench; then
         | tee "$OUT/bench.log" | tail -30
 fi
 if has stages; then
-    while IFS= read -r v; do
-        [ -z "$v" ] && continue
+    while IFS= read -r line; do
+        [ -z "$line" ] && continue
+        v=${line%% *}; opts=""; [ "$v" != "$line" ] && opts=${line#* }
         env_args=(); [ "$v" != default ] && IFS=, read -ra env_args <<< "$v"
-        env "${env_args[@]}" python3 benchmarks/stage_bench.py --tag "$v" --json-lines "$OUT/stages.jsonl" 2>&1 \
+        env "${env_args[@]}" python3 benchmarks/stage_bench.py $opts --tag "$line" --json-lines "$OUT/stages.jsonl" 2>&1 \
             | tail -2 | tee -a "$OUT/stages.log"
     done < "${VARIANTS:-/dev/stdin}"
 fi

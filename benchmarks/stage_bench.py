@@ -1,6 +1,6 @@
 """Time each stage of our forward and backward separately (``triton.testing.do_bench`` medians).
 
-    python benchmarks/stage_bench.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--tag NAME]
+    python benchmarks/stage_bench.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--varlen] [--tag NAME]
                                      [--json-lines FILE]
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid),
@@ -25,11 +25,13 @@ def main(argv=None):
     ap.add_argument("--T", type=int, default=16384)
     ap.add_argument("--D", type=int, default=128)
     ap.add_argument("--chunk-size", type=int, default=64)
+    ap.add_argument("--varlen", action="store_true", help="bench.py's six mixed-length sequences (T = 16384)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--json-lines", default=None, help="append the result as one JSON line to this file")
     a = ap.parse_args(argv)
     import torch
     import triton.testing
+    from bench import MIXED6
     from peer_inputs import peer_inputs
 
     from kdadbg_kernels.common import KernelChunks
@@ -39,11 +41,11 @@ def main(argv=None):
     from kdadbg_kernels.recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
     dev = torch.device("cuda")
-    T, H, D, C = a.T, a.H, a.D, a.chunk_size
-    x, _, do = peer_inputs(T, H, D, dev, requires_grad=False)
+    T, H, D, C = (sum(MIXED6) if a.varlen else a.T), a.H, a.D, a.chunk_size
+    x, cu, do = peer_inputs(T, H, D, dev, lens=MIXED6 if a.varlen else None, requires_grad=False)
     q, k, v, g, beta = (x[n][0] for n in ("q", "k", "v", "g", "beta"))  # flattened B*T = T
     do = do[0]
-    chunks = KernelChunks.build(1, T, None, C, dev)
+    chunks = KernelChunks.build(1, T, cu.cpu() if cu is not None else None, C, dev)
     scale, p = D ** -0.5, "bf16"
     opts = dict(scale=scale, gate="none", lower_bound=-5.0, qk_l2norm=False, beta_sigmoid=False, A_log=None,
                 dt_bias=None, precision=p)
@@ -93,7 +95,7 @@ def main(argv=None):
            for name, fn in stages.items()}
     res["total"] = sum(res.values())
     knobs = {k: v for k, v in os.environ.items() if k.startswith("KDADBG_")}
-    line = {"tag": a.tag, "H": H, "T": T, "D": D, "C": C, "knobs": knobs, "first_call_s": round(compile_s, 2),
+    line = {"tag": a.tag, "H": H, "T": T, "D": D, "C": C, "varlen": a.varlen, "knobs": knobs, "first_call_s": round(compile_s, 2),
             "ms": {k: round(v, 4) for k, v in res.items()}}
     print(f"{a.tag or 'default':<28} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)
     if a.json_lines:

@@ -27,7 +27,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, tap_kernel_args
 from .tuning import knob
-from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid, store_rn
+from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
 
@@ -44,10 +44,10 @@ def kda_fwd_prepare_kernel(
     qn,              # out [BT, H, K] fp32: q after l2norm (STORE_QK; else q itself, not written)
     kn,              # out [BT, H, K] fp32: k after l2norm (STORE_QK; else k itself, read by the w pass)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
-    krT,             # out [NC, H, K, BC] fp32 (or bf16, see kda_fwd_prepare): (kn exp(gT - gc))^T per chunk
+    krT,             # out [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
     b,               # out [BT, H] fp32: b after activation
-    w,               # out [BT, H, K] fp32 (or bf16): INV Diag(b) kd
-    u,               # out [BT, H, V] fp32 (or bf16): INV Diag(b) v
+    w,               # out [BT, H, K] fp32: INV Diag(b) kd
+    u,               # out [BT, H, V] fp32: INV Diag(b) v
     gT,              # out [NC, H, K] fp32: chunk total of gamma
     INV,             # out [NC, H, BC, BC] fp32: (I + L)^-1 (identity on padding)
     Mqk,             # out [NC, H, BC, BC] fp32: tril(qd ki^T) (0 on padding)
@@ -157,7 +157,7 @@ def kda_fwd_prepare_kernel(
             tl.store(qn + o_tk, b_q, mask=m_tk)
             tl.store(kn + o_tk, b_k, mask=m_tk)
         tl.store(gc + o_tk, b_gc, mask=m_tk)
-        store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
+        tl.store(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, mask=m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
         if tapped:
             o_ck = o_cK + o_k[None, :]
@@ -232,14 +232,14 @@ def kda_fwd_prepare_kernel(
         m_tk = m_t[:, None] & (o_k < K)[None, :]
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
         b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0))
-        store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
+        tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
     for i_v in range(tl.cdiv(V, BV) if (ABLATE & 8) == 0 else 0):
         o_v = i_v * BV + tl.arange(0, BV)
         m_tv = m_t[:, None] & (o_v < V)[None, :]
         o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
         o_ldv = (o_ld[:, None] * H + i_h) * V + o_v[None, :]
         b_v = tl.load(v + o_ldv, mask=m_ld[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)
-        store_rn(u + o_tv, mm_tf32(b_inv, b_v * b_b[:, None], BF16), m_tv)
+        tl.store(u + o_tv, mm_tf32(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
@@ -258,12 +258,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
     store_qk = qk_l2norm or fault != 0
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2)) if store_qk else (q, k)
-    gc = torch.empty(BT, H, K, device=dev, dtype=f32)
-    # w, krT, u are read only by the forward state pass, as MMA operands
-    rec_dt = torch.bfloat16 if precision == "bf16" and knob("REC_BF16", 0) else f32
-    w = torch.empty(BT, H, K, device=dev, dtype=rec_dt)
-    krT = torch.empty(NC, H, K, C, device=dev, dtype=rec_dt)
-    u = torch.empty(BT, H, V, device=dev, dtype=rec_dt)
+    gc, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2))
+    krT = torch.empty(NC, H, K, C, device=dev, dtype=f32)
+    u = torch.empty(BT, H, V, device=dev, dtype=f32)
     b = torch.empty(BT, H, device=dev, dtype=f32)
     gT = torch.empty(NC, H, K, device=dev, dtype=f32)
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)

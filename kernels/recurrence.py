@@ -77,7 +77,7 @@ def kda_fwd_recurrence_kernel(
 
         if (ABLATE & 4) == 0:
             tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
-        b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(tl.float32)
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0)
         if (ABLATE & 1) == 0:
             b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
         if (ABLATE & 4) == 0:
