@@ -166,11 +166,13 @@ def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     """fp32-accurate product for the gate-sensitive intra-chunk terms in the bf16 modes (their
     cancellation in dg, dA_log and ddt_bias exposes single-tf32 errors), IEEE in fp32 mode.
 
-    SPLIT 3 (default): three tf32 MMAs (``tf32x3``). SPLIT 2 (a knob for timing): two,
-    ``a·hi(b) + a·lo(b)`` with ``hi(b)`` b's tf32 truncation and ``lo(b) = b - hi(b)``: b (the keys or
-    queries with their decay) kept to about fp32, a (dMqk, dL) to tf32. In CPU emulation over 8 seeds
-    it stayed within fla's bars except `chunk32`'s dA_log (1.06x its tolerance at worst, against 0.90x
-    for SPLIT 3); keeping a exact instead was far worse (ddt_bias 1.87x on `chunk64_varlen`). Under
+    SPLIT 3 (chunks of 16 and 32): three tf32 MMAs (``tf32x3``). SPLIT 2 (the default at chunk 64):
+    two, ``a·hi(b) + a·lo(b)`` with ``hi(b)`` b's tf32 truncation and ``lo(b) = b - hi(b)``: b (the keys
+    or queries with their decay) kept to about fp32, a (dMqk, dL) to tf32; 0.44 ms less than SPLIT 3 at
+    H16 T16384 on the H200 (3.26 against 3.70 ms, docs/gpu/round10). In CPU emulation over 8 seeds it
+    stayed within fla's bars on every chunk-64 case; at chunk 32 `chunk32`'s dA_log reached 1.06x its
+    tolerance (0.90x with SPLIT 3), hence SPLIT 3 there; keeping a exact instead was far worse
+    (ddt_bias 1.87x on `chunk64_varlen`). Under
     the interpreter (DOT 2) tf32 operands are truncated as the tensor cores read them; tf32x3 is
     taken as IEEE."""
     if DOT == 1:
@@ -498,7 +500,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
         BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
         **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-        ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 3), **LAUNCH,
+        ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3), **LAUNCH,
         num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

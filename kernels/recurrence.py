@@ -5,7 +5,8 @@ State pass, grid (N, H, V-blocks): S [K, BV] fp32 stays in registers; per chunk 
 in order, it stores S (the state entering the chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)),
 then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1), read as ``krT``
 [K, C] per chunk from the prepare (the tf32 MMA then needs no register transpose). The last S is ht.
-V-blocks of 16 columns: 8 programs per head at V = 128, so 128 sequential chains at H = 16.
+V-blocks of 16 to 64 columns (``tuning.state_block_v``: at most one program per SM): at V = 128, 8
+programs per head at H = 16 (128 chains), 4 at H = 32, 2 on a batch of six sequences at H = 32.
 
 Output pass, grid (NC, H, V-blocks): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``; it also
 writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps.
@@ -18,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, tap_kernel_args
-from .tuning import knob
+from .tuning import knob, state_block_v
 from .tlmath import mm, mm_tf32, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -182,7 +183,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     if N == 0:
         return S, U, ht
-    BV = knob("REC_BV", 16)
+    BV = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH
-from .tuning import knob
+from .tuning import knob, state_block_v
 
 
 @triton.jit
@@ -226,7 +226,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if chunks.n_seqs == 0:
         return dSn, dh0
     BK = _pow2(K)
-    BV = knob("RECB_BV", 16)
+    BV = state_block_v("RECB_BV", chunks.n_seqs * H, K, V, dev, per_sm=2)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     fault, fault_chunk = faults.args("dS_untransposed")

@@ -25,3 +25,27 @@ def knob(name: str, default: int) -> int:
         raise ValueError(f"KDADBG_{name}={val} switches kernel parts off (timing only); "
                          "set KDADBG_ALLOW_ABLATE=1 to mean it")
     return val
+
+
+def sm_count(device) -> int:
+    """Streaming multiprocessors of a CUDA device; 132 (an H200's) elsewhere, e.g. under the interpreter."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).multi_processor_count
+    return 132
+
+
+def state_block_v(name: str, n_chains: int, K: int, V: int, device, per_sm: int) -> int:
+    """V block of a state pass over ``n_chains`` (sequences × heads) sequential chains: the smallest of
+    16, 32, 64 that launches at most ``per_sm`` programs per SM (more programs reload the same ``w``/``kr``
+    tiles; fewer leave SMs idle), capped so that the [K, BV] fp32 state stays at most 8192 elements.
+    Chosen from H200 stage timings (docs/gpu/round11): forward per_sm 1, backward 2.
+    ``KDADBG_<name>`` overrides it."""
+    cap = max(16, min(64, 8192 // max(16, 1 << (K - 1).bit_length())))
+    budget = per_sm * sm_count(device)
+    bv = 16
+    while bv < cap and n_chains * -(-V // bv) > budget:
+        bv *= 2
+    return knob(name, bv)

@@ -31,3 +31,21 @@ def test_ablation_is_refused_unless_allowed(monkeypatch):
     monkeypatch.setenv("KDADBG_PREP_ABLATE", "0")
     monkeypatch.delenv("KDADBG_ALLOW_ABLATE")
     assert knob("PREP_ABLATE", 0) == 0
+
+
+@pytest.mark.parametrize("chains,K,V,per_sm,want", [
+    (16, 128, 128, 1, 16),    # H16: 128 programs fill the 132 SMs
+    (32, 128, 128, 1, 32),    # H32: 16-column blocks would be 256 programs
+    (192, 128, 128, 1, 64),   # six sequences at H32: as few programs as the cap allows
+    (32, 128, 128, 2, 16),    # backward: two programs per SM
+    (192, 128, 128, 2, 64),
+    (400, 256, 256, 1, 32),   # K = 256: the [K, BV] state capped at 8192 elements
+    (2, 16, 16, 1, 16),
+])
+def test_state_block_v_fills_the_sms_without_more_programs(monkeypatch, chains, K, V, per_sm, want):
+    from kdadbg_kernels.tuning import state_block_v
+
+    monkeypatch.delenv("KDADBG_REC_BV", raising=False)
+    assert state_block_v("REC_BV", chains, K, V, "cpu", per_sm) == want
+    monkeypatch.setenv("KDADBG_REC_BV", "16")
+    assert state_block_v("REC_BV", chains, K, V, "cpu", per_sm) == 16
