@@ -4,7 +4,7 @@
 # benchmark against fla (whose first call autotunes for ~3.5 min). Logs land in $OUT (default .out/).
 # Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
 #   bash benchmarks/gpu_check.sh [tests|run|bench|stages|profile|all]...   (default: all)
-# stages: stage_bench.py once per line of $VARIANTS (a file; each line "default" or comma-separated
+# "all" is tests, run and bench. stages: stage_bench.py once per line of $VARIANTS (a file; each line "default" or comma-separated
 # KDADBG_*=value overrides, then after a space stage_bench options, e.g. "--H 32 --varlen"); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -25,6 +25,7 @@ status=0
     > "$OUT/env.txt" 2>&1
 
 has() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
+named() { [[ " $what " == *" $1 "* ]]; }   # parts that "all" leaves out
 
 if has tests; then
     # the tests that touch the GPU (the rest run in CI on a CPU); a cap keeps the call inside its limit
@@ -50,16 +51,20 @@ if has bench; then
     python3 benchmarks/bench.py --json "$OUT/bench.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" | tail -30
 fi
-if has stages; then
+if named stages; then
+    if [ -z "${VARIANTS:-}" ] || [ ! -f "$VARIANTS" ]; then
+        echo "gpu_check.sh: stages: set VARIANTS to a file of variants (found '${VARIANTS:-}')" >&2
+        exit 2
+    fi
     while IFS= read -r line; do
         [ -z "$line" ] && continue
         v=${line%% *}; opts=""; [ "$v" != "$line" ] && opts=${line#* }
         env_args=(); [ "$v" != default ] && IFS=, read -ra env_args <<< "$v"
         env "${env_args[@]}" python3 benchmarks/stage_bench.py $opts --tag "$line" --json-lines "$OUT/stages.jsonl" 2>&1 \
             | tail -2 | tee -a "$OUT/stages.log"
-    done < "${VARIANTS:-/dev/stdin}"
+    done < "$VARIANTS"
 fi
-if has profile; then
+if named profile; then
     for shape in "--H 16" "--H 32" "--H 32 --varlen"; do
         tag=$(echo "$shape" | tr -d ' -')
         python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" 2>&1 \
