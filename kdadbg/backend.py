@@ -77,7 +77,8 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     chunk = kernels_module(device)
     x = inputs.to(device)
     outputs, buffers, plan = chunk.kda_forward_backward(
-        x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens, A_log=x.A_log,
+        x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens,
+        cu_seqlens_cpu=inputs.cu_seqlens.cpu() if inputs.cu_seqlens is not None else None, A_log=x.A_log,
         dt_bias=x.dt_bias, scale=config.scale, chunk_size=config.chunk_size, gate=config.gate,
         lower_bound=config.lower_bound, qk_l2norm=config.qk_l2norm, beta_sigmoid=config.beta_sigmoid,
         state_layout=config.state_layout, precision=precision, taps=taps)

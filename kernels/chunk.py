@@ -115,6 +115,14 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
     return o.view(B, T, H, V), ht, saved, chunks
 
 
+def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, chunk_size, device) -> TapPlan | None:
+    """The tap buffers for ``taps`` over the chunks of this batch (None without taps)."""
+    if taps is None:
+        return None
+    NC = int(chunk_layout(B, T, cu_seqlens, chunk_size)[2][-1])
+    return TapPlan.build(taps, NC, H, chunk_size, K, V, device)
+
+
 def _to_math(state, layout: str):
     """``[N,H,V,K]`` (``vk``) or ``[N,H,K,V]`` (``kv``) -> fp32 math layout ``[N,H,K,V]``."""
     if state is None:
@@ -129,12 +137,12 @@ def _from_math(state, layout: str):
 
 
 def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layout="vk", cu_seqlens=None,
-                         A_log=None, dt_bias=None, scale, chunk_size=16, gate="none", lower_bound=-5.0,
+                         cu_seqlens_cpu=None, A_log=None, dt_bias=None, scale, chunk_size=16, gate="none", lower_bound=-5.0,
                          qk_l2norm=True, beta_sigmoid=True, precision="fp32", taps: TapSelection | None = None):
     """Forward and backward in one call (what ``kdadbg run`` executes).
 
     Shapes as in :func:`kda_forward`; ``do`` is ``[B,T,H,V]``; ``h0``/``dht`` use ``state_layout``
-    (``vk``: ``[N,H,V,K]``, ``kv``: ``[N,H,K,V]``).
+    (``vk``: ``[N,H,V,K]``, ``kv``: ``[N,H,K,V]``); ``cu_seqlens_cpu``: as in :func:`kda_forward`.
 
     Returns:
         ``(outputs, buffers, plan)``: ``outputs`` holds fp32 ``o, ht, dq, dk, dv, dg, dbeta`` and, when
@@ -152,14 +160,12 @@ def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layou
 
     B, T, H, K = q.shape
     V = v.shape[-1]
-    plan = None
-    if taps is not None:
-        NC = int(chunk_layout(B, T, cu_seqlens, chunk_size)[2][-1])
-        plan = TapPlan.build(taps, NC, H, chunk_size, K, V, q.device)
+    plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size,
+                     q.device)
     opts = dict(scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm, beta_sigmoid=beta_sigmoid,
                 A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=plan)
     o, ht, saved, chunks = kda_forward(q, k, v, g, beta, chunk_size=chunk_size, h0=_to_math(h0, state_layout),
-                                       cu_seqlens=cu_seqlens, **opts)
+                                       cu_seqlens=cu_seqlens, cu_seqlens_cpu=cu_seqlens_cpu, **opts)
     grads = kda_backward(saved, chunks, q, k, v, g, beta, do, _to_math(dht, state_layout),
                          has_h0=h0 is not None, **opts)
     outputs = {"o": o, "ht": _from_math(ht, state_layout), **grads}
@@ -251,10 +257,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
                 beta_sigmoid=use_beta_sigmoid_in_kernel, precision=precision, cu_seqlens_cpu=cu_seqlens_cpu)
     layout = "vk" if state_v_first else "kv"
     h0 = _to_math(initial_state, layout)  # differentiable: dh0 flows back through the transpose
-    plan = None
-    if taps is not None:
-        NC = int(chunk_layout(B, T, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size)[2][-1])
-        plan = TapPlan.build(taps, NC, H, chunk_size, K, V, q.device)
+    plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size,
+                     q.device)
     o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan)
     final = _from_math(ht, layout) if output_final_state else None
     return (o, final, plan) if taps is not None else (o, final)
