@@ -129,6 +129,17 @@ class TapPlan:
         return name in self.buffers
 
 
+def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:
+    """How a kernel parallel over chunks is launched: ``(c0, c1, taps)`` per launch. The chunks of the
+    tap window run the variant that stores taps; the others run the variant without them, which
+    computes the same bits (taps are extra stores: the tests and ``benchmarks/layout_check.py`` hold
+    both variants to that) and carries no tap code's registers or spills."""
+    if plan is None or plan.hi <= plan.lo:
+        return [(0, n_chunks, False)]
+    parts = [(0, plan.lo, False), (plan.lo, plan.hi, True), (plan.hi, n_chunks, False)]
+    return [p for p in parts if p[1] > p[0]]
+
+
 def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor):
     """Kernel arguments for one stage's taps: ``(buffers, head_slot, lo, hi, n_sel, store, present)``.
 

@@ -25,14 +25,14 @@ import triton
 import triton.language as tl
 
 from . import faults
-from .common import LAUNCH, tap_kernel_args
+from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import knob
 from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 
 PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
 
 
-@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "fault_chunk"])
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "fault_chunk", "c0"])
 def kda_fwd_prepare_kernel(
     q,               # [BT, H, K] raw query (any float dtype)
     k,               # [BT, H, K] raw key
@@ -61,6 +61,7 @@ def kda_fwd_prepare_kernel(
     tap_hi,          # one past the last tapped chunk
     n_sel,           # number of tapped heads
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
+    c0,              # first chunk of this launch (common.chunk_launches)
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -79,7 +80,7 @@ def kda_fwd_prepare_kernel(
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no substitution, 2 no INV series, 4 no A products, 8 no w/u
 ):
-    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
 
@@ -269,16 +270,18 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, PREPARE_TAPS, qn)
     has_gate = GATE_IDS[gate] != 0
-    kda_fwd_prepare_kernel[(NC, H)](
-        q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
-        qn, kn, gc, krT, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
-        float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk,
-        H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)),
-        BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
-        L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, BF16=precision == "bf16", STORE_TAPS=store,
-        TAP_GC=present["gc"], TAP_GT=present["gT"], TAP_B=present["b"], TAP_QD=present["qd"],
-        TAP_KD=present["kd"], TAP_KI=present["ki"], TAP_KR=present["kr"], TAP_L=present["L"],
-        TAP_INV=present["INV"], TAP_MQK=present["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0),
-        **LAUNCH, num_warps=knob("PREP_WARPS", 4),
-    )
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
+        on = {n: taps and present[n] for n in PREPARE_TAPS}
+        kda_fwd_prepare_kernel[(c1 - c0, H)](
+            q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
+            qn, kn, gc, krT, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
+            float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
+            H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)),
+            BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, BF16=precision == "bf16",
+            STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], TAP_L=on["L"], TAP_INV=on["INV"],
+            TAP_MQK=on["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0), **LAUNCH,
+            num_warps=knob("PREP_WARPS", 4),
+        )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk

@@ -30,7 +30,7 @@ import triton
 import triton.language as tl
 
 from . import faults
-from .common import LAUNCH
+from .common import LAUNCH, chunk_launches
 from .tuning import knob
 from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index, truncate_mantissa
 from .tlmath import store_rn
@@ -50,7 +50,7 @@ def scale_exp(p, x):
     return tl.where(p == 0., 0., tl.where(big, tl.where(p < 0., -b_l, b_l), p * b_s))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["c0"])
 def chunk_bwd_dqkg_v_kernel(
     gc,              # [BT, H, K] fp32 (planted fault 4 only)
     qn, kn,          # [BT, H, K] fp32 (planted fault 4 only)
@@ -70,13 +70,14 @@ def chunk_bwd_dqkg_v_kernel(
     chunk_start, chunk_len,  # [NC] int32
     scale,           # query scale (planted fault 4 only)
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
+    c0,              # first chunk of this launch (common.chunk_launches)
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 1 dL_sign, 4 dgT_after_update
     UNCOND: tl.constexpr = 0,    # the V-only products in every K-block, not under `if first` (see the host)
 ):
-    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     first = i_k == 0
@@ -233,7 +234,7 @@ def _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLIT: t
             tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT, SPLIT), 0.))
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["c0"])
 def chunk_bwd_dqkg_kernel(
     qn, kn,          # [BT, H, K] fp32
     gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
@@ -254,6 +255,7 @@ def chunk_bwd_dqkg_kernel(
     chunk_start, chunk_len,  # [NC] int32
     scale, lower_bound,  # floats
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
+    c0,              # first chunk of this launch (common.chunk_launches)
     BT, H, K,        # sizes
     C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
@@ -262,7 +264,7 @@ def chunk_bwd_dqkg_kernel(
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
 ):
-    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     first = i_k == 0
@@ -483,25 +485,27 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel)
     fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
     DOT = dot_mode(precision)
-    chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), NC, H)](
-        gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
-        *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, H, K, V,
-        C=C, BK=BK, BV=knob("DQKGV_BV", _pow2(V, hi=32)), DOT=DOT,
-        **{f"TAP_{name.upper()}": taps[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0,
-        # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop came
-        # out wrong (dq, dk, dg; docs/gpu/round6); computed in every K-block they are right. bf16 mode keeps
-        # the cheaper form, which passed the same GPU checks.
-        UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
-        num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
-    chunk_bwd_dqkg_kernel[(NK, NC, H)](
-        qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
-        A_log if has_params else dv, dt_bias if has_params else dv,
-        dqn, dkn, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
-        *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound, fault_chunk,
-        BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
-        **{f"TAP_{name.upper()}": taps[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-        ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3), **LAUNCH,
-        num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
+    for c0, c1, in_window in chunk_launches(tap_plan, NC):
+        on = {name: in_window and taps[name] for name in DQKG_TAPS}
+        chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
+            gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
+            *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, c0,
+            H, K, V, C=C, BK=BK, BV=knob("DQKGV_BV", _pow2(V, hi=32)), DOT=DOT,
+            **{f"TAP_{name.upper()}": on[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0,
+            # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop
+            # came out wrong (dq, dk, dg; docs/gpu/round6); computed in every K-block they are right. bf16
+            # mode keeps the cheaper form, which passed the same GPU checks.
+            UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
+            num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
+        chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
+            qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
+            A_log if has_params else dv, dt_bias if has_params else dv,
+            dqn, dkn, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
+            *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound,
+            fault_chunk, c0, BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
+            **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
+            ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3), **LAUNCH,
+            num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, tap_kernel_args
+from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import knob, state_block_v
 from .tlmath import mm, mm_tf32, store_rn
 
@@ -93,7 +93,7 @@ def kda_fwd_recurrence_kernel(
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 
 
-@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel"])
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
 def kda_fwd_output_kernel(
     qn,              # [BT, H, K] fp32
     kn,              # [BT, H, K] fp32 (vcorr tap only)
@@ -112,6 +112,7 @@ def kda_fwd_output_kernel(
     tap_lo,          # first tapped chunk
     tap_hi,          # one past the last tapped chunk
     n_sel,           # number of tapped heads
+    c0,              # first chunk of this launch (common.chunk_launches)
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -122,7 +123,7 @@ def kda_fwd_output_kernel(
     STORE_TAPS: tl.constexpr,
     TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
 ):
-    i_c, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_c, i_h, i_v = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, BC)
@@ -205,11 +206,13 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         return o
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o)
     BV = _block_v(K, V)
-    kda_fwd_output_kernel[(NC, H, triton.cdiv(V, BV))](
-        qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
-        *bufs, slot, lo, hi, n_sel,
-        H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, BF16=precision == "bf16",
-        STORE_TAPS=store, TAP_S=present["S"], TAP_VCORR=present["vcorr"], TAP_U=present["U"],
-        **LAUNCH, num_warps=8 if store and C * triton.next_power_of_2(K) > 4096 else 4,
-    )
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
+        on = {n: taps and present[n] for n in OUTPUT_TAPS}
+        kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(V, BV))](
+            qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
+            *bufs, slot, lo, hi, n_sel, c0,
+            H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, BF16=precision == "bf16",
+            STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
+            **LAUNCH, num_warps=8 if store and taps and C * triton.next_power_of_2(K) > 4096 else 4,
+        )
     return o

@@ -49,3 +49,15 @@ def test_state_block_v_fills_the_sms_without_more_programs(monkeypatch, chains, 
     assert state_block_v("REC_BV", chains, K, V, "cpu", per_sm) == want
     monkeypatch.setenv("KDADBG_REC_BV", "16")
     assert state_block_v("REC_BV", chains, K, V, "cpu", per_sm) == 16
+
+
+def test_chunk_launches_run_the_tap_variant_only_over_the_window():
+    from types import SimpleNamespace
+
+    from kdadbg_kernels.common import chunk_launches
+
+    assert chunk_launches(None, 10) == [(0, 10, False)]
+    assert chunk_launches(SimpleNamespace(lo=3, hi=3), 10) == [(0, 10, False)]  # empty window
+    assert chunk_launches(SimpleNamespace(lo=2, hi=5), 10) == [(0, 2, False), (2, 5, True), (5, 10, False)]
+    assert chunk_launches(SimpleNamespace(lo=0, hi=10), 10) == [(0, 10, True)]
+    assert chunk_launches(SimpleNamespace(lo=0, hi=4), 10) == [(0, 4, True), (4, 10, False)]
