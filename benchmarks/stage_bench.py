@@ -95,7 +95,8 @@ def main(argv=None):
            for name, fn in stages.items()}
     res["total"] = sum(res.values())
     knobs = {k: v for k, v in os.environ.items() if k.startswith("KDADBG_")}
-    line = {"tag": a.tag, "H": H, "T": T, "D": D, "C": C, "varlen": a.varlen, "knobs": knobs, "first_call_s": round(compile_s, 2),
+    line = {"tag": a.tag, "H": H, "T": T, "D": D, "C": C, "varlen": a.varlen, "knobs": knobs,
+            "first_call_s": round(compile_s, 2),
             "ms": {k: round(v, 4) for k, v in res.items()}}
     print(f"{a.tag or 'default':<28} " + " ".join(f"{k}={v:.3f}" for k, v in res.items()), flush=True)
     if a.json_lines:

@@ -22,7 +22,8 @@ def _expect(ok: bool, name: str, expected: str, found) -> None:
         raise ValueError(f"{name}: expected {expected}, found {found}")
 
 
-def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision, cu_seqlens_cpu=None):
+def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision,
+                 cu_seqlens_cpu=None):
     """Validate shapes, dtypes and options; returns ``(B, T, H, K, V, N, cu)`` with ``cu`` the varlen
     offsets on the host (``cu_seqlens_cpu`` when given, else read back from ``cu_seqlens``) or None."""
     _expect(q.dim() == 4, "q", "shape [B, T, H, K]", tuple(q.shape))
@@ -137,8 +138,8 @@ def _from_math(state, layout: str):
 
 
 def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layout="vk", cu_seqlens=None,
-                         cu_seqlens_cpu=None, A_log=None, dt_bias=None, scale, chunk_size=16, gate="none", lower_bound=-5.0,
-                         qk_l2norm=True, beta_sigmoid=True, precision="fp32", taps: TapSelection | None = None):
+                         cu_seqlens_cpu=None, A_log=None, dt_bias=None, scale, chunk_size=16, gate="none",
+                         lower_bound=-5.0, qk_l2norm=True, beta_sigmoid=True, precision="fp32", taps: TapSelection | None = None):
     """Forward and backward in one call (what ``kdadbg run`` executes).
 
     Shapes as in :func:`kda_forward`; ``do`` is ``[B,T,H,V]``; ``h0``/``dht`` use ``state_layout``
