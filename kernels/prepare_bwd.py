@@ -170,10 +170,12 @@ def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     SPLIT 3 (chunks of 16 and 32): three tf32 MMAs (``tf32x3``). SPLIT 2 (the default at chunk 64):
     two, ``a·hi(b) + a·lo(b)`` with ``hi(b)`` b's tf32 truncation and ``lo(b) = b - hi(b)``: b (the keys
     or queries with their decay) kept to about fp32, a (dMqk, dL) to tf32; 0.44 ms less than SPLIT 3 at
-    H16 T16384 on the H200 (3.26 against 3.70 ms, docs/gpu/round10). In CPU emulation over 8 seeds it
-    stayed within fla's bars on every chunk-64 case; at chunk 32 `chunk32`'s dA_log reached 1.06x its
-    tolerance (0.90x with SPLIT 3), hence SPLIT 3 there; keeping a exact instead was far worse
-    (ddt_bias 1.87x on `chunk64_varlen`). Under
+    H16 T16384 on the H200 (3.26 against 3.70 ms, docs/gpu/round10), and it passed every GPU test
+    (round 12). In CPU emulation at chunk 64 over 8 seeds (``benchmarks/bf16_margin.py``,
+    docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
+    reaches 2.70x its bar (mean 1.58x) against 0.86x (0.51x). At chunk 32 `chunk32`'s dA_log reached
+    1.06x (0.90x with SPLIT 3), hence SPLIT 3 there. Keeping a exact instead was far worse (ddt_bias
+    1.87x on `chunk64_varlen`). Under
     the interpreter (DOT 2) tf32 operands are truncated as the tensor cores read them; tf32x3 is
     taken as IEEE."""
     if DOT == 1:
