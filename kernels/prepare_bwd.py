@@ -32,8 +32,8 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, chunk_launches
 from .tuning import knob
-from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index, truncate_mantissa
-from .tlmath import store_rn
+from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
+from .tlmath import store_rn, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -175,9 +175,8 @@ def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
     reaches 2.70x its bar (mean 1.58x) against 0.86x (0.51x). At chunk 32 `chunk32`'s dA_log reached
     1.06x (0.90x with SPLIT 3), hence SPLIT 3 there. Keeping a exact instead was far worse (ddt_bias
-    1.87x on `chunk64_varlen`). Under
-    the interpreter (DOT 2) tf32 operands are truncated as the tensor cores read them; tf32x3 is
-    taken as IEEE."""
+    1.87x on `chunk64_varlen`). Under the interpreter (DOT 2) tf32 operands are truncated as the tensor
+    cores read them; tf32x3 is taken as IEEE."""
     if DOT == 1:
         if SPLIT == 2:
             hi = truncate_mantissa(b, 13)

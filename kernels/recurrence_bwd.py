@@ -22,22 +22,8 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH
+from .tlmath import round_mantissa, truncate_mantissa
 from .tuning import knob, state_block_v
-
-
-@triton.jit
-def round_mantissa(x, DROP: tl.constexpr):
-    """Round fp32 to ``23 - DROP`` mantissa bits (nearest, ties to even), kept in fp32."""
-    u = x.to(tl.uint32, bitcast=True)
-    u = ((u + ((1 << (DROP - 1)) - 1) + ((u >> DROP) & 1)) >> DROP) << DROP
-    return u.to(tl.float32, bitcast=True)
-
-
-@triton.jit
-def truncate_mantissa(x, DROP: tl.constexpr):
-    """Drop the low ``DROP`` mantissa bits of fp32 (toward zero), as tf32 tensor-core operands do."""
-    u = x.to(tl.uint32, bitcast=True)
-    return ((u >> DROP) << DROP).to(tl.float32, bitcast=True)
 
 
 @triton.jit

@@ -23,11 +23,19 @@ GATE_IDS = {"none": GATE_NONE, "lower_bound": GATE_LOWER_BOUND, "softplus": GATE
 
 
 @triton.jit
-def round_bf16(x):
-    """fp32 -> nearest bf16 (ties to even), kept in fp32."""
-    i = x.to(tl.float32).to(tl.uint32, bitcast=True)
-    i = (i + 0x7FFF + ((i >> 16) & 1)) & 0xFFFF0000
-    return i.to(tl.float32, bitcast=True)
+def round_mantissa(x, DROP: tl.constexpr):
+    """Round to ``23 - DROP`` mantissa bits (nearest, ties to even), kept in fp32: DROP 16 is bf16."""
+    u = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    u = ((u + ((1 << (DROP - 1)) - 1) + ((u >> DROP) & 1)) >> DROP) << DROP
+    return u.to(tl.float32, bitcast=True)
+
+
+@triton.jit
+def truncate_mantissa(x, DROP: tl.constexpr):
+    """Drop the low ``DROP`` mantissa bits (toward zero), kept in fp32: DROP 13 is tf32 as the tensor
+    cores read fp32 operands."""
+    u = x.to(tl.float32).to(tl.uint32, bitcast=True)
+    return ((u >> DROP) << DROP).to(tl.float32, bitcast=True)
 
 
 @triton.jit
@@ -35,7 +43,7 @@ def mm(a, b, BF16: tl.constexpr):
     """a @ b with fp32 accumulation: bf16 operands (fast mode) or exact fp32 ("ieee", debug mode)."""
     if BF16:
         if INTERPRET:
-            return tl.dot(round_bf16(a), round_bf16(b), input_precision="ieee")
+            return tl.dot(round_mantissa(a, 16), round_mantissa(b, 16), input_precision="ieee")
         else:
             return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
     else:
@@ -43,18 +51,11 @@ def mm(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
-def round_tf32(x):
-    """fp32 -> tf32 as the tensor cores read it: the low 13 mantissa bits dropped (toward zero), kept in fp32."""
-    i = x.to(tl.float32).to(tl.uint32, bitcast=True) & 0xFFFFE000
-    return i.to(tl.float32, bitcast=True)
-
-
-@triton.jit
 def mm_tf32(a, b, BF16: tl.constexpr):
     """a @ b with fp32 accumulation: tf32 operands (fast mode: one MMA, 10 mantissa bits) or ieee fp32."""
     if BF16:
         if INTERPRET:
-            return tl.dot(round_tf32(a), round_tf32(b), input_precision="ieee")
+            return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), input_precision="ieee")
         else:
             return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
     else:
@@ -67,7 +68,7 @@ def store_rn(ptr, x, mask):
     store conversion do (the CPU interpreter's store conversion truncates)."""
     if INTERPRET:
         if ptr.dtype.element_ty == tl.bfloat16:
-            x = round_bf16(x)
+            x = round_mantissa(x, 16)
     tl.store(ptr, x, mask=mask)
 
 
