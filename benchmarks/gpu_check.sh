@@ -4,16 +4,22 @@
 # benchmark against fla (whose first call autotunes for ~3.5 min). Logs land in $OUT (default .out/).
 # Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
 #   bash benchmarks/gpu_check.sh [tests|run|bench|stages|profile|all]...   (default: all)
-# "all" is tests, run and bench. stages: stage_bench.py once per line of $VARIANTS (a file; each line "default" or comma-separated
-# KDADBG_*=value overrides, then after a space stage_bench options, e.g. "--H 32 --varlen"); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch.
+# "all" is tests, run and bench. stages: stage_bench.py once per line of $VARIANTS (a file; each line
+# "default" or comma-separated KDADBG_*=value overrides, then after a space stage_bench options, e.g.
+# "--H 32 --varlen"); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch, or at the
+# option sets of PROFILE_SHAPES, separated by ';'.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
 mkdir -p "$OUT"
 what=${*:-all}
 
-# kdadbg importable without pip: the repo root, plus kernels/ under its import name.
-mkdir -p /tmp/kdadbg_path && ln -sfn "$PWD/kernels" /tmp/kdadbg_path/kdadbg_kernels
+# kdadbg importable without pip: the repo root, plus kernels/ under its import name. KERNELS_DIR
+# (a copy of kernels/ from another commit, carried in an ignored folder) times that copy instead: A/B
+# runs of stages/profile/bench in one call.
+KERNELS_DIR=$(cd "${KERNELS_DIR:-$PWD/kernels}" && pwd) || exit 2
+mkdir -p /tmp/kdadbg_path && ln -sfn "$KERNELS_DIR" /tmp/kdadbg_path/kdadbg_kernels
+echo "gpu_check.sh: kernels from $KERNELS_DIR" >&2
 export PYTHONPATH="$PWD:/tmp/kdadbg_path:${PYTHONPATH:-}"
 if [ -d .peer ] && ls .peer/fla_core-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target "$PWD/.peer/site" .peer/fla_core-*.whl \
@@ -29,9 +35,11 @@ named() { [[ " $what " == *" $1 "* ]]; }   # parts that "all" leaves out
 
 if has tests; then
     # the tests that touch the GPU (the rest run in CI on a CPU); a cap keeps the call inside its limit
+    # TESTS_SELECT (pytest arguments) narrows it, e.g. "tests/test_kernels_fwd.py -k taps"
+    # shellcheck disable=SC2086
     timeout "${TESTS_TIMEOUT_S:-480}" python3 -m pytest -v -p no:cacheprovider --durations=20 \
-        tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py tests/test_kernels_bwd.py \
-        tests/test_reference.py -k "not oracle" 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
+        ${TESTS_SELECT:-tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py \
+        tests/test_kernels_bwd.py tests/test_reference.py -k "not oracle"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
     [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
 fi
 if has run; then
@@ -65,7 +73,8 @@ if named stages; then
     done < "$VARIANTS"
 fi
 if named profile; then
-    for shape in "--H 16" "--H 32" "--H 32 --varlen"; do
+    IFS=';' read -ra shapes <<< "${PROFILE_SHAPES:---H 16;--H 32;--H 32 --varlen}"
+    for shape in "${shapes[@]}"; do
         tag=$(echo "$shape" | tr -d ' -')
         python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" 2>&1 \
             | tee "$OUT/profile_$tag.log" | head -14

@@ -1,9 +1,14 @@
-"""Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks.
+"""Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
 
-Per (chunk, head): l2norm, gate activation, beta activation, the within-chunk gate cumsum ``gc``
-and total ``gT``, the strictly lower ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk = tril(qd ki^T)``,
-``INV = (I + L)^-1`` (16-row blocks, see below), and the two WY-style products the recurrence needs,
+``kda_fwd_intra_kernel`` (chunks, H): per (chunk, head), l2norm, gate activation, beta activation,
+the within-chunk gate cumsum ``gc`` and total ``gT``, ``krT``, the strictly lower
+``L = Diag(b) strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``.
+``kda_fwd_inv_kernel`` (chunks, H): ``INV = (I + L)^-1`` (16-row blocks, see the kernel), in place
+of ``L``. ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
 ``w = INV Diag(b) kd`` [C,K] and ``u = INV Diag(b) v`` [C,V], so that ``U = u - w S``.
+Three kernels rather than one: each keeps few registers, so many programs share an SM and hide
+each other's load latency; the single fused kernel needed 255 registers (2 programs per SM) and
+its serial chain of loads, substitution and products was the bound.
 
 ``ki = kn exp(-gc)`` is never formed in the main path: it overflows fp32 at chunk 32/64 with
 strong gates. ``kd ki^T`` and ``qd ki^T`` are built per 16-row block s of rows with the exponent
@@ -12,10 +17,9 @@ exp(15 |gamma|max)`` on the columns ``j < 16 (s + 1)`` it pairs with; every othe
 away with ``tl.where`` before the exponential. The four 16-row blocks go through one batched (3D)
 product ``[NB, 16, BK] @ [NB, BK, C]``, so no masked-out rows are multiplied.
 
-The kernel walks K in blocks (row norms first when l2norm is on, then per block the per-token
+The intra kernel walks K in blocks (row norms first when l2norm is on, then per block the per-token
 stage and its share of the products), which keeps every tile small enough not to spill registers
-on sm_90; ``w`` is formed after ``INV`` from this program's own ``kn``/``gc`` stores, made visible
-by a barrier.
+on sm_90.
 """
 
 from __future__ import annotations
@@ -29,14 +33,13 @@ from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import knob
 from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 
-PREPARE_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk")
+TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "fault_chunk", "c0"])
-def kda_fwd_prepare_kernel(
+def kda_fwd_token_kernel(
     q,               # [BT, H, K] raw query (any float dtype)
     k,               # [BT, H, K] raw key
-    v,               # [BT, H, V] value
     g,               # [BT, H, K] raw gate (or the log-decay itself when GATE == 0)
     beta,            # [BT, H] beta logits (or b itself when BETA_SIGMOID is off)
     A_log,           # [H] fp32 (GATE != 0)
@@ -46,16 +49,12 @@ def kda_fwd_prepare_kernel(
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
     krT,             # out [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
     b,               # out [BT, H] fp32: b after activation
-    w,               # out [BT, H, K] fp32: INV Diag(b) kd
-    u,               # out [BT, H, V] fp32: INV Diag(b) v
     gT,              # out [NC, H, K] fp32: chunk total of gamma
-    INV,             # out [NC, H, BC, BC] fp32: (I + L)^-1 (identity on padding)
-    Mqk,             # out [NC, H, BC, BC] fp32: tril(qd ki^T) (0 on padding)
     chunk_start,     # [NC] int32: flattened token of row 0
     chunk_len,       # [NC] int32: valid rows
     scale,           # query scale
     lower_bound,     # lower bound of the GATE == 1 activation
-    t_gc, t_gT, t_b, t_qd, t_kd, t_ki, t_kr, t_L, t_INV, t_Mqk,  # tap buffers [hi-lo, n_sel, *shape]
+    t_gc, t_gT, t_b, t_qd, t_kd, t_ki, t_kr,  # tap buffers [hi-lo, n_sel, *shape]
     head_slot,       # [H] int32: tap slot of each head, -1 if not tapped
     tap_lo,          # first tapped chunk
     tap_hi,          # one past the last tapped chunk
@@ -64,21 +63,16 @@ def kda_fwd_prepare_kernel(
     c0,              # first chunk of this launch (common.chunk_launches)
     H: tl.constexpr,
     K: tl.constexpr,
-    V: tl.constexpr,
     BC: tl.constexpr,            # chunk size: 16, 32 or 64
     BK: tl.constexpr,            # K block
-    BV: tl.constexpr,            # V block of the u product
     GATE: tl.constexpr,          # 0 none, 1 lower_bound, 2 softplus
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, or a planted fault that shifts the loads)
-    BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
-    TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr, TAP_L: tl.constexpr,
-    TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
+    TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
-    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no substitution, 2 no INV series, 4 no A products, 8 no w/u
 ):
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -123,12 +117,7 @@ def kda_fwd_prepare_kernel(
         b_rq = 1.0 / tl.sqrt(b_sq + 1e-6)
         b_rk = 1.0 / tl.sqrt(b_sk + 1e-6)
 
-    # per K block: the per-token stage (qn, kn, gc, gT, kr) and its share of kd ki^T, qd ki^T.
-    # The products are anchored per 16-row block s of rows at a = gc[16 s]: exp(gc_i - a) <= 1 on
-    # the block's rows, exp(a - gc_j) <= exp(15 |gamma|max) on the columns j < 16 (s + 1) it pairs
-    # with; every other entry is selected away before the exponential.
-    b_Akk = tl.zeros([BC, BC], dtype=tl.float32)
-    b_Aqk = tl.zeros([BC, BC], dtype=tl.float32)
+    # per K block: the per-token stage (qn, kn, gc, gT, kr)
     o_cK = o_t[:, None] * K
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
@@ -176,25 +165,103 @@ def kda_fwd_prepare_kernel(
                 tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
-        b_qs = b_q * scale
-        if (ABLATE & 4) == 0:
-            # block s's rows only meet columns j < 16 (s + 1): [NB, 16, BK] @ [NB, BK, BC]
-            b_gc3 = tl.reshape(b_gc, [BC // 16, 16, BK])
-            b_a3 = tl.sum(tl.where((tl.arange(0, 16) == 0)[None, :, None], b_gc3, 0.0), axis=1)  # [NB, BK]
-            b_el3 = tl.exp(b_gc3 - b_a3[:, None, :])
-            m_j3 = (o_t[None, :] < tl.arange(0, BC // 16)[:, None] * 16 + 16)[:, :, None]
-            b_kj3 = tl.where(m_j3, b_k[None, :, :] * tl.exp(tl.where(m_j3, b_a3[:, None, :] - b_gc[None, :, :], 0.0)),
-                             0.0)
-            b_kj3 = tl.permute(b_kj3, (0, 2, 1))
-            b_Akk += tl.reshape(mm_tf32(tl.reshape(b_k, [BC // 16, 16, BK]) * b_el3, b_kj3, BF16), [BC, BC])
-            b_Aqk += tl.reshape(mm_tf32(tl.reshape(b_qs, [BC // 16, 16, BK]) * b_el3, b_kj3, BF16), [BC, BC])
-    b_L = tl.where(o_t[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
-    b_M = tl.where(o_t[:, None] >= o_t[None, :], b_Aqk, 0.0)
+    tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
+    if tapped:
+        if TAP_B:
+            tl.store(t_b + o_tap * BC + o_t, b_b)
 
-    # INV = (I + L)^-1 by blocks of 16 rows: A = I + L = D + N with D block diagonal, N strictly
-    # block-lower; D^-1 by forward substitution in exact fp32, all blocks at once (the rows s of
-    # every block touch disjoint columns, so one reduction serves them all); then (I + X)^-1 D^-1,
-    # X = D^-1 N, as the finite series I - X + X^2 - X^3 (X^NB = 0), on tensor cores in fast mode.
+
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
+def kda_fwd_intra_kernel(
+    qn,              # [BT, H, K]: queries after l2norm (or the raw queries)
+    kn,              # [BT, H, K]: keys after l2norm (or the raw keys)
+    gc,              # [BT, H, K] fp32
+    b,               # [BT, H] fp32
+    L,               # out [NC, H, BC, BC] fp32: Diag(b) strict_tril(kd ki^T)
+    Mqk,             # out [NC, H, BC, BC] fp32: tril(qd ki^T) (0 on padding)
+    chunk_start,     # [NC] int32
+    chunk_len,       # [NC] int32
+    scale,
+    t_L, t_Mqk,      # tap buffers [hi-lo, n_sel, BC, BC]
+    head_slot, tap_lo, tap_hi, n_sel,
+    c0,              # first chunk of this launch (common.chunk_launches)
+    H: tl.constexpr,
+    K: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
+    STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_MQK: tl.constexpr,
+    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 4 no products
+):
+    """Rows 16 s .. 16 s + 15 of ``L`` and ``Mqk`` for s = program_id(2). The exponent is anchored at
+    ``a = gc[16 s]`` (at the last valid row when the block is all padding): ``exp(gc_i - a) <= 1`` on
+    the rows, ``exp(a - gc_j) <= exp(15 |gamma|max)`` on the columns ``j < 16 (s + 1)``; every other
+    entry is selected away before the exponential."""
+    i_c, i_h, i_s = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n_valid = tl.load(chunk_len + i_c)
+    o_ch = (i_c * H + i_h).to(tl.int64)
+    o_t = tl.arange(0, BC)
+    o_r = i_s * 16 + tl.arange(0, 16)
+    m_r = o_r < n_valid
+    m_c = (o_t < n_valid) & (o_t < i_s * 16 + 16)
+    i_a = tl.minimum(i_s * 16, n_valid - 1)  # the anchor row (gc is flat past the last valid row)
+    b_Akk = tl.zeros([16, BC], dtype=tl.float32)
+    b_Aqk = tl.zeros([16, BC], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK) if (ABLATE & 4) == 0 else 0):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_k = o_k < K
+        o_rk = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
+        m_rk = m_r[:, None] & m_k[None, :]
+        o_ck = ((bos + o_t)[:, None] * H + i_h) * K + o_k[None, :]
+        m_ck = m_c[:, None] & m_k[None, :]
+        b_a = tl.load(gc + ((bos + i_a) * H + i_h) * K + o_k, mask=m_k, other=0)
+        b_el = tl.exp(tl.where(m_rk, tl.load(gc + o_rk, mask=m_rk, other=0) - b_a[None, :], 0.0))
+        b_kj = tl.load(kn + o_ck, mask=m_ck, other=0).to(tl.float32) * tl.exp(
+            tl.where(m_ck, b_a[None, :] - tl.load(gc + o_ck, mask=m_ck, other=0), 0.0))
+        b_kjT = tl.trans(b_kj)
+        b_Akk += mm_tf32(tl.load(kn + o_rk, mask=m_rk, other=0).to(tl.float32) * b_el, b_kjT, BF16)
+        b_Aqk += mm_tf32(tl.load(qn + o_rk, mask=m_rk, other=0).to(tl.float32) * scale * b_el, b_kjT, BF16)
+    b_b = tl.load(b + (bos + o_r) * H + i_h, mask=m_r, other=0)
+    b_L = tl.where(o_r[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
+    b_M = tl.where(o_r[:, None] >= o_t[None, :], b_Aqk, 0.0)
+    o_cc = o_r[:, None] * BC + o_t[None, :]
+    tl.store(L + o_ch * BC * BC + o_cc, b_L)
+    tl.store(Mqk + o_ch * BC * BC + o_cc, b_M)
+    if STORE_TAPS:
+        i_slot = tl.load(head_slot + i_h)
+        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
+            o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64) * BC * BC
+            if TAP_L:
+                tl.store(t_L + o_tap + o_cc, b_L)
+            if TAP_MQK:
+                tl.store(t_Mqk + o_tap + o_cc, b_M)
+
+
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
+def kda_fwd_inv_kernel(
+    INV,             # in/out [NC, H, BC, BC] fp32: L on entry, (I + L)^-1 on return (identity on padding)
+    chunk_len,       # [NC] int32: valid rows
+    t_INV,           # tap buffer [hi-lo, n_sel, BC, BC]
+    head_slot,       # [H] int32: tap slot of each head, -1 if not tapped
+    tap_lo, tap_hi, n_sel,
+    c0,              # first chunk of this launch (common.chunk_launches)
+    H: tl.constexpr,
+    BC: tl.constexpr,
+    BF16: tl.constexpr,
+    STORE_TAPS: tl.constexpr,
+    ABLATE: tl.constexpr = 0,    # timing only: 1 no substitution, 2 no block series
+):
+    """INV = (I + L)^-1 by blocks of 16 rows: A = I + L = D + N with D block diagonal, N strictly
+    block-lower; D^-1 by forward substitution in exact fp32, all blocks at once (the rows s of every
+    block touch disjoint columns, so one reduction serves them all); then (I + X)^-1 D^-1, X = D^-1 N,
+    as the finite series I - X + X^2 - X^3 (X^NB = 0), on tensor cores in fast mode."""
+    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
+    n_valid = tl.load(chunk_len + i_c)
+    o_ch = (i_c * H + i_h).to(tl.int64)
+    o_t = tl.arange(0, BC)
+    o_cc = o_t[:, None] * BC + o_t[None, :]
+    b_L = tl.load(INV + o_ch * BC * BC + o_cc)
     o_bi = o_t // 16
     m_bd = o_bi[:, None] == o_bi[None, :]
     b_Lbd = tl.where(m_bd, b_L, 0.0)
@@ -211,36 +278,63 @@ def kda_fwd_prepare_kernel(
         else:
             b_X2 = mm_tf32(b_X, b_X, BF16)
             b_inv = b_inv + mm_tf32(b_X2 - b_X - mm_tf32(b_X, b_X2, BF16), b_inv, BF16)
-
-    tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
-    o_cc = o_t[:, None] * BC + o_t[None, :]
     tl.store(INV + o_ch * BC * BC + o_cc, b_inv)
-    tl.store(Mqk + o_ch * BC * BC + o_cc, b_M)
-    if tapped:
-        if TAP_B:
-            tl.store(t_b + o_tap * BC + o_t, b_b)
-        if TAP_L:
-            tl.store(t_L + o_tap * BC * BC + o_cc, b_L)
-        if TAP_INV:
-            tl.store(t_INV + o_tap * BC * BC + o_cc, b_inv)
-        if TAP_MQK:
-            tl.store(t_Mqk + o_tap * BC * BC + o_cc, b_M)
+    if STORE_TAPS:
+        i_slot = tl.load(head_slot + i_h)
+        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
+            tl.store(t_INV + ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64) * BC * BC + o_cc, b_inv)
 
-    # w = INV Diag(b) kd from this program's own kn, gc stores (a barrier makes them visible)
-    tl.debug_barrier()
-    for i_k in range(tl.cdiv(K, BK) if (ABLATE & 8) == 0 else 0):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_tk = m_t[:, None] & (o_k < K)[None, :]
-        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-        b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0))
-        tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
-    for i_v in range(tl.cdiv(V, BV) if (ABLATE & 8) == 0 else 0):
-        o_v = i_v * BV + tl.arange(0, BV)
-        m_tv = m_t[:, None] & (o_v < V)[None, :]
-        o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
-        o_ldv = (o_ld[:, None] * H + i_h) * V + o_v[None, :]
-        b_v = tl.load(v + o_ldv, mask=m_ld[:, None] & (o_v < V)[None, :], other=0).to(tl.float32)
-        tl.store(u + o_tv, mm_tf32(b_inv, b_v * b_b[:, None], BF16), mask=m_tv)
+
+@triton.jit(do_not_specialize=["fault_chunk"])
+def kda_fwd_wu_kernel(
+    v,               # [BT, H, V] value
+    kn,              # [BT, H, K]: keys after l2norm (or the raw keys)
+    gc,              # [BT, H, K] fp32
+    b,               # [BT, H] fp32
+    INV,             # [NC, H, BC, BC] fp32
+    w,               # out [BT, H, K] fp32: INV Diag(b) kd
+    u,               # out [BT, H, V] fp32: INV Diag(b) v
+    chunk_start,     # [NC] int32
+    chunk_len,       # [NC] int32
+    fault_chunk,     # test-only: the chunk a planted fault applies to
+    H: tl.constexpr,
+    K: tl.constexpr,
+    V: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,            # column block of both products
+    BF16: tl.constexpr,
+    FAULT: tl.constexpr = 0,     # test-only: 6 varlen_offset (v loaded one token late)
+):
+    """The WY products, program 0 of axis 2 forms ``w = INV Diag(b) kd``, program 1 ``u = INV Diag(b) v``."""
+    i_c, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n_valid = tl.load(chunk_len + i_c)
+    o_t = tl.arange(0, BC)
+    m_t = o_t < n_valid
+    o_tok = bos + o_t
+    o_ch = (i_c * H + i_h).to(tl.int64)
+    b_inv = tl.load(INV + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
+    b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
+    if i_p == 0:
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_tk = m_t[:, None] & (o_k < K)[None, :]
+            o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+            b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(
+                tl.load(gc + o_tk, mask=m_tk, other=0))
+            tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
+    else:
+        o_ld, m_ld = o_tok, m_t
+        if FAULT == 6:
+            sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
+            o_ld, m_ld = o_tok + sh, o_t + sh < n_valid
+        for i_v in range(tl.cdiv(V, BK)):
+            o_v = i_v * BK + tl.arange(0, BK)
+            m_v = (o_v < V)[None, :]
+            b_v = tl.load(v + (o_ld[:, None] * H + i_h) * V + o_v[None, :], mask=m_ld[:, None] & m_v,
+                          other=0).to(tl.float32)
+            tl.store(u + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mm_tf32(b_inv, b_v * b_b[:, None], BF16),
+                     mask=m_t[:, None] & m_v)
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
@@ -268,20 +362,38 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
-    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, PREPARE_TAPS, qn)
-    has_gate = GATE_IDS[gate] != 0
+    has_gate, bf16, ablate = GATE_IDS[gate] != 0, precision == "bf16", knob("PREP_ABLATE", 0)
+    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
-        on = {n: taps and present[n] for n in PREPARE_TAPS}
-        kda_fwd_prepare_kernel[(c1 - c0, H)](
-            q, k, v, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
-            qn, kn, gc, krT, b, w, u, gT, INV, Mqk, chunks.chunk_start, chunks.chunk_len,
+        on = {n: taps and present[n] for n in TOKEN_TAPS}
+        kda_fwd_token_kernel[(c1 - c0, H)](
+            q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
+            qn, kn, gc, krT, b, gT, chunks.chunk_start, chunks.chunk_len,
             float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
-            H=H, K=K, V=V, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)),
-            BV=knob("PREP_BV", min(triton.next_power_of_2(V), 64)), GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, BF16=precision == "bf16",
+            H=H, K=K, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)), GATE=GATE_IDS[gate],
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
-            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], TAP_L=on["L"], TAP_INV=on["INV"],
-            TAP_MQK=on["Mqk"], FAULT=fault, ABLATE=knob("PREP_ABLATE", 0), **LAUNCH,
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
+        )
+    (t_L, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "Mqk"), qn)
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
+        kda_fwd_intra_kernel[(c1 - c0, H, C // 16)](
+            qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_M,
+            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_INTRA_BK", min(triton.next_power_of_2(K), 64)),
+            BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_MQK=taps and present["Mqk"],
+            ABLATE=ablate & 4, **LAUNCH, num_warps=knob("PREP_INTRA_WARPS", 4),
+        )
+    (t_inv,), slot, lo, hi, n_sel, store, _ = tap_kernel_args(tap_plan, ("INV",), qn)
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
+        kda_fwd_inv_kernel[(c1 - c0, H)](
+            INV, chunks.chunk_len, t_inv, slot, lo, hi, n_sel, c0, H=H, BC=C, BF16=bf16,
+            STORE_TAPS=store and taps, ABLATE=ablate & 3, **LAUNCH, num_warps=knob("PREP_INV_WARPS", 4),
+        )
+    if not ablate & 8:
+        kda_fwd_wu_kernel[(NC, H, 2)](
+            v, kn, gc, b, INV, w, u, chunks.chunk_start, chunks.chunk_len, fault_chunk, H=H, K=K, V=V, BC=C,
+            BK=knob("PREP_WU_BK", min(triton.next_power_of_2(max(K, V)), 64)), BF16=bf16,
+            FAULT=fault if fault == 6 else 0, **LAUNCH, num_warps=knob("PREP_WU_WARPS", 4),
         )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
