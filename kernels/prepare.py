@@ -253,40 +253,31 @@ def kda_fwd_inv_kernel(
     ABLATE: tl.constexpr = 0,    # timing only: 1 no substitution, 2 no block series
 ):
     """INV = (I + L)^-1 by blocks of 16 rows: A = I + L = D + N with D block diagonal, N strictly
-    block-lower. D^-1 by forward substitution in exact fp32 on the [NB, 16, 16] stack of diagonal
-    blocks, all blocks at once; then (I + X)^-1 D^-1, X = D^-1 N, as the finite series
-    I - X + X^2 - X^3 (X^NB = 0), on tensor cores in fast mode. D^-1 goes into the diagonal blocks of
-    the buffer, which the series reads back whole (a barrier makes the stores visible)."""
+    block-lower; D^-1 by forward substitution in exact fp32, all blocks at once (the rows s of every
+    block touch disjoint columns, so one reduction serves them all); then (I + X)^-1 D^-1, X = D^-1 N,
+    as the finite series I - X + X^2 - X^3 (X^NB = 0), on tensor cores in fast mode."""
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     n_valid = tl.load(chunk_len + i_c)
     o_ch = (i_c * H + i_h).to(tl.int64)
     o_t = tl.arange(0, BC)
     o_cc = o_t[:, None] * BC + o_t[None, :]
-    o_s = tl.arange(0, BC // 16)[:, None, None]
-    o_16 = tl.arange(0, 16)
-    o_d3 = (o_s * 16 + o_16[None, :, None]) * BC + o_s * 16 + o_16[None, None, :]
-    b_D = tl.load(INV + o_ch * BC * BC + o_d3)  # [NB, 16, 16]: the diagonal blocks of L
-    b_di = tl.where((o_16[:, None] == o_16[None, :])[None, :, :] & (o_s >= 0), 1.0, 0.0)
+    b_L = tl.load(INV + o_ch * BC * BC + o_cc)
+    o_bi = o_t // 16
+    m_bd = o_bi[:, None] == o_bi[None, :]
+    b_Lbd = tl.where(m_bd, b_L, 0.0)
+    b_inv = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
     for i_r in range(1, tl.minimum(n_valid, 16) if (ABLATE & 1) == 0 else 1):
-        m_r = (o_16 == i_r)[None, :, None]
-        b_l = tl.sum(tl.where(m_r, b_D, 0.0), 1)  # [NB, 16]: row i_r of every block
-        b_r = tl.sum(b_l[:, :, None] * b_di, 1)
-        b_di = tl.where(m_r, b_di - b_r[:, None, :], b_di)
-    if BC == 16:
-        b_inv = tl.reshape(b_di, [BC, BC])
-    else:
-        tl.store(INV + o_ch * BC * BC + o_d3, b_di)
-        tl.debug_barrier()
-        b_M = tl.load(INV + o_ch * BC * BC + o_cc)
-        m_bd = (o_t // 16)[:, None] == (o_t // 16)[None, :]
-        b_inv = tl.where(m_bd, b_M, 0.0)
-        if (ABLATE & 2) == 0:
-            b_X = mm_tf32(b_inv, tl.where(m_bd, 0.0, b_M), BF16)
-            if BC == 32:
-                b_inv = b_inv - mm_tf32(b_X, b_inv, BF16)
-            else:
-                b_X2 = mm_tf32(b_X, b_X, BF16)
-                b_inv = b_inv + mm_tf32(b_X2 - b_X - mm_tf32(b_X, b_X2, BF16), b_inv, BF16)
+        m_r = (o_t % 16 == i_r)[:, None]
+        b_l = tl.sum(tl.where(m_r, b_Lbd, 0.0), 0)
+        b_r = tl.sum(b_l[:, None] * b_inv, 0)
+        b_inv = tl.where(m_r & m_bd, b_inv - b_r[None, :], b_inv)
+    if BC >= 32 and (ABLATE & 2) == 0:
+        b_X = mm_tf32(b_inv, tl.where(m_bd, 0.0, b_L), BF16)
+        if BC == 32:
+            b_inv = b_inv - mm_tf32(b_X, b_inv, BF16)
+        else:
+            b_X2 = mm_tf32(b_X, b_X, BF16)
+            b_inv = b_inv + mm_tf32(b_X2 - b_X - mm_tf32(b_X, b_X2, BF16), b_inv, BF16)
     tl.store(INV + o_ch * BC * BC + o_cc, b_inv)
     if STORE_TAPS:
         i_slot = tl.load(head_slot + i_h)
@@ -389,9 +380,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_kernel[(c1 - c0, H, C // 16)](
             qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_M,
-            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_INTRA_BK", min(triton.next_power_of_2(K), 64)),
+            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_INTRA_BK", min(triton.next_power_of_2(K), 32)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_MQK=taps and present["Mqk"],
-            ABLATE=ablate & 4, **LAUNCH, num_warps=knob("PREP_INTRA_WARPS", 4),
+            ABLATE=ablate & 4, **LAUNCH, num_warps=knob("PREP_INTRA_WARPS", 2),
         )
     (t_inv,), slot, lo, hi, n_sel, store, _ = tap_kernel_args(tap_plan, ("INV",), qn)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
