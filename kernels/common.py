@@ -3,6 +3,7 @@ tensors (the contract between the forward and the backward stages) and the tap p
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -63,16 +64,8 @@ class KernelChunks:
     def build(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int, device) -> "KernelChunks":
         """The table for ``B`` sequences of ``T`` tokens, or for the varlen offsets ``cu_seqlens``
         (pass a CPU copy when there is one: a device tensor is read back, which waits for the GPU)."""
-        if cu_seqlens is None:  # dense: built on the device, no host-to-device copy (which would sync)
-            C = chunk_size
-            n_per = (T + C - 1) // C
-            c = torch.arange(B * n_per, device=device, dtype=torch.int64)
-            t = c % n_per
-            i32 = dict(dtype=torch.int32)
-            return KernelChunks(C, ((c // n_per) * T + t * C).to(**i32).contiguous(),
-                                torch.clamp(T - t * C, max=C).to(**i32).contiguous(), (c // n_per).to(**i32).contiguous(),
-                                (torch.arange(B + 1, device=device, dtype=torch.int64) * n_per).to(**i32).contiguous(),
-                                B * n_per, B, n_per if B else 0)
+        if cu_seqlens is None:
+            return _dense_chunks(B, T, chunk_size, torch.device(device))
         bos, lens, base, seq, t, start, length = chunk_layout(B, T, cu_seqlens, chunk_size)
         NC, N = int(base[-1]), len(lens)
         # one host-to-device copy of the whole table, from pinned memory without waiting for the GPU
@@ -84,6 +77,20 @@ class KernelChunks:
         start, length, seq, base = torch.split(table, [NC, NC, NC, N + 1])
         n_per = (lens + chunk_size - 1) // chunk_size
         return KernelChunks(chunk_size, start, length, seq, base, NC, N, int(n_per.max()) if N else 0)
+
+
+@functools.lru_cache(maxsize=32)
+def _dense_chunks(B: int, T: int, C: int, device: torch.device) -> KernelChunks:
+    """The dense table, built on the device (a host-to-device copy would sync) once per shape: the
+    kernels only read it, and rebuilding it cost a dozen small launches per call."""
+    n_per = (T + C - 1) // C
+    c = torch.arange(B * n_per, device=device, dtype=torch.int64)
+    t = c % n_per
+    i32 = dict(dtype=torch.int32)
+    return KernelChunks(C, ((c // n_per) * T + t * C).to(**i32).contiguous(),
+                        torch.clamp(T - t * C, max=C).to(**i32).contiguous(), (c // n_per).to(**i32).contiguous(),
+                        (torch.arange(B + 1, device=device, dtype=torch.int64) * n_per).to(**i32).contiguous(),
+                        B * n_per, B, n_per if B else 0)
 
 
 @dataclass
@@ -140,16 +147,16 @@ def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, 
     return [p for p in parts if p[1] > p[0]]
 
 
-def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor):
+def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor, chunks: KernelChunks):
     """Kernel arguments for one stage's taps: ``(buffers, head_slot, lo, hi, n_sel, store, present)``.
 
     ``buffers`` follows ``names``; a tap not in the plan gets ``dummy`` and ``present[name] = False``
-    so its store compiles out; ``store`` is False when the stage records nothing at all.
+    so its store compiles out; ``store`` is False when the stage records nothing at all, and then
+    ``head_slot`` is the chunk table's ``chunk_len`` (any int32 pointer: it is never read).
     """
     present = {n: plan is not None and plan.has(n) for n in names}
     bufs = [plan.buffers[n] if present[n] else dummy for n in names]
     if plan is None or not any(present.values()):
-        slot = torch.full((1,), -1, dtype=torch.int32, device=dummy.device)
-        return bufs, slot, 0, 0, 0, False, present
+        return bufs, chunks.chunk_len, 0, 0, 0, False, present
     n_sel = next(iter(plan.buffers.values())).shape[1]
     return bufs, plan.head_slot, plan.lo, plan.hi, n_sel, True, present

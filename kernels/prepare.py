@@ -90,7 +90,7 @@ def kda_fwd_token_kernel(
         a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
     else:
         a_h = 1.0
-    i_slot = tl.load(head_slot + i_h)
+    i_slot = tl.load(head_slot + i_h) if STORE_TAPS else -1
     tapped = STORE_TAPS & (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
     o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
 
@@ -363,7 +363,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
     has_gate, bf16, ablate = GATE_IDS[gate] != 0, precision == "bf16", knob("PREP_ABLATE", 0)
-    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn)
+    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
@@ -376,7 +376,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
         )
-    (t_L, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "Mqk"), qn)
+    (t_L, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "Mqk"), qn, chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_kernel[(c1 - c0, H, C // 16)](
             qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_M,
@@ -384,7 +384,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_MQK=taps and present["Mqk"],
             ABLATE=ablate & 4, **LAUNCH, num_warps=knob("PREP_INTRA_WARPS", 2),
         )
-    (t_inv,), slot, lo, hi, n_sel, store, _ = tap_kernel_args(tap_plan, ("INV",), qn)
+    (t_inv,), slot, lo, hi, n_sel, store, _ = tap_kernel_args(tap_plan, ("INV",), qn, chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_inv_kernel[(c1 - c0, H)](
             INV, chunks.chunk_len, t_inv, slot, lo, hi, n_sel, c0, H=H, BC=C, BF16=bf16,
