@@ -1,25 +1,26 @@
-"""Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
+"""Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in four kernels.
 
-``kda_fwd_intra_kernel`` (chunks, H): per (chunk, head), l2norm, gate activation, beta activation,
-the within-chunk gate cumsum ``gc`` and total ``gT``, ``krT``, the strictly lower
-``L = Diag(b) strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``.
-``kda_fwd_inv_kernel`` (chunks, H): ``INV = (I + L)^-1`` (16-row blocks, see the kernel), in place
-of ``L``. ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
-``w = INV Diag(b) kd`` [C,K] and ``u = INV Diag(b) v`` [C,V], so that ``U = u - w S``.
-Three kernels rather than one: each keeps few registers, so many programs share an SM and hide
-each other's load latency; the single fused kernel needed 255 registers (2 programs per SM) and
-its serial chain of loads, substitution and products was the bound.
+- ``kda_fwd_token_kernel`` (chunks, H): the per-token stage. l2norm, gate activation, beta
+  activation, the within-chunk gate cumsum ``gc``, the total ``gT`` and ``krT``.
+- ``kda_fwd_intra_kernel`` (chunks, H, 16-row blocks): the strictly lower
+  ``L = Diag(b) strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, written into the ``INV`` buffer.
+- ``kda_fwd_inv_kernel`` (chunks, H): ``INV = (I + L)^-1`` (16-row blocks, see the kernel), in
+  place of ``L``.
+- ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
+  ``w = INV Diag(b) kd`` [C,K] and ``u = INV Diag(b) v`` [C,V], so that ``U = u - w S``.
+
+Four kernels rather than one: each keeps under 170 registers on sm_90, so several programs share an
+SM and hide each other's load latency. The fused kernel needed 255 (2 programs per SM), and its
+serial chain of loads, substitution and products was the bound (docs/kernels.md has the timings).
 
 ``ki = kn exp(-gc)`` is never formed in the main path: it overflows fp32 at chunk 32/64 with
 strong gates. ``kd ki^T`` and ``qd ki^T`` are built per 16-row block s of rows with the exponent
 anchored at ``a = gc[16 s]``: ``exp(gc_i - a) <= 1`` on the block's rows and ``exp(a - gc_j) <=
 exp(15 |gamma|max)`` on the columns ``j < 16 (s + 1)`` it pairs with; every other entry is selected
-away with ``tl.where`` before the exponential. The four 16-row blocks go through one batched (3D)
-product ``[NB, 16, BK] @ [NB, BK, C]``, so no masked-out rows are multiplied.
+away with ``tl.where`` before the exponential.
 
-The intra kernel walks K in blocks (row norms first when l2norm is on, then per block the per-token
-stage and its share of the products), which keeps every tile small enough not to spill registers
-on sm_90.
+The token and intra kernels walk K in blocks (the token kernel takes the row norms first when
+l2norm is on), which keeps every tile small enough not to spill registers on sm_90.
 """
 
 from __future__ import annotations

@@ -177,3 +177,6 @@ def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
     assert (got.n_chunks, got.n_seqs) == (int(base[-1]), B)
     assert got.max_chunks == int((base[1:] - base[:-1]).max())
     assert all(x.dtype == torch.int32 for x in (got.chunk_start, got.chunk_len, got.chunk_seq, got.seq_chunk_base))
+    # built once per (B, T, C, device): a second call launches nothing and returns the same table
+    assert KernelChunks.build(B, T, None, C, DEVICE) is got
+    assert KernelChunks.build(B, T + 1, None, C, DEVICE) is not got
