@@ -1,14 +1,16 @@
 """Where the time goes: CUDA time per kernel of our forward+backward (torch.profiler), one shape.
 
     python benchmarks/kernel_profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
-                                 [--iters 5] [--varlen] [--json FILE]
+                                 [--iters 5] [--varlen] [--taps-window N] [--json FILE]
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid).
 After a warm-up call (compilation), ``--iters`` calls of forward+backward are profiled; the table
 gives each kernel's mean CUDA time per call and its share of the total kernel time, beside the
 wall time of a forward and a forward+backward (``do_bench`` medians): where the wall time exceeds the
 kernel time, the host (launches, synchronising copies) is the bound. ``--varlen``: ``bench.py``'s
-varlen batch of six sequences (``--T`` is then their total, 16384).
+varlen batch of six sequences (``--T`` is then their total, 16384). ``--taps-window N``: every tap
+on for chunks [0, N) and all heads (as ``bench.py``'s taps-on timing), so the table shows where the
+taps' extra time goes: the tap-storing kernel variants, the NaN fills of the buffers.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ def main(argv=None):
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--varlen", action="store_true", help="bench.py's six mixed-length sequences")
+    ap.add_argument("--taps-window", type=int, default=0, help="every tap on for chunks [0, N) (0: taps off)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     import torch
@@ -38,15 +41,17 @@ def main(argv=None):
     from torch.profiler import ProfilerActivity, profile
 
     from kdadbg_kernels.chunk import chunk_kda
+    from kdadbg_kernels.taps import TapSelection
 
     T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
     x, cu, do = peer_inputs(T, H, D, torch.device("cuda"), lens=MIXED6 if a.varlen else None)
 
     cu_cpu = cu.cpu() if cu is not None else None
+    taps = TapSelection(chunks=(0, a.taps_window)) if a.taps_window else None
 
     def fwd():
         return chunk_kda(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_size=a.chunk_size,
-                         precision=a.precision)[0]
+                         precision=a.precision, taps=taps)[0]
 
     def step():
         return torch.autograd.grad(fwd(), list(x.values()), do)
@@ -72,7 +77,8 @@ def main(argv=None):
     rows = sorted(per.items(), key=lambda kv: -kv[1])
     wall = {"fwd": triton.testing.do_bench(fwd, return_mode="median"),
             "fwdbwd": triton.testing.do_bench(step, return_mode="median")}
-    print(f"H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} varlen={a.varlen}: first call {first:.1f} s, "
+    print(f"H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} varlen={a.varlen} "
+          f"taps_window={a.taps_window}: first call {first:.1f} s, "
           f"kernel time per fwd+bwd {total:.3f} ms; wall fwd {wall['fwd']:.3f} ms, fwd+bwd {wall['fwdbwd']:.3f} ms")
     print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
     for name, ms in rows:
