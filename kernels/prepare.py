@@ -31,7 +31,7 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH, chunk_launches, tap_kernel_args
-from .tuning import knob
+from .tuning import block_size, knob
 from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
@@ -371,7 +371,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
             qn, kn, gc, krT, b, gT, chunks.chunk_start, chunks.chunk_len,
             float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
-            H=H, K=K, BC=C, BK=knob("PREP_BK", min(triton.next_power_of_2(K), 32)), GATE=GATE_IDS[gate],
+            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 32)), GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
@@ -381,7 +381,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_kernel[(c1 - c0, H, C // 16)](
             qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_M,
-            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_INTRA_BK", min(triton.next_power_of_2(K), 32)),
+            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_INTRA_BK", block_size(K, 32)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_MQK=taps and present["Mqk"],
             ABLATE=ablate & 4, **LAUNCH, num_warps=knob("PREP_INTRA_WARPS", 2),
         )
@@ -394,7 +394,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     if not ablate & 8:
         kda_fwd_wu_kernel[(NC, H, 2)](
             v, kn, gc, b, INV, w, u, chunks.chunk_start, chunks.chunk_len, fault_chunk, H=H, K=K, V=V, BC=C,
-            BK=knob("PREP_WU_BK", min(triton.next_power_of_2(max(K, V)), 64)), BF16=bf16,
+            BK=knob("PREP_WU_BK", block_size(max(K, V), 64)), BF16=bf16,
             FAULT=fault if fault == 6 else 0, **LAUNCH, num_warps=knob("PREP_WU_WARPS", 4),
         )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk

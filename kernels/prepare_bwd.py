@@ -31,8 +31,8 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH, chunk_launches
-from .tuning import knob
-from .recurrence_bwd import _pow2, dot_mode, mm, mm_tf32, tap_index
+from .tuning import block_size, knob
+from .recurrence_bwd import dot_mode, mm, mm_tf32, tap_index
 from .tlmath import store_rn, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
@@ -462,8 +462,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev = qn.device
-    BK = _pow2(K, hi=64)
-    BK3 = knob("DQKG_BK", _pow2(K, hi=32))
+    BK = block_size(K, hi=64)
+    BK3 = knob("DQKG_BK", block_size(K, hi=32))
     NK = triton.cdiv(K, BK3)
     f32 = dict(device=dev, dtype=torch.float32)
     t_q, t_k, t_v, t_g = out_dtypes or (torch.float32,) * 4
@@ -491,7 +491,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
             gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
             *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, c0,
-            H, K, V, C=C, BK=BK, BV=knob("DQKGV_BV", _pow2(V, hi=32)), DOT=DOT,
+            H, K, V, C=C, BK=BK, BV=knob("DQKGV_BV", block_size(V, hi=32)), DOT=DOT,
             **{f"TAP_{name.upper()}": on[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0,
             # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop
             # came out wrong (dq, dk, dg; docs/gpu/round6); computed in every K-block they are right. bf16
@@ -529,5 +529,5 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
         tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],
-        C=chunks.chunk_size, BK=_pow2(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
+        C=chunks.chunk_size, BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
     return dq, dk, dbeta

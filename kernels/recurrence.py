@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, tap_kernel_args
-from .tuning import knob, state_block_v
+from .tuning import block_size, knob, state_block_v
 from .tlmath import mm, mm_tf32, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -169,7 +169,7 @@ def kda_fwd_output_kernel(
 
 def _block_v(K: int, V: int) -> int:
     """V block of the state tile [BK, BV]: at most 64 columns, at most 8192 fp32 elements."""
-    BK = triton.next_power_of_2(K)
+    BK = block_size(K)
     return max(16, min(triton.next_power_of_2(V), 64, 8192 // BK))
 
 
@@ -188,7 +188,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
-        H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, HAS_H0=h0 is not None,
+        H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", **LAUNCH, num_warps=knob("REC_WARPS", 4),
         num_stages=knob("REC_STAGES", 2), ABLATE=knob("REC_ABLATE", 0),
     )
@@ -211,8 +211,8 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(V, BV))](
             qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
             *bufs, slot, lo, hi, n_sel, c0,
-            H=H, K=K, V=V, BC=C, BK=triton.next_power_of_2(K), BV=BV, BF16=precision == "bf16",
+            H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            **LAUNCH, num_warps=8 if store and taps and C * triton.next_power_of_2(K) > 4096 else 4,
+            **LAUNCH, num_warps=8 if store and taps and C * block_size(K) > 4096 else 4,
         )
     return o

@@ -23,7 +23,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH
 from .tlmath import round_mantissa, truncate_mantissa
-from .tuning import knob, state_block_v
+from .tuning import block_size, knob, state_block_v
 
 
 @triton.jit
@@ -175,11 +175,6 @@ def recurrence_bwd_kernel(
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
 
 
-def _pow2(x: int, lo: int = 16, hi: int | None = None) -> int:
-    p = max(lo, triton.next_power_of_2(x))
-    return p if hi is None else min(p, hi)
-
-
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32"):
     """``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO`` [BT,H,V], all fp32 (token-major, flattened B*T)."""
     BT, H, K = qn.shape
@@ -193,7 +188,7 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         return qd, kr, w, dU
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn, kn, gc, gT, b, INV, Mqk, do, qd, kr, w, dU, chunks.chunk_start, chunks.chunk_len, scale, H, K, V,
-        C=C, BK=_pow2(K, hi=64), BV=_pow2(V, hi=64), DOT=dot_mode(precision), **LAUNCH,
+        C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), **LAUNCH,
         num_warps=8 if C >= 64 else 4)
     return qd, kr, w, dU
 
@@ -211,7 +206,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     dh0 = torch.empty(chunks.n_seqs, H, K, V, device=dev, dtype=torch.float32) if has_h0 else None
     if chunks.n_seqs == 0:
         return dSn, dh0
-    BK = _pow2(K)
+    BK = block_size(K)
     BV = state_block_v("RECB_BV", chunks.n_seqs * H, K, V, dev, per_sm=2)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn

@@ -27,6 +27,16 @@ def knob(name: str, default: int) -> int:
     return val
 
 
+def block_size(n: int, hi: int | None = None) -> int:
+    """Block of a tile dimension of size ``n``: the next power of two, at least 16 (a tensor-core
+    ``tl.dot`` needs a reduction dimension of 16 or more on sm_90: K = 8 does not compile there), at
+    most ``hi``. Loads and stores mask the padding."""
+    import triton
+
+    p = max(16, triton.next_power_of_2(n))
+    return p if hi is None else min(p, hi)
+
+
 def sm_count(device) -> int:
     """Streaming multiprocessors of a CUDA device; 132 (an H200's) elsewhere, e.g. under the interpreter."""
     import torch

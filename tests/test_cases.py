@@ -31,6 +31,7 @@ REGIMES = {
     "non-zero h0 and dht": lambda c: c.h0 and c.dht,
     "kv layout": lambda c: c.state_layout == "kv",
     "K != V": lambda c: c.K != c.V,
+    "head dims under 16": lambda c: c.K < 16 and c.V < 16,
     "gate none": lambda c: c.gate == "none",
     "gate lower_bound": lambda c: c.gate == "lower_bound",
     "gate softplus": lambda c: c.gate == "softplus",

@@ -153,7 +153,7 @@ def reference_case(case):
     return inputs, cfg, res, chunks, saved_from_taps(res.taps, inputs, cfg, chunks)
 
 
-FP32_CASES = ("basic", "t1", "t15", "tail", "t63", "t65", "varlen_short", "varlen_kv", "k_ne_v", "v_gt_k",
+FP32_CASES = ("basic", "t1", "t15", "tail", "t63", "t65", "varlen_short", "varlen_kv", "k_ne_v", "v_gt_k", "k8",
               "gate_none", "gate_softplus", "strong_gates", "strong_gates_none", "strong_gates_softplus",
               "zero_gates", "beta_low", "beta_high", "raw", "raw_beta_extremes", "no_state", "h0_only",
               "kv_layout", "chunk32", "chunk64_varlen", "chunk64_strong", "bf16")

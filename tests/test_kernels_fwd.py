@@ -28,7 +28,7 @@ TAP_TOL = {**{n: 1e-5 for n in FWD_TAPS}, "ki": 3e-5}
 KI_FINITE = 1e30
 
 # Small versions of the shared cases (T <= 130, H <= 2, K, V <= 64), ids are the case names.
-CASE_NAMES = ("basic", "t1", "t15", "t16", "tail", "t63", "t65", "varlen_short", "k_ne_v", "v_gt_k",
+CASE_NAMES = ("basic", "t1", "t15", "t16", "tail", "t63", "t65", "varlen_short", "k_ne_v", "v_gt_k", "k8",
               "gate_none", "gate_softplus", "strong_gates", "strong_gates_none", "strong_gates_softplus",
               "zero_gates", "zero_gates_none", "beta_low", "beta_high", "raw", "raw_beta_extremes", "no_state",
               "kv_layout", "varlen_kv", "chunk32", "chunk64", "chunk64_varlen", "chunk64_strong", "bf16")
