@@ -48,7 +48,7 @@ def test_reductions_parses_ops_shapes_and_spelled_out_layouts():
     assert moved[0] != r[0] and moved[1:] == r[1:]
 
 
-@pytest.mark.parametrize("chunk,K,V", [(16, 72, 40), (64, 128, 128)])
+@pytest.mark.parametrize("chunk,K,V", [(16, 72, 40), (64, 128, 128), (32, 8, 12)])  # K = 8: padded dot blocks
 def test_taps_keep_every_reduction_layout(chunk, K, V):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layout_check.py"), "--chunk-size", str(chunk),
