@@ -116,11 +116,13 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
     return o.view(B, T, H, V), ht, saved, chunks
 
 
-def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, chunk_size, device) -> TapPlan | None:
-    """The tap buffers for ``taps`` over the chunks of this batch (None without taps)."""
+def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_cpu, chunk_size,
+              device) -> TapPlan | None:
+    """The tap buffers for ``taps`` over the chunks of this batch (None without taps); the offsets are
+    read from ``cu_seqlens_cpu`` when given."""
     if taps is None:
         return None
-    NC = int(chunk_layout(B, T, cu_seqlens, chunk_size)[2][-1])
+    NC = int(chunk_layout(B, T, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size)[2][-1])
     return TapPlan.build(taps, NC, H, chunk_size, K, V, device)
 
 
@@ -161,8 +163,7 @@ def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layou
 
     B, T, H, K = q.shape
     V = v.shape[-1]
-    plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size,
-                     q.device)
+    plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens, cu_seqlens_cpu, chunk_size, q.device)
     opts = dict(scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm, beta_sigmoid=beta_sigmoid,
                 A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=plan)
     o, ht, saved, chunks = kda_forward(q, k, v, g, beta, chunk_size=chunk_size, h0=_to_math(h0, state_layout),
@@ -258,8 +259,7 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
                 beta_sigmoid=use_beta_sigmoid_in_kernel, precision=precision, cu_seqlens_cpu=cu_seqlens_cpu)
     layout = "vk" if state_v_first else "kv"
     h0 = _to_math(initial_state, layout)  # differentiable: dh0 flows back through the transpose
-    plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu, chunk_size,
-                     q.device)
+    plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens, cu_seqlens_cpu, chunk_size, q.device)
     o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan)
     final = _from_math(ht, layout) if output_final_state else None
     return (o, final, plan) if taps is not None else (o, final)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, tap_kernel_args
-from .tuning import block_size, knob, state_block_v
+from .tuning import block_size, knob, state_block_v, state_tile_cap
 from .tlmath import mm, mm_tf32, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -169,8 +169,7 @@ def kda_fwd_output_kernel(
 
 def _block_v(K: int, V: int) -> int:
     """V block of the state tile [BK, BV]: at most 64 columns, at most 8192 fp32 elements."""
-    BK = block_size(K)
-    return max(16, min(triton.next_power_of_2(V), 64, 8192 // BK))
+    return block_size(V, state_tile_cap(K))
 
 
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):

@@ -37,6 +37,11 @@ def block_size(n: int, hi: int | None = None) -> int:
     return p if hi is None else min(p, hi)
 
 
+def state_tile_cap(K: int) -> int:
+    """Widest V block (16 to 64) whose [K, BV] fp32 state tile stays within 8192 elements."""
+    return max(16, min(64, 8192 // block_size(K)))
+
+
 def sm_count(device) -> int:
     """Streaming multiprocessors of a CUDA device; 132 (an H200's) elsewhere, e.g. under the interpreter."""
     import torch
@@ -53,7 +58,7 @@ def state_block_v(name: str, n_chains: int, K: int, V: int, device, per_sm: int)
     tiles; fewer leave SMs idle), capped so that the [K, BV] fp32 state stays at most 8192 elements.
     Chosen from H200 stage timings (docs/gpu/round11): forward per_sm 1, backward 2.
     ``KDADBG_<name>`` overrides it."""
-    cap = max(16, min(64, 8192 // max(16, 1 << (K - 1).bit_length())))
+    cap = state_tile_cap(K)
     budget = per_sm * sm_count(device)
     bv = 16
     while bv < cap and n_chains * -(-V // bv) > budget:
