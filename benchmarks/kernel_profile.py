@@ -1,7 +1,7 @@
 """Where the time goes: CUDA time per kernel of our forward+backward (torch.profiler), one shape.
 
     python benchmarks/kernel_profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
-                                 [--iters 5] [--varlen] [--taps-window N] [--json FILE]
+                                 [--iters 5] [--varlen] [--taps-window N] [--peer fla] [--json FILE]
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid).
 After a warm-up call (compilation), ``--iters`` calls of forward+backward are profiled; the table
@@ -11,6 +11,9 @@ kernel time, the host (launches, synchronising copies) is the bound. ``--varlen`
 varlen batch of six sequences (``--T`` is then their total, 16384). ``--taps-window N``: every tap
 on for chunks [0, N) and all heads (as ``bench.py``'s taps-on timing), so the table shows where the
 taps' extra time goes: the tap-storing kernel variants, the NaN fills of the buffers.
+``--peer fla``: the same table for fla's ``chunk_kda`` (chunk 64, ``FLA_FLASH_KDA=0`` as in
+``bench.py``) on the same inputs, to compare kernel by kernel. Its first call autotunes for minutes;
+with ``TRITON_CACHE_AUTOTUNING=1`` Triton keeps the chosen configs in its cache directory.
 """
 
 from __future__ import annotations
@@ -32,8 +35,12 @@ def main(argv=None):
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--varlen", action="store_true", help="bench.py's six mixed-length sequences")
     ap.add_argument("--taps-window", type=int, default=0, help="every tap on for chunks [0, N) (0: taps off)")
+    ap.add_argument("--peer", default="ours", choices=["ours", "fla"],
+                    help="whose chunk_kda to profile (fla: fla-core's, importable as fla)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
+    if a.peer == "fla" and (a.taps_window or a.precision != "bf16" or a.chunk_size != 64):
+        ap.error("--peer fla: fla has no taps, runs bf16 inputs as they are, and is timed at chunk 64")
     import torch
     import triton.testing
     from bench import MIXED6
@@ -49,9 +56,18 @@ def main(argv=None):
     cu_cpu = cu.cpu() if cu is not None else None
     taps = TapSelection(chunks=(0, a.taps_window)) if a.taps_window else None
 
-    def fwd():
-        return chunk_kda(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_size=a.chunk_size,
-                         precision=a.precision, taps=taps)[0]
+    if a.peer == "fla":
+        import os
+        os.environ.setdefault("FLA_FLASH_KDA", "0")
+        from fla.ops.kda import chunk_kda as fla_kda
+        kw = dict(cu_seqlens=cu, chunk_size=64) | ({"cu_seqlens_cpu": cu_cpu} if cu is not None else {})
+
+        def fwd():
+            return fla_kda(**x, **kw)[0]
+    else:
+        def fwd():
+            return chunk_kda(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_size=a.chunk_size,
+                             precision=a.precision, taps=taps)[0]
 
     def step():
         return torch.autograd.grad(fwd(), list(x.values()), do)
@@ -77,7 +93,7 @@ def main(argv=None):
     rows = sorted(per.items(), key=lambda kv: -kv[1])
     wall = {"fwd": triton.testing.do_bench(fwd, return_mode="median"),
             "fwdbwd": triton.testing.do_bench(step, return_mode="median")}
-    print(f"H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} varlen={a.varlen} "
+    print(f"{a.peer}: H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} varlen={a.varlen} "
           f"taps_window={a.taps_window}: first call {first:.1f} s, "
           f"kernel time per fwd+bwd {total:.3f} ms; wall fwd {wall['fwd']:.3f} ms, fwd+bwd {wall['fwdbwd']:.3f} ms")
     print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
