@@ -1,17 +1,11 @@
-"""Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in four kernels.
+"""Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
 
 - ``kda_fwd_token_kernel`` (chunks, H): the per-token stage. l2norm, gate activation, beta
   activation, the within-chunk gate cumsum ``gc``, the total ``gT`` and ``krT``.
-- ``kda_fwd_intra_kernel`` (chunks, H, 16-row blocks): the strictly lower
-  ``L = Diag(b) strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, written into the ``INV`` buffer.
-- ``kda_fwd_inv_kernel`` (chunks, H): ``INV = (I + L)^-1`` (16-row blocks, see the kernel), in
-  place of ``L``.
+- ``kda_fwd_intra_solve_kernel`` (chunks, H): on [16, 16] blocks, the strictly lower
+  ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk = tril(qd ki^T)`` and ``INV = (I + L)^-1``.
 - ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
   ``w = INV Diag(b) kd`` [C,K] and ``u = INV Diag(b) v`` [C,V], so that ``U = u - w S``.
-
-Four kernels rather than one: each keeps under 170 registers on sm_90, so several programs share an
-SM and hide each other's load latency. The fused kernel needed 255 (2 programs per SM), and its
-serial chain of loads, substitution and products was the bound (docs/kernels.md has the timings).
 
 ``ki = kn exp(-gc)`` is never formed in the main path: it overflows fp32 at chunk 32/64 with
 strong gates. ``kd ki^T`` and ``qd ki^T`` are built per 16-row block s of rows with the exponent
@@ -172,18 +166,78 @@ def kda_fwd_token_kernel(
             tl.store(t_b + o_tap * BC + o_t, b_b)
 
 
+@triton.jit
+def _row_block(qn, kn, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr):
+    """Row block s of a chunk, one K block: ``(kn, qn * scale) * exp(gc - a)`` with the anchor
+    ``a = gc[16 s]`` (at the last valid row when the block is all padding), and the raw ``kn``, ``gc``
+    for the blocks that pair with it as columns."""
+    o_r = i_s * 16 + tl.arange(0, 16)
+    m = (o_r < n_valid)[:, None] & m_k[None, :]
+    p = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
+    b_g = tl.load(gc + p, mask=m, other=0)
+    b_k = tl.load(kn + p, mask=m, other=0).to(tl.float32)
+    b_a = tl.load(gc + ((bos + tl.minimum(i_s * 16, n_valid - 1)) * H + i_h) * K + o_k, mask=m_k, other=0)
+    b_el = tl.exp(tl.where(m, b_g - b_a[None, :], 0.0))
+    b_rk = b_k * b_el
+    b_rq = tl.load(qn + p, mask=m, other=0).to(tl.float32) * scale * b_el
+    return b_rk, b_rq, b_a, b_k, b_g, m
+
+
+@triton.jit
+def _pair(b_Akk, b_Aqk, b_rk, b_rq, b_a, b_kj, b_gj, m_j, BF16: tl.constexpr):
+    """Accumulate rows s against the columns of block j <= s: ``kd ki^T`` and ``qd ki^T``, both
+    anchored at the rows' ``a``."""
+    b_c = tl.trans(tl.where(m_j, b_kj * tl.exp(tl.where(m_j, b_a[None, :] - b_gj, 0.0)), 0.0))
+    return b_Akk + mm_tf32(b_rk, b_c, BF16), b_Aqk + mm_tf32(b_rq, b_c, BF16)
+
+
+@triton.jit
+def _unit_lower_inv(b_L, n_rows):
+    """(I + L)^-1 of one strictly lower [16, 16] block by forward substitution in exact fp32."""
+    o = tl.arange(0, 16)
+    b_inv = tl.where(o[:, None] == o[None, :], 1.0, 0.0)
+    for i_r in range(1, n_rows):
+        m_r = (o == i_r)[:, None]
+        b_l = tl.sum(tl.where(m_r, b_L, 0.0), 0)
+        b_r = tl.sum(b_l[:, None] * b_inv, 0)
+        b_inv = tl.where(m_r, b_inv - b_r[None, :], b_inv)
+    return b_inv
+
+
+@triton.jit
+def _store_lower(p, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, NB: tl.constexpr, BC: tl.constexpr):
+    """A block-lower [BC, BC] matrix from its [16, 16] blocks (zeros above the block diagonal)."""
+    o_t = tl.arange(0, BC)
+    o = tl.arange(0, 16)
+    tl.store(p + o_t[:, None] * BC + o_t[None, :], tl.zeros([BC, BC], dtype=tl.float32),
+             mask=(o_t // 16)[:, None] < (o_t // 16)[None, :])
+    o_b = o[:, None] * BC + o[None, :]
+    tl.store(p + o_b, b00)
+    if NB >= 2:
+        tl.store(p + 16 * BC + o_b, b10)
+        tl.store(p + 16 * BC + 16 + o_b, b11)
+    if NB >= 4:
+        tl.store(p + 32 * BC + o_b, b20)
+        tl.store(p + 32 * BC + 16 + o_b, b21)
+        tl.store(p + 32 * BC + 32 + o_b, b22)
+        tl.store(p + 48 * BC + o_b, b30)
+        tl.store(p + 48 * BC + 16 + o_b, b31)
+        tl.store(p + 48 * BC + 32 + o_b, b32)
+        tl.store(p + 48 * BC + 48 + o_b, b33)
+
+
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
-def kda_fwd_intra_kernel(
+def kda_fwd_intra_solve_kernel(
     qn,              # [BT, H, K]: queries after l2norm (or the raw queries)
     kn,              # [BT, H, K]: keys after l2norm (or the raw keys)
     gc,              # [BT, H, K] fp32
     b,               # [BT, H] fp32
-    L,               # out [NC, H, BC, BC] fp32: Diag(b) strict_tril(kd ki^T)
+    INV,             # out [NC, H, BC, BC] fp32: (I + L)^-1 (identity on padding)
     Mqk,             # out [NC, H, BC, BC] fp32: tril(qd ki^T) (0 on padding)
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     scale,
-    t_L, t_Mqk,      # tap buffers [hi-lo, n_sel, BC, BC]
+    t_L, t_INV, t_Mqk,  # tap buffers [hi-lo, n_sel, BC, BC]
     head_slot, tap_lo, tap_hi, n_sel,
     c0,              # first chunk of this launch (common.chunk_launches)
     H: tl.constexpr,
@@ -191,99 +245,90 @@ def kda_fwd_intra_kernel(
     BC: tl.constexpr,
     BK: tl.constexpr,
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
-    STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_MQK: tl.constexpr,
-    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 4 no products
+    STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
 ):
-    """Rows 16 s .. 16 s + 15 of ``L`` and ``Mqk`` for s = program_id(2). The exponent is anchored at
-    ``a = gc[16 s]`` (at the last valid row when the block is all padding): ``exp(gc_i - a) <= 1`` on
-    the rows, ``exp(a - gc_j) <= exp(15 |gamma|max)`` on the columns ``j < 16 (s + 1)``; every other
-    entry is selected away before the exponential."""
-    i_c, i_h, i_s = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
+    """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
+    strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
+    then ``INV = (I + L)^-1``: each diagonal block by forward substitution in exact fp32, and below the
+    diagonal ``INV_sj = -INV_ss sum_{j <= m < s} L_sm INV_mj`` (block forward substitution)."""
+    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
+    NB: tl.constexpr = BC // 16
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
     o_ch = (i_c * H + i_h).to(tl.int64)
-    o_t = tl.arange(0, BC)
-    o_r = i_s * 16 + tl.arange(0, 16)
-    m_r = o_r < n_valid
-    m_c = (o_t < n_valid) & (o_t < i_s * 16 + 16)
-    i_a = tl.minimum(i_s * 16, n_valid - 1)  # the anchor row (gc is flat past the last valid row)
-    b_Akk = tl.zeros([16, BC], dtype=tl.float32)
-    b_Aqk = tl.zeros([16, BC], dtype=tl.float32)
-    for i_k in range(tl.cdiv(K, BK) if (ABLATE & 4) == 0 else 0):
+    z = tl.zeros([16, 16], dtype=tl.float32)
+    k00, q00, k10, q10, k11, q11 = z, z, z, z, z, z
+    k20, q20, k21, q21, k22, q22 = z, z, z, z, z, z
+    k30, q30, k31, q31, k32, q32, k33, q33 = z, z, z, z, z, z, z, z
+    for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        o_rk = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
-        m_rk = m_r[:, None] & m_k[None, :]
-        o_ck = ((bos + o_t)[:, None] * H + i_h) * K + o_k[None, :]
-        m_ck = m_c[:, None] & m_k[None, :]
-        b_a = tl.load(gc + ((bos + i_a) * H + i_h) * K + o_k, mask=m_k, other=0)
-        b_el = tl.exp(tl.where(m_rk, tl.load(gc + o_rk, mask=m_rk, other=0) - b_a[None, :], 0.0))
-        b_kj = tl.load(kn + o_ck, mask=m_ck, other=0).to(tl.float32) * tl.exp(
-            tl.where(m_ck, b_a[None, :] - tl.load(gc + o_ck, mask=m_ck, other=0), 0.0))
-        b_kjT = tl.trans(b_kj)
-        b_Akk += mm_tf32(tl.load(kn + o_rk, mask=m_rk, other=0).to(tl.float32) * b_el, b_kjT, BF16)
-        b_Aqk += mm_tf32(tl.load(qn + o_rk, mask=m_rk, other=0).to(tl.float32) * scale * b_el, b_kjT, BF16)
-    b_b = tl.load(b + (bos + o_r) * H + i_h, mask=m_r, other=0)
-    b_L = tl.where(o_r[:, None] > o_t[None, :], b_Akk, 0.0) * b_b[:, None]
-    b_M = tl.where(o_r[:, None] >= o_t[None, :], b_Aqk, 0.0)
-    o_cc = o_r[:, None] * BC + o_t[None, :]
-    tl.store(L + o_ch * BC * BC + o_cc, b_L)
-    tl.store(Mqk + o_ch * BC * BC + o_cc, b_M)
-    if STORE_TAPS:
-        i_slot = tl.load(head_slot + i_h)
-        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
-            o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64) * BC * BC
-            if TAP_L:
-                tl.store(t_L + o_tap + o_cc, b_L)
-            if TAP_MQK:
-                tl.store(t_Mqk + o_tap + o_cc, b_M)
+        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, gc, bos, 0, n_valid, i_h, o_k, m_k, scale, H, K)
+        k00, q00 = _pair(k00, q00, rk0, rq0, a0, kb0, g0, m0, BF16)
+        if NB >= 2:
+            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, gc, bos, 1, n_valid, i_h, o_k, m_k, scale, H, K)
+            k10, q10 = _pair(k10, q10, rk1, rq1, a1, kb0, g0, m0, BF16)
+            k11, q11 = _pair(k11, q11, rk1, rq1, a1, kb1, g1, m1, BF16)
+        if NB >= 4:
+            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, gc, bos, 2, n_valid, i_h, o_k, m_k, scale, H, K)
+            k20, q20 = _pair(k20, q20, rk2, rq2, a2, kb0, g0, m0, BF16)
+            k21, q21 = _pair(k21, q21, rk2, rq2, a2, kb1, g1, m1, BF16)
+            k22, q22 = _pair(k22, q22, rk2, rq2, a2, kb2, g2, m2, BF16)
+            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, gc, bos, 3, n_valid, i_h, o_k, m_k, scale, H, K)
+            k30, q30 = _pair(k30, q30, rk3, rq3, a3, kb0, g0, m0, BF16)
+            k31, q31 = _pair(k31, q31, rk3, rq3, a3, kb1, g1, m1, BF16)
+            k32, q32 = _pair(k32, q32, rk3, rq3, a3, kb2, g2, m2, BF16)
+            k33, q33 = _pair(k33, q33, rk3, rq3, a3, kb3, g3, m3, BF16)
 
-
-@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
-def kda_fwd_inv_kernel(
-    INV,             # in/out [NC, H, BC, BC] fp32: L on entry, (I + L)^-1 on return (identity on padding)
-    chunk_len,       # [NC] int32: valid rows
-    t_INV,           # tap buffer [hi-lo, n_sel, BC, BC]
-    head_slot,       # [H] int32: tap slot of each head, -1 if not tapped
-    tap_lo, tap_hi, n_sel,
-    c0,              # first chunk of this launch (common.chunk_launches)
-    H: tl.constexpr,
-    BC: tl.constexpr,
-    BF16: tl.constexpr,
-    STORE_TAPS: tl.constexpr,
-    ABLATE: tl.constexpr = 0,    # timing only: 1 no substitution, 2 no block series
-):
-    """INV = (I + L)^-1 by blocks of 16 rows: A = I + L = D + N with D block diagonal, N strictly
-    block-lower; D^-1 by forward substitution in exact fp32, all blocks at once (the rows s of every
-    block touch disjoint columns, so one reduction serves them all); then (I + X)^-1 D^-1, X = D^-1 N,
-    as the finite series I - X + X^2 - X^3 (X^NB = 0), on tensor cores in fast mode."""
-    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
-    n_valid = tl.load(chunk_len + i_c)
-    o_ch = (i_c * H + i_h).to(tl.int64)
-    o_t = tl.arange(0, BC)
-    o_cc = o_t[:, None] * BC + o_t[None, :]
-    b_L = tl.load(INV + o_ch * BC * BC + o_cc)
-    o_bi = o_t // 16
-    m_bd = o_bi[:, None] == o_bi[None, :]
-    b_Lbd = tl.where(m_bd, b_L, 0.0)
-    b_inv = tl.where(o_t[:, None] == o_t[None, :], 1.0, 0.0)
-    for i_r in range(1, tl.minimum(n_valid, 16) if (ABLATE & 1) == 0 else 1):
-        m_r = (o_t % 16 == i_r)[:, None]
-        b_l = tl.sum(tl.where(m_r, b_Lbd, 0.0), 0)
-        b_r = tl.sum(b_l[:, None] * b_inv, 0)
-        b_inv = tl.where(m_r & m_bd, b_inv - b_r[None, :], b_inv)
-    if BC >= 32 and (ABLATE & 2) == 0:
-        b_X = mm_tf32(b_inv, tl.where(m_bd, 0.0, b_L), BF16)
-        if BC == 32:
-            b_inv = b_inv - mm_tf32(b_X, b_inv, BF16)
-        else:
-            b_X2 = mm_tf32(b_X, b_X, BF16)
-            b_inv = b_inv + mm_tf32(b_X2 - b_X - mm_tf32(b_X, b_X2, BF16), b_inv, BF16)
-    tl.store(INV + o_ch * BC * BC + o_cc, b_inv)
-    if STORE_TAPS:
-        i_slot = tl.load(head_slot + i_h)
-        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
-            tl.store(t_INV + ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64) * BC * BC + o_cc, b_inv)
+    o = tl.arange(0, 16)
+    m_sl = o[:, None] > o[None, :]
+    m_lo = o[:, None] >= o[None, :]
+    o_m = o_ch * BC * BC
+    i_slot = tl.load(head_slot + i_h) if STORE_TAPS else -1
+    tapped = STORE_TAPS & (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
+    o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64) * BC * BC
+    # M = tril(Aqk), stored first: its registers then serve the inverse
+    q00 = tl.where(m_lo, q00, 0.0)
+    q11 = tl.where(m_lo, q11, 0.0)
+    q22 = tl.where(m_lo, q22, 0.0)
+    q33 = tl.where(m_lo, q33, 0.0)
+    _store_lower(Mqk + o_m, q00, q10, q11, q20, q21, q22, q30, q31, q32, q33, NB, BC)
+    if tapped:
+        if TAP_MQK:
+            _store_lower(t_Mqk + o_tap, q00, q10, q11, q20, q21, q22, q30, q31, q32, q33, NB, BC)
+    # L = Diag(b) strict_tril(A), block by block; each diagonal block's inverse by substitution, then
+    # the blocks below the diagonal
+    b0 = tl.load(b + (bos + o) * H + i_h, mask=o < n_valid, other=0)
+    L00 = tl.where(m_sl, k00, 0.0) * b0[:, None]
+    A00 = _unit_lower_inv(L00, tl.minimum(n_valid, 16))
+    L10, L11, L20, L21, L22, L30, L31, L32, L33 = z, z, z, z, z, z, z, z, z
+    A10, A11, A20, A21, A22, A30, A31, A32, A33 = z, z, z, z, z, z, z, z, z
+    if NB >= 2:
+        b1 = tl.load(b + (bos + 16 + o) * H + i_h, mask=16 + o < n_valid, other=0)
+        L10 = k10 * b1[:, None]
+        L11 = tl.where(m_sl, k11, 0.0) * b1[:, None]
+        A11 = _unit_lower_inv(L11, tl.minimum(n_valid - 16, 16))
+        A10 = -mm_tf32(A11, mm_tf32(L10, A00, BF16), BF16)
+    if NB >= 4:
+        b2 = tl.load(b + (bos + 32 + o) * H + i_h, mask=32 + o < n_valid, other=0)
+        b3 = tl.load(b + (bos + 48 + o) * H + i_h, mask=48 + o < n_valid, other=0)
+        L20, L21 = k20 * b2[:, None], k21 * b2[:, None]
+        L22 = tl.where(m_sl, k22, 0.0) * b2[:, None]
+        L30, L31, L32 = k30 * b3[:, None], k31 * b3[:, None], k32 * b3[:, None]
+        L33 = tl.where(m_sl, k33, 0.0) * b3[:, None]
+        A22 = _unit_lower_inv(L22, tl.minimum(n_valid - 32, 16))
+        A33 = _unit_lower_inv(L33, tl.minimum(n_valid - 48, 16))
+        A21 = -mm_tf32(A22, mm_tf32(L21, A11, BF16), BF16)
+        A20 = -mm_tf32(A22, mm_tf32(L20, A00, BF16) + mm_tf32(L21, A10, BF16), BF16)
+        A32 = -mm_tf32(A33, mm_tf32(L32, A22, BF16), BF16)
+        A31 = -mm_tf32(A33, mm_tf32(L31, A11, BF16) + mm_tf32(L32, A21, BF16), BF16)
+        A30 = -mm_tf32(A33, mm_tf32(L30, A00, BF16) + mm_tf32(L31, A10, BF16) + mm_tf32(L32, A20, BF16), BF16)
+    _store_lower(INV + o_m, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, NB, BC)
+    if tapped:
+        if TAP_L:
+            _store_lower(t_L + o_tap, L00, L10, L11, L20, L21, L22, L30, L31, L32, L33, NB, BC)
+        if TAP_INV:
+            _store_lower(t_INV + o_tap, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, NB, BC)
 
 
 @triton.jit(do_not_specialize=["fault_chunk"])
@@ -377,19 +422,14 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
         )
-    (t_L, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "Mqk"), qn, chunks)
+    (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
+                                                                             chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
-        kda_fwd_intra_kernel[(c1 - c0, H, C // 16)](
-            qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_M,
-            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_INTRA_BK", block_size(K, 32)),
-            BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_MQK=taps and present["Mqk"],
-            ABLATE=ablate & 4, **LAUNCH, num_warps=knob("PREP_INTRA_WARPS", 2),
-        )
-    (t_inv,), slot, lo, hi, n_sel, store, _ = tap_kernel_args(tap_plan, ("INV",), qn, chunks)
-    for c0, c1, taps in chunk_launches(tap_plan, NC):
-        kda_fwd_inv_kernel[(c1 - c0, H)](
-            INV, chunks.chunk_len, t_inv, slot, lo, hi, n_sel, c0, H=H, BC=C, BF16=bf16,
-            STORE_TAPS=store and taps, ABLATE=ablate & 3, **LAUNCH, num_warps=knob("PREP_INV_WARPS", 4),
+        kda_fwd_intra_solve_kernel[(c1 - c0, H)](
+            qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_inv, t_M,
+            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
+            BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
+            TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 4),
         )
     if not ablate & 8:
         kda_fwd_wu_kernel[(NC, H, 2)](
