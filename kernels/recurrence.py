@@ -65,9 +65,19 @@ def kda_fwd_recurrence_kernel(
 
     c_lo = tl.load(seq_chunk_base + i_n)
     c_hi = tl.load(seq_chunk_base + i_n + 1)
+    # A sequence's chunks are consecutive and C tokens apart (common.chunk_layout): their rows come
+    # from arithmetic, not from the chunk table, so no load waits on another load inside the loop.
+    c_last = tl.maximum(c_hi - 1, c_lo)
+    bos0 = tl.load(chunk_start + c_lo, mask=c_lo < c_hi, other=0).to(tl.int64)
+    eos = tl.load(chunk_start + c_last, mask=c_lo < c_hi, other=0).to(tl.int64) \
+        + tl.load(chunk_len + c_last, mask=c_lo < c_hi, other=0)
+    # exp(gT) of the next chunk is loaded one step ahead (the pipeliner leaves loads that feed no
+    # tl.dot synchronous, and this one sat between the step's two products). Masks "o_k * 0 + c < n":
+    # the interpreter rejects a mask tensor combined with a 0-d bool.
+    b_gT = tl.load(gT + (c_lo * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c_lo < c_hi), other=0)
     for i_c in range(c_lo, c_hi):
-        bos = tl.load(chunk_start + i_c).to(tl.int64)
-        n_valid = tl.load(chunk_len + i_c)
+        bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
+        n_valid = tl.minimum(eos - bos, BC)
         m_t = o_t < n_valid
         o_tok = bos + o_t
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
@@ -75,6 +85,7 @@ def kda_fwd_recurrence_kernel(
         m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
         o_ch = (i_c * H + i_h).to(tl.int64)
+        b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
 
         if (ABLATE & 4) == 0:
             tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
@@ -84,11 +95,11 @@ def kda_fwd_recurrence_kernel(
         if (ABLATE & 4) == 0:
             tl.store(U + o_tv, b_U, mask=m_tv)
 
-        b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
         b_S = b_S * tl.exp(b_gT)[:, None]
         if (ABLATE & 2) == 0:
             b_S += mm_tf32(b_krT, b_U, BF16)
+        b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 

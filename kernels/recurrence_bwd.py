@@ -146,14 +146,32 @@ def recurrence_bwd_kernel(
         b_dS = tl.load(dht + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, mask=m_kv, other=0.)
     else:
         b_dS = tl.zeros([BK, BV], dtype=tl.float32)
+    # chunk rows by arithmetic (a sequence's chunks are consecutive, C tokens apart), and the next
+    # chunk's dU0 and exp(gT) loaded one step ahead: loads that feed no tl.dot stay synchronous under
+    # the pipeliner, and these two sat on the step's chain of products. Masks "o * 0 + c < n": the
+    # interpreter rejects a mask tensor combined with a 0-d bool.
+    c_last = tl.maximum(c1 - 1, c0)
+    bos0 = tl.load(chunk_start + c0, mask=c0 < c1, other=0).to(tl.int64)
+    eos = tl.load(chunk_start + c_last, mask=c0 < c1, other=0).to(tl.int64) \
+        + tl.load(chunk_len + c_last, mask=c0 < c1, other=0)
+    n_last = eos - (bos0 + (c_last - c0).to(tl.int64) * C)
+    o_tv = ((bos0 + (c_last - c0).to(tl.int64) * C + o_t[:, None]) * H + i_h) * V + o_v[None, :]
+    m_tv = (o_t < n_last)[:, None] & m_v[None, :] & (o_t * 0 + c0 < c1)[:, None]
+    b_dU0 = tl.load(dU + o_tv, mask=m_tv, other=0.)
+    b_gT = tl.load(gT + (c_last * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c0 < c1), other=0.)
     for i in range(c1 - c0):
         c = c1 - 1 - i
-        bos = tl.load(chunk_start + c).to(tl.int64)
-        n = tl.load(chunk_len + c)
+        bos = bos0 + (c - c0).to(tl.int64) * C
+        n = tl.minimum(eos - bos, C)
         m_t = o_t < n
         m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
         o_ck = (c * H + i_h).to(tl.int64) * K
+        # the previous chunk (always full: only a sequence's last chunk is short)
+        o_tv_prev = ((bos - C + o_t[:, None]) * H + i_h) * V + o_v[None, :]
+        m_prev = (o_t * 0 + c > c0)[:, None] & m_v[None, :]
+        b_dU0_prev = tl.load(dU + o_tv_prev, mask=m_prev, other=0.)
+        b_gT_prev = tl.load(gT + o_ck - H * K + o_k, mask=m_k & (o_k * 0 + c > c0), other=0.)
         tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
@@ -161,10 +179,10 @@ def recurrence_bwd_kernel(
         b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0.)
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
-        b_dU = tl.load(dU + o_tv, mask=m_tv, other=0.) + mm(b_kr, b_dS, DOT)
+        b_dU = b_dU0 + mm(b_kr, b_dS, DOT)
         tl.store(dU + o_tv, b_dU, mask=m_tv)
-        b_eT = tl.exp(tl.load(gT + o_ck + o_k, mask=m_k, other=0.))
-        b_dS = b_eT[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        b_dS = tl.exp(b_gT)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        b_dU0, b_gT = b_dU0_prev, b_gT_prev
         if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
             b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
         if TAP_DS:
