@@ -6,7 +6,8 @@ on a machine with no GPU.
 
 Runs one forward+backward on small CPU tensors with the launches intercepted: each launch is
 compiled by Triton for ``cuda:90`` with the launch's own constexprs and options, and
-``cuobjdump --dump-resource-usage`` (shipped with Triton) reads the cubin. ``STACK`` > 0 means
+``cuobjdump --dump-resource-usage`` (shipped with Triton) reads the cubin; ``SMEM`` is the shared memory
+the launch needs (``OVER``: more than an H200 grants one program, so the launch would fail). ``STACK`` > 0 means
 local-memory spills, which cost most in the sequential chunk loops.
 """
 
@@ -23,6 +24,8 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
+
+from kdadbg_kernels.tuning import SMEM_SM90
 
 DTYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int32: "*i32",
           torch.int64: "*i64"}
@@ -120,8 +123,10 @@ def main(argv=None):
         if a.only and not any(x in fn.__name__ for x in a.only):
             continue
         ck = compile_sm90(fn, args, kwargs)
+        smem = ck.metadata.shared
         print(f"{fn.__name__:<32} grid={tuple(grid) if not callable(grid) else grid} "
-              f"warps={kwargs.get('num_warps', 4)} {resources(ck.asm['cubin'])}", flush=True)
+              f"warps={kwargs.get('num_warps', 4)} stages={kwargs.get('num_stages', 3)} {resources(ck.asm['cubin'])} "
+              f"SMEM:{smem}{' OVER' if smem > SMEM_SM90 else ''}", flush=True)
     return 0
 
 

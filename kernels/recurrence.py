@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, tap_kernel_args
-from .tuning import block_size, knob, state_block_v, state_tile_cap
+from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import mm, mm_tf32, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -194,13 +194,16 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     if N == 0:
         return S, U, ht
-    BV = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1)
+    BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
+    # three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2);
+    # per stage the fp32 w, krT and u tiles, and the S and U MMA operands
+    stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), dev)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
-        H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, HAS_H0=h0 is not None,
+        H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", **LAUNCH, num_warps=knob("REC_WARPS", 4),
-        num_stages=knob("REC_STAGES", 2), ABLATE=knob("REC_ABLATE", 0),
+        num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
     )
     return S, U, ht
 

@@ -64,3 +64,31 @@ def state_block_v(name: str, n_chains: int, K: int, V: int, device, per_sm: int)
     while bv < cap and n_chains * -(-V // bv) > budget:
         bv *= 2
     return knob(name, bv)
+
+
+SMEM_SM90 = 232448  # bytes of shared memory one program may opt into on an H100/H200
+
+
+def smem_limit(device) -> int:
+    """Shared memory one program may use on ``device``; an H200's off the GPU (the interpreter,
+    ``benchmarks/kernel_resources.py``'s sm_90 compiles)."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+    return SMEM_SM90
+
+
+def pipeline_stages(name: str, want: int, per_stage: int, fixed: int, device) -> int:
+    """``num_stages`` of a state pass: ``want``, or fewer while the pipeliner's buffers (``per_stage``
+    bytes for each stage's prefetched tiles, ``fixed`` for the MMA operand tiles) would not fit in
+    shared memory (Triton then refuses the launch: at H = 32 three stages of the forward state pass
+    needed 245760 of 232448 bytes, docs/gpu/round15/call2). 4 KiB are kept for Triton's own scratch;
+    ``tests/test_layouts.py`` checks the choice against the compiled kernels. ``KDADBG_<name>``
+    overrides it."""
+    limit = smem_limit(device) - 4096
+    stages = want
+    while stages > 1 and fixed + stages * per_stage > limit:
+        stages -= 1
+    return knob(name, stages)

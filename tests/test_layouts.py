@@ -1,5 +1,6 @@
-"""Taps must not change how a reduction adds: every ``tl.sum``/``tl.cumsum`` keeps its register layout
-with taps on (``benchmarks/layout_check.py``; the kernels compiled for sm_90, no GPU needed).
+"""The kernels compiled for sm_90, no GPU needed. Taps must not change how a reduction adds: every
+``tl.sum``/``tl.cumsum`` keeps its register layout with taps on (``benchmarks/layout_check.py``). No
+launch may need more shared memory than an H200 grants (``benchmarks/kernel_resources.py``).
 
 Before ``row_sums`` the K pass's reverse scan of dgc moved layout in fp32 mode with taps on, and dg
 changed in its last bits on the H200 (docs/gpu/round7); this check flags that code.
@@ -54,3 +55,19 @@ def test_taps_keep_every_reduction_layout(chunk, K, V):
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layout_check.py"), "--chunk-size", str(chunk),
                         "--K", str(K), "--V", str(V)], capture_output=True, text=True, env=env, cwd=ROOT)
     assert p.returncode == 0 and "taps leave every reduction's layout unchanged" in p.stdout, p.stdout + p.stderr
+
+
+@pytest.mark.parametrize("precision,K,taps", [("bf16", 128, True), ("fp32", 256, False)])
+def test_every_launch_fits_in_shared_memory(precision, K, taps):
+    """The state passes' pipeline depth comes from a byte count (tuning.pipeline_stages); compiled for
+    sm_90, no launch may need more shared memory than an H200 grants (Triton refuses such a launch on
+    the GPU: three stages of the forward state pass at H = 32 needed 245760 bytes)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    args = ["--precision", precision, "--K", str(K), "--V", str(K)] + (["--taps"] if taps else [])
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_resources.py"), *args],
+                       capture_output=True, text=True, env=env, cwd=ROOT)
+    lines = [x for x in p.stdout.splitlines() if "SMEM:" in x]
+    assert p.returncode == 0 and len(lines) >= 10, p.stdout + p.stderr
+    assert not [x for x in lines if x.endswith(" OVER")], p.stdout
+    smem = {x.split()[0]: int(x.rsplit("SMEM:", 1)[1]) for x in lines}
+    assert smem["kda_fwd_recurrence_kernel"] > 0 and smem["recurrence_bwd_kernel"] > 0
