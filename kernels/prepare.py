@@ -429,7 +429,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_inv, t_M,
             slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 2),
+            TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
     if not ablate & 8:
         kda_fwd_wu_kernel[(NC, H, 2)](

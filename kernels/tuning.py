@@ -56,7 +56,8 @@ def state_block_v(name: str, n_chains: int, K: int, V: int, device, per_sm: int)
     """V block of a state pass over ``n_chains`` (sequences × heads) sequential chains: the smallest of
     16, 32, 64 that launches at most ``per_sm`` programs per SM (more programs reload the same ``w``/``kr``
     tiles; fewer leave SMs idle), capped so that the [K, BV] fp32 state stays at most 8192 elements.
-    Chosen from H200 stage timings (docs/gpu/round11): forward per_sm 1, backward 2.
+    Chosen from H200 stage timings: forward per_sm 1 (docs/gpu/round11), backward 6 (round15/call3:
+    after its loads were pipelined, more and narrower programs won on the varlen batch).
     ``KDADBG_<name>`` overrides it."""
     cap = state_tile_cap(K)
     budget = per_sm * sm_count(device)
