@@ -409,6 +409,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
     has_gate, bf16, ablate = GATE_IDS[gate] != 0, precision == "bf16", knob("PREP_ABLATE", 0)
+    if ablate & ~8:
+        raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "
+                         "and 4 switched parts of the intra and inverse kernels, which are now one kernel")
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}

@@ -228,11 +228,12 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
     # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16 (docs/gpu/round15/call3)
     BV = state_block_v("RECB_BV", chunks.n_seqs * H, K, V, dev, per_sm=6)
-    # per stage the kr, qd, w and dO tiles (bf16 on the GPU's bf16 mode, else fp32); the dS and dU
-    # MMA operands. Three stages: 0.36 ms at H16 T16384, two 0.51, four 0.39 (docs/gpu/round15/call2)
+    # per stage the kr, qd, w and dO tiles (bf16 on the GPU's bf16 mode, else fp32); besides, the dS
+    # operand and two [C, BV] tiles. Three stages: 0.36 ms at H16 T16384, two 0.51, four 0.39
+    # (docs/gpu/round15/call2)
     e = qd.element_size()
     stages = pipeline_stages("RECB_STAGES", 3, chunks.chunk_size * (3 * BK * e + BV * do.element_size()),
-                             e * BV * (BK + chunks.chunk_size), dev)
+                             e * BV * (BK + 2 * chunks.chunk_size), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     fault, fault_chunk = faults.args("dS_untransposed")

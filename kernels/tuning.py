@@ -83,12 +83,12 @@ def smem_limit(device) -> int:
 
 def pipeline_stages(name: str, want: int, per_stage: int, fixed: int, device) -> int:
     """``num_stages`` of a state pass: ``want``, or fewer while the pipeliner's buffers (``per_stage``
-    bytes for each stage's prefetched tiles, ``fixed`` for the MMA operand tiles) would not fit in
-    shared memory (Triton then refuses the launch: at H = 32 three stages of the forward state pass
-    needed 245760 of 232448 bytes, docs/gpu/round15/call2). 4 KiB are kept for Triton's own scratch;
-    ``tests/test_layouts.py`` checks the choice against the compiled kernels. ``KDADBG_<name>``
-    overrides it."""
-    limit = smem_limit(device) - 4096
+    bytes for each stage's prefetched tiles, ``fixed`` for the rest) would not fit in shared memory
+    (Triton then refuses the launch: at H = 32 three stages of the forward state pass needed 245760 of
+    232448 bytes, docs/gpu/round15/call2). The callers' counts match the compiled kernels' shared
+    memory to the byte in bf16 mode (``benchmarks/kernel_resources.py``, sm_90);
+    ``tests/test_layouts.py`` checks that every launch fits. ``KDADBG_<name>`` overrides it."""
+    limit = smem_limit(device)
     stages = want
     while stages > 1 and fixed + stages * per_stage > limit:
         stages -= 1

@@ -61,3 +61,20 @@ def test_chunk_launches_run_the_tap_variant_only_over_the_window():
     assert chunk_launches(SimpleNamespace(lo=2, hi=5), 10) == [(0, 2, False), (2, 5, True), (5, 10, False)]
     assert chunk_launches(SimpleNamespace(lo=0, hi=10), 10) == [(0, 10, True)]
     assert chunk_launches(SimpleNamespace(lo=0, hi=4), 10) == [(0, 4, True), (4, 10, False)]
+
+
+def test_prepare_refuses_ablation_bits_of_kernels_that_are_gone(monkeypatch):
+    """Bits 1, 2, 4 of PREP_ABLATE switched parts of the intra and inverse kernels; fused, they would do
+    nothing, so asking for them is an error rather than a timing of the full kernel."""
+    import torch
+
+    from kdadbg_kernels.common import KernelChunks
+    from kdadbg_kernels.prepare import kda_fwd_prepare
+
+    monkeypatch.setenv("KDADBG_ALLOW_ABLATE", "1")
+    monkeypatch.setenv("KDADBG_PREP_ABLATE", "4")
+    q = torch.zeros(16, 1, 16)
+    chunks = KernelChunks.build(1, 16, None, 16, "cpu")
+    with pytest.raises(ValueError, match="KDADBG_PREP_ABLATE=4: only bit 8"):
+        kda_fwd_prepare(q, q, q, q, torch.zeros(16, 1), chunks, scale=1.0, gate="none", lower_bound=-5.0,
+                        qk_l2norm=False, beta_sigmoid=False, A_log=None, dt_bias=None, precision="fp32")
