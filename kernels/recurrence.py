@@ -75,10 +75,6 @@ def kda_fwd_recurrence_kernel(
     # tl.dot synchronous, and this one sat between the step's two products). Masks "o_k * 0 + c < n":
     # the interpreter rejects a mask tensor combined with a 0-d bool.
     b_gT = tl.load(gT + (c_lo * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c_lo < c_hi), other=0)
-    # u too (into registers): out of the pipeliner's shared-memory stages, three stages of the w and
-    # krT tiles fit at 32 columns (H32), where with u they needed 245760 of 232448 bytes
-    m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
-    b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
@@ -90,12 +86,10 @@ def kda_fwd_recurrence_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         o_ch = (i_c * H + i_h).to(tl.int64)
         b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
-        m_u = (o_t < eos - bos - BC)[:, None] & m_v[None, :]
-        b_u_next = tl.load(u + o_tv + BC * H * V, mask=m_u, other=0)
 
         if (ABLATE & 4) == 0:
             tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
-        b_U = b_u
+        b_U = tl.load(u + o_tv, mask=m_tv, other=0)
         if (ABLATE & 1) == 0:
             b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
         if (ABLATE & 4) == 0:
@@ -105,7 +99,7 @@ def kda_fwd_recurrence_kernel(
         b_S = b_S * tl.exp(b_gT)[:, None]
         if (ABLATE & 2) == 0:
             b_S += mm_tf32(b_krT, b_U, BF16)
-        b_gT, b_u = b_gT_next, b_u_next
+        b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
 
@@ -202,9 +196,9 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
         return S, U, ht
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     # three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2);
-    # per stage the fp32 w and krT tiles; besides, the S operand and two [C, BV] tiles (u is prefetched
-    # in registers, so that three stages fit at 32 columns too: 229376 bytes)
-    stages = pipeline_stages("REC_STAGES", 3, 4 * C * 2 * BK, 4 * BV * (BK + 2 * C), dev)
+    # per stage the fp32 w, krT and u tiles; besides, the S operand and a [C, BV] tile (221184 bytes
+    # at 16 columns, as compiled for sm_90; at 32 columns three stages would need 245760)
+    stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), dev)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
