@@ -78,3 +78,17 @@ def test_prepare_refuses_ablation_bits_of_kernels_that_are_gone(monkeypatch):
     with pytest.raises(ValueError, match="KDADBG_PREP_ABLATE=4: only bit 8"):
         kda_fwd_prepare(q, q, q, q, torch.zeros(16, 1), chunks, scale=1.0, gate="none", lower_bound=-5.0,
                         qk_l2norm=False, beta_sigmoid=False, A_log=None, dt_bias=None, precision="fp32")
+
+
+def test_pipeline_stages_drop_to_what_fits_in_shared_memory(monkeypatch):
+    """The forward state pass's byte counts at H16 (16 columns: 221184 bytes with three stages) and at
+    H32 (32 columns: 245760 > 232448, so two), as the sm_90 compile of round 15 found them."""
+    from kdadbg_kernels.tuning import pipeline_stages
+
+    monkeypatch.delenv("KDADBG_REC_STAGES", raising=False)
+    C, BK = 64, 128
+    assert pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + 16), 4 * 16 * (BK + C), "cpu") == 3
+    assert pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + 32), 4 * 32 * (BK + C), "cpu") == 2
+    assert pipeline_stages("REC_STAGES", 3, 10 ** 6, 0, "cpu") == 1  # never below one stage
+    monkeypatch.setenv("KDADBG_REC_STAGES", "4")
+    assert pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + 32), 4 * 32 * (BK + C), "cpu") == 4
