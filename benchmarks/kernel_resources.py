@@ -25,7 +25,10 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 from triton.runtime.jit import JITFunction
 
-from kdadbg_kernels.tuning import SMEM_SM90
+import kdadbg_kernels.tuning as _tuning
+
+# an older copy of kernels/ (KERNELS_DIR A/B runs) may predate the constant: it is the H200's
+SMEM_SM90 = getattr(_tuning, "SMEM_SM90", 232448)
 
 DTYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int32: "*i32",
           torch.int64: "*i64"}

@@ -1,6 +1,7 @@
 """The kernels compiled for sm_90, no GPU needed. Taps must not change how a reduction adds: every
 ``tl.sum``/``tl.cumsum`` keeps its register layout with taps on (``benchmarks/layout_check.py``). No
-launch may need more shared memory than an H200 grants (``benchmarks/kernel_resources.py``).
+launch may need more shared memory than an H200 grants (``benchmarks/kernel_resources.py``). No
+state-pass step may wait on a load (``benchmarks/loop_check.py``).
 
 Before ``row_sums`` the K pass's reverse scan of dgc moved layout in fp32 mode with taps on, and dg
 changed in its last bits on the H200 (docs/gpu/round7); this check flags that code.
@@ -16,6 +17,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 from layout_check import reductions  # noqa: E402
+from loop_check import loop_bodies, waited_loads  # noqa: E402
 
 TTGIR = """#blocked = #ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [4, 8], warpsPerCTA = [4, 1], order = [1, 0]}>
 #blocked1 = #ttg.blocked<{sizePerThread = [2, 2], threadsPerWarp = [2, 16], warpsPerCTA = [4, 1], order = [1, 0]}>
@@ -71,3 +73,36 @@ def test_every_launch_fits_in_shared_memory(precision, K, taps):
     assert not [x for x in lines if x.endswith(" OVER")], p.stdout
     smem = {x.split()[0]: int(x.rsplit("SMEM:", 1)[1]) for x in lines}
     assert smem["kda_fwd_recurrence_kernel"] > 0 and smem["recurrence_bwd_kernel"] > 0
+
+
+LOOP = """    %r:3 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %x, %p = %y, %s = %z) -> (f32, f32, f32) {
+      %t = tt.load %ptr_t, %m : tensor<128x!tt.ptr<f32>, #blocked>
+      %c = ttg.async_copy_global_to_local %ptr_c, %buf mask %m : tensor<64x16x!tt.ptr<f32>, #blocked1>
+      %w = ttg.async_wait %c {num = 2 : i32}
+      %nx = tt.load %ptr_n, %m : tensor<128x!tt.ptr<f32>, #blocked>
+      %u = arith.mulf %t, %p : tensor<128xf32, #blocked>
+      scf.if %cond {
+        %k = tt.load %ptr_k : !tt.ptr<i32>
+      }
+      scf.yield %u, %nx, %s : f32, f32, f32
+    } loc(#loc1)
+"""
+
+
+def test_loop_check_tells_a_waited_load_from_a_prefetch():
+    """%t is used in its own step (waited on), %nx only goes to scf.yield (the next step's prefetch);
+    %k, a load inside a nested region that nothing uses, is not waited on."""
+    (body,) = loop_bodies(LOOP)
+    assert len(body) == 9 and body[-1].lstrip().startswith("scf.yield")
+    assert waited_loads(body) == ["%t"]
+    assert waited_loads([x.replace("%u = arith.mulf %t, %p", "%u = arith.mulf %p, %p") for x in body]) == []
+
+
+def test_state_pass_steps_wait_on_no_load():
+    """Round 15: the state passes' steps waited on the chunk table and on gT/dU0 loads (2.2x fla's time
+    for the backward pass on the H200); ``loop_check.py`` flags that code (it exits 1 on 1a36423)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "loop_check.py")], capture_output=True,
+                       text=True, env=env, cwd=ROOT)
+    assert p.returncode == 0 and "no state-pass step waits on a load" in p.stdout, p.stdout + p.stderr
+    assert p.stdout.count("loads waited on in the step: none") == 2, p.stdout
