@@ -19,6 +19,13 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from layout_check import reductions  # noqa: E402
 from loop_check import loop_bodies, waited_loads  # noqa: E402
 
+
+def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
+    """A ``benchmarks/`` script in a fresh process, compiled rather than interpreted."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
+                          text=True, env=env, cwd=ROOT)
+
 TTGIR = """#blocked = #ttg.blocked<{sizePerThread = [1, 4], threadsPerWarp = [4, 8], warpsPerCTA = [4, 1], order = [1, 0]}>
 #blocked1 = #ttg.blocked<{sizePerThread = [2, 2], threadsPerWarp = [2, 16], warpsPerCTA = [4, 1], order = [1, 0]}>
 module {
@@ -53,9 +60,7 @@ def test_reductions_parses_ops_shapes_and_spelled_out_layouts():
 
 @pytest.mark.parametrize("chunk,K,V", [(16, 72, 40), (64, 128, 128), (32, 8, 12)])  # K = 8: padded dot blocks
 def test_taps_keep_every_reduction_layout(chunk, K, V):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}  # compiled, not interpreted
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "layout_check.py"), "--chunk-size", str(chunk),
-                        "--K", str(K), "--V", str(V)], capture_output=True, text=True, env=env, cwd=ROOT)
+    p = run_script("layout_check.py", "--chunk-size", str(chunk), "--K", str(K), "--V", str(V))
     assert p.returncode == 0 and "taps leave every reduction's layout unchanged" in p.stdout, p.stdout + p.stderr
 
 
@@ -64,10 +69,8 @@ def test_every_launch_fits_in_shared_memory(precision, K, taps):
     """The state passes' pipeline depth comes from a byte count (tuning.pipeline_stages); compiled for
     sm_90, no launch may need more shared memory than an H200 grants (Triton refuses such a launch on
     the GPU: three stages of the forward state pass at H = 32 needed 245760 bytes)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    args = ["--precision", precision, "--K", str(K), "--V", str(K)] + (["--taps"] if taps else [])
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "kernel_resources.py"), *args],
-                       capture_output=True, text=True, env=env, cwd=ROOT)
+    p = run_script("kernel_resources.py", "--precision", precision, "--K", str(K), "--V", str(K),
+                   *(["--taps"] if taps else []))
     lines = [x for x in p.stdout.splitlines() if "SMEM:" in x]
     assert p.returncode == 0 and len(lines) >= 10, p.stdout + p.stderr
     assert not [x for x in lines if x.endswith(" OVER")], p.stdout
@@ -101,8 +104,6 @@ def test_loop_check_tells_a_waited_load_from_a_prefetch():
 def test_state_pass_steps_wait_on_no_load():
     """Round 15: the state passes' steps waited on the chunk table and on gT/dU0 loads (2.2x fla's time
     for the backward pass on the H200); ``loop_check.py`` flags that code (it exits 1 on 1a36423)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "loop_check.py")], capture_output=True,
-                       text=True, env=env, cwd=ROOT)
+    p = run_script("loop_check.py")
     assert p.returncode == 0 and "no state-pass step waits on a load" in p.stdout, p.stdout + p.stderr
     assert p.stdout.count("loads waited on in the step: none") == 2, p.stdout
