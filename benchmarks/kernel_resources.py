@@ -109,13 +109,19 @@ def compile_sm90(fn, args, kwargs):
     return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def shape_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of the offline sm_90 checks (this script, ``loop_check.py``): the launch shape and mode."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--H", type=int, default=16)
     ap.add_argument("--K", type=int, default=128)
     ap.add_argument("--V", type=int, default=128)
     ap.add_argument("--chunk-size", type=int, default=64)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
+    return ap
+
+
+def main(argv=None):
+    ap = shape_parser(__doc__)
     ap.add_argument("--taps", action="store_true", help="every tap on")
     ap.add_argument("--only", nargs="*", default=None, help="compile only kernels whose name contains one of these")
     ap.add_argument("--op", action="store_true", help="the autograd op's launches (bf16 outputs and gradients)")

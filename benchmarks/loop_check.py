@@ -21,14 +21,13 @@ machine's (3.6) for a verdict about that machine.
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
 import sys
 from importlib.metadata import version
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from kernel_resources import capture_launches, compile_sm90  # noqa: E402
+from kernel_resources import capture_launches, compile_sm90, shape_parser  # noqa: E402
 
 STATE_PASSES = ("kda_fwd_recurrence_kernel", "recurrence_bwd_kernel")
 LOAD = re.compile(r"^\s*(%[\w.]+)(?::\d+)? = tt\.load ")
@@ -83,13 +82,7 @@ def check(H, C, K, V, precision, log=print) -> list[str]:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--H", type=int, default=16)
-    ap.add_argument("--chunk-size", type=int, default=64)
-    ap.add_argument("--K", type=int, default=128)
-    ap.add_argument("--V", type=int, default=128)
-    ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
-    a = ap.parse_args(argv)
+    a = shape_parser(__doc__).parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("loop_check: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
     print(f"triton {version('triton')}, sm_90, H={a.H} C={a.chunk_size} K={a.K} V={a.V} {a.precision}")
