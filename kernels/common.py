@@ -133,9 +133,9 @@ class TapPlan:
         # from pinned memory without waiting: a pageable copy makes the host wait for the GPU's queued
         # work (round 15's taps-on profile at H16 T16384 had this one copy per call and 0.84 ms more
         # wall than kernel time per fwd+bwd)
-        if torch.device(device).type == "cuda":
-            slot = slot.pin_memory().to(device, non_blocking=True)
-        return TapPlan(sel, lo, hi, slot.to(device), alloc_tap_buffers(sel, n_chunks, H, C, K, V, device))
+        cuda = torch.device(device).type == "cuda"
+        slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
+        return TapPlan(sel, lo, hi, slot, alloc_tap_buffers(sel, n_chunks, H, C, K, V, device))
 
     def has(self, name: str) -> bool:
         return name in self.buffers

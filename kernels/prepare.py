@@ -31,6 +31,16 @@ from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
 
+@triton.jit
+def _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT: tl.constexpr):
+    """Rows (and their mask) the chunk's inputs are loaded from: its own, or with the test-only planted
+    fault 6 (varlen_offset, faults.py) one token late from the planted chunk on."""
+    if FAULT == 6:
+        sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
+        return o_tok + sh, o_t + sh < n_valid
+    return o_tok, o_t < n_valid
+
+
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "fault_chunk", "c0"])
 def kda_fwd_token_kernel(
     q,               # [BT, H, K] raw query (any float dtype)
@@ -76,10 +86,7 @@ def kda_fwd_token_kernel(
     o_t = tl.arange(0, BC)
     m_t = o_t < n_valid
     o_tok = bos + o_t
-    o_ld, m_ld = o_tok, m_t  # where inputs are loaded from
-    if FAULT == 6:  # test-only: inputs loaded one token late from the planted chunk on
-        sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
-        o_ld, m_ld = o_tok + sh, o_t + sh < n_valid
+    o_ld, m_ld = _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT)  # where inputs are loaded from
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
         a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
@@ -370,10 +377,7 @@ def kda_fwd_wu_kernel(
                 tl.load(gc + o_tk, mask=m_tk, other=0))
             tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
     else:
-        o_ld, m_ld = o_tok, m_t
-        if FAULT == 6:
-            sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
-            o_ld, m_ld = o_tok + sh, o_t + sh < n_valid
+        o_ld, m_ld = _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT)
         for i_v in range(tl.cdiv(V, BK)):
             o_v = i_v * BK + tl.arange(0, BK)
             m_v = (o_v < V)[None, :]

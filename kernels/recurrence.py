@@ -20,7 +20,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
-from .tlmath import mm, mm_tf32, store_rn
+from .tlmath import mm, mm_tf32, seq_span, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -65,12 +65,7 @@ def kda_fwd_recurrence_kernel(
 
     c_lo = tl.load(seq_chunk_base + i_n)
     c_hi = tl.load(seq_chunk_base + i_n + 1)
-    # A sequence's chunks are consecutive and C tokens apart (common.chunk_layout): their rows come
-    # from arithmetic, not from the chunk table, so no load waits on another load inside the loop.
-    c_last = tl.maximum(c_hi - 1, c_lo)
-    bos0 = tl.load(chunk_start + c_lo, mask=c_lo < c_hi, other=0).to(tl.int64)
-    eos = tl.load(chunk_start + c_last, mask=c_lo < c_hi, other=0).to(tl.int64) \
-        + tl.load(chunk_len + c_last, mask=c_lo < c_hi, other=0)
+    bos0, eos = seq_span(chunk_start, chunk_len, c_lo, c_hi)  # chunk rows by arithmetic
     # exp(gT) of the next chunk is loaded one step ahead (the pipeliner leaves loads that feed no
     # tl.dot synchronous, and this one sat between the step's two products). Masks "o_k * 0 + c < n":
     # the interpreter rejects a mask tensor combined with a 0-d bool.

@@ -22,7 +22,7 @@ import triton.language as tl
 
 from . import faults
 from .common import LAUNCH
-from .tlmath import round_mantissa, truncate_mantissa
+from .tlmath import round_mantissa, seq_span, truncate_mantissa
 from .tuning import block_size, knob, pipeline_stages, state_block_v
 
 
@@ -146,14 +146,12 @@ def recurrence_bwd_kernel(
         b_dS = tl.load(dht + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, mask=m_kv, other=0.)
     else:
         b_dS = tl.zeros([BK, BV], dtype=tl.float32)
-    # chunk rows by arithmetic (a sequence's chunks are consecutive, C tokens apart), and the next
-    # chunk's dU0 and exp(gT) loaded one step ahead: loads that feed no tl.dot stay synchronous under
-    # the pipeliner, and these two sat on the step's chain of products. Masks "o * 0 + c < n": the
-    # interpreter rejects a mask tensor combined with a 0-d bool.
+    # chunk rows by arithmetic (tlmath.seq_span), and the next chunk's dU0 and exp(gT) loaded one step
+    # ahead: loads that feed no tl.dot stay synchronous under the pipeliner, and these two sat on the
+    # step's chain of products. Masks "o * 0 + c < n": the interpreter rejects a mask tensor combined
+    # with a 0-d bool.
+    bos0, eos = seq_span(chunk_start, chunk_len, c0, c1)
     c_last = tl.maximum(c1 - 1, c0)
-    bos0 = tl.load(chunk_start + c0, mask=c0 < c1, other=0).to(tl.int64)
-    eos = tl.load(chunk_start + c_last, mask=c0 < c1, other=0).to(tl.int64) \
-        + tl.load(chunk_len + c_last, mask=c0 < c1, other=0)
     n_last = eos - (bos0 + (c_last - c0).to(tl.int64) * C)
     o_tv = ((bos0 + (c_last - c0).to(tl.int64) * C + o_t[:, None]) * H + i_h) * V + o_v[None, :]
     m_tv = (o_t < n_last)[:, None] & m_v[None, :] & (o_t * 0 + c0 < c1)[:, None]

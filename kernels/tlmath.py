@@ -63,6 +63,18 @@ def mm_tf32(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def seq_span(chunk_start, chunk_len, c_lo, c_hi):
+    """First row and end (one past the last row) of the sequence whose chunks are ``[c_lo, c_hi)``
+    (0, 0 when it has none). Its chunks are consecutive and C rows apart (common.chunk_layout), so a
+    state pass gets each chunk's rows by arithmetic: no load in its loop waits on another load."""
+    c_last = tl.maximum(c_hi - 1, c_lo)
+    bos0 = tl.load(chunk_start + c_lo, mask=c_lo < c_hi, other=0).to(tl.int64)
+    eos = tl.load(chunk_start + c_last, mask=c_lo < c_hi, other=0).to(tl.int64) \
+        + tl.load(chunk_len + c_last, mask=c_lo < c_hi, other=0)
+    return bos0, eos
+
+
+@triton.jit
 def store_rn(ptr, x, mask):
     """``tl.store`` that rounds to nearest even into a bf16 output, as ``torch``'s ``.to`` and the GPU's
     store conversion do (the CPU interpreter's store conversion truncates)."""
