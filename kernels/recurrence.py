@@ -8,7 +8,8 @@ then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1), r
 V-blocks of 16 to 64 columns (``tuning.state_block_v``: at most one program per SM): at V = 128, 8
 programs per head at H = 16 (128 chains), 4 at H = 32, 2 on a batch of six sequences at H = 32.
 
-Output pass, grid (NC, H, V-blocks): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``; it also
+Output pass, grid (NC, H, V-groups): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``, formed once
+per program with ``Mqk`` and reused over its V blocks (by default one program per chunk and head); it also
 writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps.
 """
 
@@ -20,7 +21,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
-from .tlmath import mm, mm_tf32, seq_span, store_rn
+from .tlmath import mm, mm_operand, mm_tf32, seq_span, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -46,6 +47,7 @@ def kda_fwd_recurrence_kernel(
     BV: tl.constexpr,
     HAS_H0: tl.constexpr,
     BF16: tl.constexpr,
+    U_AHEAD: tl.constexpr = 0,   # 1: u loaded one step ahead into registers (out of the pipeliner's stages)
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
     i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -70,6 +72,9 @@ def kda_fwd_recurrence_kernel(
     # tl.dot synchronous, and this one sat between the step's two products). Masks "o_k * 0 + c < n":
     # the interpreter rejects a mask tensor combined with a 0-d bool.
     b_gT = tl.load(gT + (c_lo * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c_lo < c_hi), other=0)
+    if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
+        m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
+        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
@@ -81,10 +86,16 @@ def kda_fwd_recurrence_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         o_ch = (i_c * H + i_h).to(tl.int64)
         b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
+        if U_AHEAD:
+            b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :], other=0)
 
         if (ABLATE & 4) == 0:
             tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
-        b_U = tl.load(u + o_tv, mask=m_tv, other=0)
+        if U_AHEAD:
+            b_U = b_u
+            b_u = b_u_next
+        else:
+            b_U = tl.load(u + o_tv, mask=m_tv, other=0)
         if (ABLATE & 1) == 0:
             b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
         if (ABLATE & 4) == 0:
@@ -125,52 +136,57 @@ def kda_fwd_output_kernel(
     BC: tl.constexpr,
     BK: tl.constexpr,
     BV: tl.constexpr,
+    NVB: tl.constexpr,           # V blocks of one program: qd and Mqk are formed once for all of them
     BF16: tl.constexpr,
     STORE_TAPS: tl.constexpr,
     TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
 ):
-    i_c, i_h, i_v = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
+    i_c, i_h, i_vg = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, BC)
     o_k = tl.arange(0, BK)
-    o_v = i_v * BV + tl.arange(0, BV)
     m_t = o_t < n_valid
     m_k = o_k < K
-    m_v = o_v < V
     o_tok = bos + o_t
     o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-    o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
     m_tk = m_t[:, None] & m_k[None, :]
-    m_tv = m_t[:, None] & m_v[None, :]
-    o_kv = o_k[:, None] * V + o_v[None, :]
-    m_kv = m_k[:, None] & m_v[None, :]
     o_ch = (i_c * H + i_h).to(tl.int64)
 
-    b_S = tl.load(S + o_ch * K * V + o_kv, mask=m_kv, other=0)
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
-    b_qd = tl.where(m_tk, tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32) * scale * tl.exp(b_gc), 0.0)
-    b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
-    b_U = tl.load(U + o_tv, mask=m_tv, other=0)
-    b_o = mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16)
-    store_rn(o + o_tv, b_o, m_tv)
-
+    b_qd = mm_operand(tl.where(m_tk, tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32) * scale * tl.exp(b_gc),
+                               0.0), BF16)
+    b_M = mm_operand(tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :]), BF16)
     if STORE_TAPS:
         i_slot = tl.load(head_slot + i_h)
-        if (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0):
-            o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
-            o_cv = o_t[:, None] * V + o_v[None, :]
-            m_cv = (o_t >= 0)[:, None] & m_v[None, :]
-            if TAP_S:
-                tl.store(t_S + o_tap * K * V + o_kv, b_S, mask=m_kv)
-            if TAP_U:
-                tl.store(t_U + o_tap * BC * V + o_cv, b_U, mask=m_cv)
-            if TAP_VCORR:
-                b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(b_gc), 0.0)
-                b_v = tl.load(v + o_tv, mask=m_tv, other=0).to(tl.float32)
-                b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
-                b_vc = b_b[:, None] * (b_v - mm(b_kd, b_S, BF16))
-                tl.store(t_vcorr + o_tap * BC * V + o_cv, b_vc, mask=m_cv)
+        tapped = (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
+        o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
+        if TAP_VCORR:
+            b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(b_gc), 0.0)
+            b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
+    for i_vb in range(NVB):
+        o_v = (i_vg * NVB + i_vb) * BV + tl.arange(0, BV)
+        m_v = o_v < V
+        o_tv = (o_tok[:, None] * H + i_h) * V + o_v[None, :]
+        m_tv = m_t[:, None] & m_v[None, :]
+        o_kv = o_k[:, None] * V + o_v[None, :]
+        m_kv = m_k[:, None] & m_v[None, :]
+        b_S = tl.load(S + o_ch * K * V + o_kv, mask=m_kv, other=0)
+        b_U = tl.load(U + o_tv, mask=m_tv, other=0)
+        b_o = mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16)
+        store_rn(o + o_tv, b_o, m_tv)
+        if STORE_TAPS:
+            if tapped:
+                o_cv = o_t[:, None] * V + o_v[None, :]
+                m_cv = (o_t >= 0)[:, None] & m_v[None, :]
+                if TAP_S:
+                    tl.store(t_S + o_tap * K * V + o_kv, b_S, mask=m_kv)
+                if TAP_U:
+                    tl.store(t_U + o_tap * BC * V + o_cv, b_U, mask=m_cv)
+                if TAP_VCORR:
+                    b_v = tl.load(v + o_tv, mask=m_tv, other=0).to(tl.float32)
+                    b_vc = b_b[:, None] * (b_v - mm(b_kd, b_S, BF16))
+                    tl.store(t_vcorr + o_tap * BC * V + o_cv, b_vc, mask=m_cv)
 
 
 def _block_v(K: int, V: int) -> int:
@@ -192,13 +208,19 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     # three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2);
     # per stage the fp32 w, krT and u tiles; besides, the S operand and a [C, BV] tile (221184 bytes
-    # at 16 columns, as compiled for sm_90; at 32 columns three stages would need 245760)
-    stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), dev)
+    # at 16 columns, as compiled for sm_90; at 32 columns three stages would need 245760). With u
+    # loaded ahead into registers (REC_U_AHEAD) u leaves the stages and a second [C, BV] tile joins the
+    # rest: three stages fit at 32 columns (229376 bytes)
+    u_ahead = knob("REC_U_AHEAD", 0)
+    if u_ahead:
+        stages = pipeline_stages("REC_STAGES", 3, 4 * C * 2 * BK, 4 * BV * (BK + 2 * C), dev)
+    else:
+        stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), dev)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", **LAUNCH, num_warps=knob("REC_WARPS", 4),
+        BF16=precision == "bf16", U_AHEAD=u_ahead, **LAUNCH, num_warps=knob("REC_WARPS", 4),
         num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
     )
     return S, U, ht
@@ -215,13 +237,17 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         return o
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o, chunks)
     BV = _block_v(K, V)
+    # one program forms qd and Mqk once for all the V blocks (two programs per chunk, one per 64
+    # columns, read qn, gc and Mqk twice: docs/kernels.md)
+    NVB = knob("OUT_NVB", triton.cdiv(V, BV))
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in OUTPUT_TAPS}
-        kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(V, BV))](
+        kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
             qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
             *bufs, slot, lo, hi, n_sel, c0,
-            H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, BF16=precision == "bf16",
+            H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            **LAUNCH, num_warps=8 if store and taps and C * block_size(K) > 4096 else 4,
+            **LAUNCH, num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
+            num_stages=knob("OUT_STAGES", 1),
         )
     return o

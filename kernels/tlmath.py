@@ -51,6 +51,16 @@ def mm(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def mm_operand(a, BF16: tl.constexpr):
+    """``a`` as ``mm`` reads it, converted once: bf16 in the fast mode on the GPU (the same bits ``mm``'s
+    own conversion gives), ``a`` itself otherwise. For an operand reused across a loop of products."""
+    if BF16 and not INTERPRET:
+        return a.to(tl.bfloat16)
+    else:
+        return a
+
+
+@triton.jit
 def mm_tf32(a, b, BF16: tl.constexpr):
     """a @ b with fp32 accumulation: tf32 operands (fast mode: one MMA, 10 mantissa bits) or ieee fp32."""
     if BF16:

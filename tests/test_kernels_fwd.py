@@ -111,6 +111,27 @@ def test_forward_vs_reference_bf16_mode(name):
     check("ht", ht, res.outputs["ht"], tol["ht"])
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("nvb", [None, "1", "2"])
+def test_output_pass_over_several_v_blocks(precision, nvb, monkeypatch):
+    """V = 160 is three 64-column blocks, the last one part padding: one program for all three (the
+    default), one per block (KDADBG_OUT_NVB=1) or two and one (=2). o and the output pass's taps (S, U,
+    vcorr: written per V block) must match the reference whichever program holds which block."""
+    if nvb is not None:
+        monkeypatch.setenv("KDADBG_OUT_NVB", nvb)
+    inputs, cfg = make_inputs(with_size(get_case("varlen_short"), K=16, V=160, H=1))
+    taps = ("S", "U", "vcorr")
+    o, ht, _, chunks, plan = run_fwd(inputs, cfg, precision, TapSelection(names=taps))
+    res = run_reference(inputs, cfg, taps=taps)
+    tol = TOLERANCES[precision]
+    check("o", o, res.outputs["o"], tol["o"])
+    check("ht", ht, res.outputs["ht"], tol["ht"])
+    for name in taps:
+        ref = res.taps[name]
+        check(name, plan.buffers[name], ref, TAP_TOL[name] if precision == "fp32" else tol["o"],
+              tap_mask(name, res.chunks.length, cfg.chunk_size, ref))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_forward_half_inputs(dtype):
     inputs, cfg = make_inputs(with_size(get_case("basic"), dtype=dtype, K=20, V=40, T=37))
