@@ -194,6 +194,23 @@ def _block_v(K: int, V: int) -> int:
     return block_size(V, state_tile_cap(K))
 
 
+def state_pass_plan(C: int, BK: int, BV: int, device) -> tuple[int, int]:
+    """``(num_stages, U_AHEAD)`` of the forward state pass for chunk C and a [BK, BV] state tile.
+
+    Three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2). Per
+    stage the fp32 w, krT and u tiles; besides, the S operand and a [C, BV] tile (221184 bytes at 16
+    columns, as compiled for sm_90; at 32 columns three stages would need 245760). With u loaded one
+    step ahead into registers (U_AHEAD), u leaves the stages and a second [C, BV] tile joins the rest:
+    three stages then fit at 32 columns (229376 bytes). That is taken only where it buys a stage: at
+    H32 T16384 0.771 -> 0.698 ms (2 -> 3 stages), but at equal stages it cost 0.430 -> 0.530 (H16) and
+    0.709 -> 1.120 (varlen H32, 64 columns) (docs/gpu/round16/call1). ``KDADBG_REC_U_AHEAD`` and
+    ``KDADBG_REC_STAGES`` override."""
+    stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), device)
+    stages_u = pipeline_stages("REC_STAGES", 3, 4 * C * 2 * BK, 4 * BV * (BK + 2 * C), device)
+    u_ahead = knob("REC_U_AHEAD", int(stages_u > stages))
+    return (stages_u if u_ahead else stages), u_ahead
+
+
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout)."""
     BT, H, K = w.shape
@@ -206,16 +223,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     if N == 0:
         return S, U, ht
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
-    # three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2);
-    # per stage the fp32 w, krT and u tiles; besides, the S operand and a [C, BV] tile (221184 bytes
-    # at 16 columns, as compiled for sm_90; at 32 columns three stages would need 245760). With u
-    # loaded ahead into registers (REC_U_AHEAD) u leaves the stages and a second [C, BV] tile joins the
-    # rest: three stages fit at 32 columns (229376 bytes)
-    u_ahead = knob("REC_U_AHEAD", 0)
-    if u_ahead:
-        stages = pipeline_stages("REC_STAGES", 3, 4 * C * 2 * BK, 4 * BV * (BK + 2 * C), dev)
-    else:
-        stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), dev)
+    stages, u_ahead = state_pass_plan(C, BK, BV, dev)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,

@@ -132,6 +132,25 @@ def test_output_pass_over_several_v_blocks(precision, nvb, monkeypatch):
               tap_mask(name, res.chunks.length, cfg.chunk_size, ref))
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["chunk64_varlen", "varlen_short", "t65"])
+def test_state_pass_with_u_loaded_ahead(precision, name, monkeypatch):
+    """The state pass's u tile loaded one step ahead into registers (chosen at H32 on the GPU, where
+    it buys a pipeline stage; forced here): o, ht and the S, U taps across sequence ends and tails."""
+    monkeypatch.setenv("KDADBG_REC_U_AHEAD", "1")
+    inputs, cfg = make_inputs(small(name))
+    taps = ("S", "U")
+    o, ht, _, chunks, plan = run_fwd(inputs, cfg, precision, TapSelection(names=taps))
+    res = run_reference(inputs, cfg, taps=taps)
+    tol = TOLERANCES[precision]
+    check("o", o, res.outputs["o"], tol["o"])
+    check("ht", ht, res.outputs["ht"], tol["ht"])
+    for name in taps:
+        ref = res.taps[name]
+        check(name, plan.buffers[name], ref, TAP_TOL[name] if precision == "fp32" else tol["o"],
+              tap_mask(name, res.chunks.length, cfg.chunk_size, ref))
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_forward_half_inputs(dtype):
     inputs, cfg = make_inputs(with_size(get_case("basic"), dtype=dtype, K=20, V=40, T=37))

@@ -92,3 +92,17 @@ def test_pipeline_stages_drop_to_what_fits_in_shared_memory(monkeypatch):
     assert pipeline_stages("REC_STAGES", 3, 10 ** 6, 0, "cpu") == 1  # never below one stage
     monkeypatch.setenv("KDADBG_REC_STAGES", "4")
     assert pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + 32), 4 * 32 * (BK + C), "cpu") == 4
+
+
+@pytest.mark.parametrize("BV, want", [(16, (3, 0)), (32, (3, 1)), (64, (2, 0))])
+def test_state_pass_loads_u_ahead_only_where_it_buys_a_stage(monkeypatch, BV, want):
+    """H16 (16 columns) has three stages either way: u stays in the stages (loading it ahead cost 0.10 ms
+    there); H32 (32 columns) gets its third stage only with u in registers; the varlen batch (64
+    columns) has two either way (ahead it cost 0.41 ms). docs/gpu/round16/call1."""
+    from kdadbg_kernels.recurrence import state_pass_plan
+
+    for name in ("KDADBG_REC_STAGES", "KDADBG_REC_U_AHEAD"):
+        monkeypatch.delenv(name, raising=False)
+    assert state_pass_plan(64, 128, BV, "cpu") == want
+    monkeypatch.setenv("KDADBG_REC_U_AHEAD", "0")
+    assert state_pass_plan(64, 128, BV, "cpu")[1] == 0
