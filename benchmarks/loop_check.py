@@ -1,6 +1,6 @@
 """The state passes' chunk loops must not wait on a load inside a step: an offline check for sm_90.
 
-    python benchmarks/loop_check.py [--H 16] [--chunk-size 64] [--K 128] [--V 128] [--precision bf16]
+    python benchmarks/loop_check.py [--H 16] [--chunk-size 64] [--K 128] [--V 128] [--precision bf16] [--taps]
 
 Why: the two state passes walk a sequence's chunks one after the other, so each step's latency adds
 up over the sequence. Until round 15 their sm_90 code had loads that one step waited on: the chunk
@@ -10,8 +10,8 @@ leaves synchronous. Removing them took the backward state pass from 0.834 to 0.3
 forward from 0.614 to 0.510 at H16 T16384 on the H200 (docs/gpu/round15/call2).
 
 Runs one forward+backward on small CPU tensors with the launches intercepted (as
-``kernel_resources.py`` does), compiles the two state passes (taps off) for ``cuda:90`` and reads
-their TTGIR. In the body of each ``scf.for``, a ``tt.load`` whose result is used by anything but the
+``kernel_resources.py`` does), compiles the two state passes (taps off, or on with ``--taps``) for
+``cuda:90`` and reads their TTGIR. In the body of each ``scf.for``, a ``tt.load`` whose result is used by anything but the
 loop's ``scf.yield`` is a load the step waits on (one whose result only goes to ``scf.yield`` is a
 prefetch for the next step). Also prints the tile copies (``async_copy_global_to_local``) and the
 ``async_wait`` counts: ``num = 0`` means a step waits for every copy in flight. Exit 1 when a
@@ -63,10 +63,10 @@ def waited_loads(body: list[str]) -> list[str]:
     return out
 
 
-def check(H, C, K, V, precision, log=print) -> list[str]:
-    """Names of the state passes that wait on a load inside a step."""
+def check(H, C, K, V, precision, log=print, taps=False) -> list[str]:
+    """Names of the state passes that wait on a load inside a step (with ``taps``: their tap variants)."""
     bad = []
-    for fn, args, kwargs, _ in capture_launches(C, H, K, V, precision, taps=False):
+    for fn, args, kwargs, _ in capture_launches(C, H, K, V, precision, taps=taps):
         if fn.__name__ not in STATE_PASSES:
             continue
         ttgir = compile_sm90(fn, args, kwargs).asm["ttgir"]
@@ -82,11 +82,14 @@ def check(H, C, K, V, precision, log=print) -> list[str]:
 
 
 def main(argv=None):
-    a = shape_parser(__doc__).parse_args(argv)
+    p = shape_parser(__doc__)
+    p.add_argument("--taps", action="store_true", help="the launches with every tap on")
+    a = p.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("loop_check: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
-    print(f"triton {version('triton')}, sm_90, H={a.H} C={a.chunk_size} K={a.K} V={a.V} {a.precision}")
-    bad = check(a.H, a.chunk_size, a.K, a.V, a.precision)
+    print(f"triton {version('triton')}, sm_90, H={a.H} C={a.chunk_size} K={a.K} V={a.V} {a.precision}"
+          + (" taps on" if a.taps else ""))
+    bad = check(a.H, a.chunk_size, a.K, a.V, a.precision, taps=a.taps)
     if bad:
         print(f"loop_check: a step waits on a load in: {', '.join(sorted(set(bad)))}")
         return 1

@@ -212,27 +212,50 @@ def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.constexpr):
-    """Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL, anchored at a = gc[16 I]."""
-    b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
-    m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
-    m_c = (o_t < I * 16 + 16)[:, None]
-    b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
-    b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
-    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT, SPLIT), 0.),
-            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT, SPLIT), 0.))
+def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
+    """Rows [16 J, 16 J + 16) of the chunk: ``x`` (fp32, 0 on padding) and ``gc`` (padding rows carry the
+    chunk total ``gT_row``), with the anchor ``a = gc[16 J]``."""
+    r = J * 16 + tl.arange(0, 16)
+    m = (r < n)[:, None] & m_k[None, :]
+    p = ((bos + r)[:, None] * H + i_h) * K + o_k[None, :]
+    b_g = tl.where((r < n)[:, None], tl.load(gc + p, mask=m, other=0.), gT_row[None, :])
+    b_a = tl.sum(tl.where((tl.arange(0, 16) == 0)[:, None], b_g, 0.), axis=0)
+    return tl.load(x + p, mask=m, other=0.).to(tl.float32), b_g, b_a
 
 
 @triton.jit
-def _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLIT: tl.constexpr):
-    """Block I's share of sum_{i in I} A[i,j] y_i e^(gc_i-gc_j) (A, y = dMs, qn and b dL, kn), anchored at gc[16 I]."""
-    b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
-    m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
-    m_c = (o_t < I * 16 + 16)[:, None]
+def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
+             DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """Columns j of block J of P[i] = sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs (the strict lower
+    dMqk) and dL, anchored at a = gc[16 J]: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with the
+    block, e^(a-gc_j) <= e^(15 |gamma|max) on its columns; A's [C, 16] column block comes from memory."""
+    b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
+    b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
+    r = J * 16 + tl.arange(0, 16)
+    m_r = (o_t >= J * 16)[:, None]
     b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
-    b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
-    return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT, SPLIT), 0.),
-            tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT, SPLIT), 0.))
+    p_A = o_cc0 + o_t[:, None] * C + r[None, :]
+    b_A = tl.where(o_t[:, None] > r[None, :], tl.load(dMqk + p_A), 0.)
+    return b_er * mm_x3(b_A, b_kc, DOT, SPLIT), b_er * mm_x3(tl.load(dL + p_A), b_kc, DOT, SPLIT)
+
+
+@triton.jit
+def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
+             C: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """Rows i of block I's share of Q[j] = sum_i A[i,j] y_i e^(gc_i-gc_j) for (A, y) = (dMs, qn) and
+    (Diag(b) dL, kn), anchored at a = gc[16 I]: e^(gc_i-a) <= 1 on the block's rows, e^(a-gc_j) <=
+    e^(15 |gamma|max) on the columns j < 16 (I + 1) it pairs with; A's rows come from memory, transposed."""
+    b_qI, b_gI, b_a = _block_rows(qn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)
+    b_kI = _block_rows(kn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)[0]
+    b_er = tl.exp(b_gI - b_a[None, :])
+    r = I * 16 + tl.arange(0, 16)
+    b_bI = tl.load(b + (bos + r) * H + i_h, mask=r < n, other=0.)
+    p_AT = o_cc0 + r[None, :] * C + o_t[:, None]                  # [C, 16]: A[16 I + i, j] at [j, i]
+    b_AT = tl.where(r[None, :] > o_t[:, None], tl.load(dMqk + p_AT), 0.)
+    b_bLT = b_bI[None, :] * tl.load(dL + p_AT)
+    m_c = (o_t < I * 16 + 16)[:, None]
+    b_ec = tl.where(m_c, tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
+    return b_ec * mm_x3(b_AT, b_qI * b_er, DOT, SPLIT), b_ec * mm_x3(b_bLT, b_kI * b_er, DOT, SPLIT)
 
 
 @triton.jit(do_not_specialize=["c0"])
@@ -274,12 +297,10 @@ def chunk_bwd_dqkg_kernel(
     m_t, m_k = o_t < n, o_k < K
     m_tk = m_t[:, None] & m_k[None, :]
     o_ch = (i_c * H + i_h).to(tl.int64)
-    o_cc = (o_ch * C + o_t[:, None]) * C + o_t[None, :]
     o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
     idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
 
     b_b = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
-    b_dMqk = tl.load(dMqk + o_cc)
     b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
     b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
@@ -287,17 +308,17 @@ def chunk_bwd_dqkg_kernel(
     b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
     b_E = tl.exp(b_gc)
 
-    # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, anchored per 16-row block I:
-    # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) for i in I;  Q·[j] = sum_{i in I} A[i,j] y_i e^(gc_i-gc_j)
-    # the diagonal of dMqk is applied exactly, outside: its dgc terms cancel (qn dMqk_ii kn - kn dMqk_ii qn)
-    # Computed in two passes (P, then Q) so that fewer tiles are live at once.
-    b_dMs = tl.where(o_t[:, None] > o_t[None, :], b_dMqk, 0.)
-    b_dd = tl.sum(tl.where(o_t[:, None] == o_t[None, :], b_dMqk, 0.), axis=1)
-    b_dL = tl.load(dL + o_cc)
+    # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, on 16-row blocks:
+    # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) by column blocks J;  Q·[j] = sum_i A[i,j] y_i e^(gc_i-gc_j) by
+    # row blocks I. Each block is a [C, 16] x [16, BK] product with A's block read from memory (L2), so
+    # no [C, C] tile stays live. The diagonal of dMqk is applied exactly, outside: its dgc terms cancel
+    # (qn dMqk_ii kn - kn dMqk_ii qn). Two passes (P, then Q) so that fewer tiles are live at once.
+    o_cc0 = o_ch * C * C
+    b_dd = tl.load(dMqk + o_cc0 + o_t * (C + 1))
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-        d_q, d_l = _p_block(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT, SPLIT)
+    for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
+        d_q, d_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C, DOT, SPLIT)
         b_Pq += d_q
         b_Pl += d_l
 
@@ -311,11 +332,11 @@ def chunk_bwd_dqkg_kernel(
     tl.store(db_part + (i_k * BT + bos + o_t) * H + i_h, b_db, mask=m_t)
     b_Ed = b_b[:, None] * b_X                                     # E⊙dkd
 
-    b_dbL = b_b[:, None] * b_dL
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
     for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
-        d_q, d_l = _q_block(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT, SPLIT)
+        d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C,
+                            DOT, SPLIT)
         b_Qq += d_q
         b_Ql += d_l
 
@@ -366,16 +387,17 @@ def chunk_bwd_dqkg_kernel(
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
         if TAP_DQD or TAP_DKD:
-            # dMqk ki and dL ki per column block J, anchored at J's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
-            # exp(-a) <= exp(-gc_j): it overflows only where every ki of the block does
+            # dMqk ki and dL ki per column block J ([C, 16] blocks of dMqk and dL from memory), anchored at
+            # J's first row: exp(-gc_j) = exp(-a) exp(a - gc_j), exp(-a) <= exp(-gc_j): it overflows only
+            # where every ki of the block does
             b_Tq = tl.zeros([C, BK], dtype=tl.float32)
             b_Tl = tl.zeros([C, BK], dtype=tl.float32)
             for J in tl.range(0, C // 16, num_stages=1):
-                b_a = tl.sum(tl.where(o_t[:, None] == J * 16, b_gc, 0.), axis=0)
-                m_j = ((o_t >= J * 16) & (o_t < J * 16 + 16))[:, None]
-                b_x = tl.where(m_j & m_tk, b_kn * tl.exp(tl.where(m_j, b_a[None, :] - b_gc, 0.)), 0.)
-                b_Tq += scale_exp(mm_tf32(b_dMqk, b_x, DOT), -b_a[None, :])
-                b_Tl += scale_exp(mm_tf32(b_dL, b_x, DOT), -b_a[None, :])
+                b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
+                b_x = b_kJ * tl.exp(b_a[None, :] - b_gJ)
+                p_A = o_cc0 + o_t[:, None] * C + (J * 16 + tl.arange(0, 16))[None, :]
+                b_Tq += scale_exp(mm_tf32(tl.load(dMqk + p_A), b_x, DOT), -b_a[None, :])
+                b_Tl += scale_exp(mm_tf32(tl.load(dL + p_A), b_x, DOT), -b_a[None, :])
             if TAP_DQD:
                 tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
             if TAP_DKD:

@@ -157,6 +157,8 @@ def recurrence_bwd_kernel(
     m_tv = (o_t < n_last)[:, None] & m_v[None, :] & (o_t * 0 + c0 < c1)[:, None]
     b_dU0 = tl.load(dU + o_tv, mask=m_tv, other=0.)
     b_gT = tl.load(gT + (c_last * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c0 < c1), other=0.)
+    if TAP_DS:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
+        slot = tl.load(head_slot + i_h)
     for i in range(c1 - c0):
         c = c1 - 1 - i
         bos = bos0 + (c - c0).to(tl.int64) * C
@@ -184,9 +186,8 @@ def recurrence_bwd_kernel(
         if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
             b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
         if TAP_DS:
-            idx, on = tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel)
-            if on:
-                tl.store(tap_dS + idx * K * V + o_kv, b_dS, mask=m_kv)
+            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0):
+                tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
     if STORE_DH0:
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
 
