@@ -212,24 +212,49 @@ def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
+def _p_rows_full(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """(fp32 mode) Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL, anchored at a = gc[16 I]."""
+    b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
+    m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
+    m_c = (o_t < I * 16 + 16)[:, None]
+    b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
+    b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
+    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT, SPLIT), 0.),
+            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT, SPLIT), 0.))
+
+
+@triton.jit
+def _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLIT: tl.constexpr):
+    """(fp32 mode) Block I's share of sum_{i in I} A[i,j] y_i e^(gc_i-gc_j) (A, y = dMs, qn and b dL, kn), anchored at gc[16 I]."""
+    b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
+    m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
+    m_c = (o_t < I * 16 + 16)[:, None]
+    b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
+    b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
+    return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT, SPLIT), 0.),
+            tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT, SPLIT), 0.))
+
+
+@triton.jit
+def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K, LAST: tl.constexpr = False):
     """Rows [16 J, 16 J + 16) of the chunk: ``x`` (fp32, 0 on padding) and ``gc`` (padding rows carry the
-    chunk total ``gT_row``), with the anchor ``a = gc[16 J]``."""
+    chunk total ``gT_row``), with the anchor ``a = gc[16 J]`` (``LAST``: ``gc[16 J + 15]``)."""
     r = J * 16 + tl.arange(0, 16)
     m = (r < n)[:, None] & m_k[None, :]
     p = ((bos + r)[:, None] * H + i_h) * K + o_k[None, :]
     b_g = tl.where((r < n)[:, None], tl.load(gc + p, mask=m, other=0.), gT_row[None, :])
-    b_a = tl.sum(tl.where((tl.arange(0, 16) == 0)[:, None], b_g, 0.), axis=0)
+    b_a = tl.sum(tl.where((tl.arange(0, 16) == (15 if LAST else 0))[:, None], b_g, 0.), axis=0)
     return tl.load(x + p, mask=m, other=0.).to(tl.float32), b_g, b_a
 
 
 @triton.jit
 def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
-             DOT: tl.constexpr, SPLIT: tl.constexpr):
+             DOT: tl.constexpr, SPLIT: tl.constexpr, LAST: tl.constexpr):
     """Columns j of block J of P[i] = sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs (the strict lower
-    dMqk) and dL, anchored at a = gc[16 J]: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with the
-    block, e^(a-gc_j) <= e^(15 |gamma|max) on its columns; A's [C, 16] column block comes from memory."""
-    b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
+    dMqk) and dL; A's [C, 16] column block comes from memory. Anchored at a = gc[16 J] (the block's first
+    row, its largest gc: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with it, e^(a-gc_j) <=
+    e^(15 |gamma|max) on its columns) or with ``LAST`` at gc[16 J + 15] (the factors' bounds swap)."""
+    b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K, LAST)
     b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
     r = J * 16 + tl.arange(0, 16)
     m_r = (o_t >= J * 16)[:, None]
@@ -287,6 +312,8 @@ def chunk_bwd_dqkg_kernel(
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
+    BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks
+    P_LAST: tl.constexpr = 0,    # (BLOCKED) P's anchor: the column block's first row (0) or last (1)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -317,10 +344,20 @@ def chunk_bwd_dqkg_kernel(
     b_dd = tl.load(dMqk + o_cc0 + o_t * (C + 1))
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
-    for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-        d_q, d_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C, DOT, SPLIT)
-        b_Pq += d_q
-        b_Pl += d_l
+    if BLOCKED:
+        for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
+            d_q, d_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C, DOT,
+                                SPLIT, P_LAST)
+            b_Pq += d_q
+            b_Pl += d_l
+    else:
+        o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
+        b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
+        b_dL = tl.load(dL + o_cc)
+        for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):
+            d_q, d_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT, SPLIT)
+            b_Pq += d_q
+            b_Pl += d_l
 
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
@@ -334,11 +371,18 @@ def chunk_bwd_dqkg_kernel(
 
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
-    for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
-        d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C,
-                            DOT, SPLIT)
-        b_Qq += d_q
-        b_Ql += d_l
+    if BLOCKED:
+        for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
+            d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C,
+                                DOT, SPLIT)
+            b_Qq += d_q
+            b_Ql += d_l
+    else:
+        b_dbL = b_b[:, None] * b_dL
+        for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
+            d_q, d_l = _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT, SPLIT)
+            b_Qq += d_q
+            b_Ql += d_l
 
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
@@ -394,10 +438,10 @@ def chunk_bwd_dqkg_kernel(
             b_Tl = tl.zeros([C, BK], dtype=tl.float32)
             for J in tl.range(0, C // 16, num_stages=1):
                 b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
-                b_x = b_kJ * tl.exp(b_a[None, :] - b_gJ)
+                b_xJ = b_kJ * tl.exp(b_a[None, :] - b_gJ)  # (a name of its own: b_x is [C, BK] in the softplus gate)
                 p_A = o_cc0 + o_t[:, None] * C + (J * 16 + tl.arange(0, 16))[None, :]
-                b_Tq += scale_exp(mm_tf32(tl.load(dMqk + p_A), b_x, DOT), -b_a[None, :])
-                b_Tl += scale_exp(mm_tf32(tl.load(dL + p_A), b_x, DOT), -b_a[None, :])
+                b_Tq += scale_exp(mm_tf32(tl.load(dMqk + p_A), b_xJ, DOT), -b_a[None, :])
+                b_Tl += scale_exp(mm_tf32(tl.load(dL + p_A), b_xJ, DOT), -b_a[None, :])
             if TAP_DQD:
                 tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
             if TAP_DKD:
@@ -527,7 +571,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound,
             fault_chunk, c0, BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-            ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3), **LAUNCH,
+            ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
+            BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), P_LAST=knob("DQKG_P_LAST", 0), **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
