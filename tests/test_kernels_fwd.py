@@ -111,6 +111,20 @@ def test_forward_vs_reference_bf16_mode(name):
     check("ht", ht, res.outputs["ht"], tol["ht"])
 
 
+def check_outputs_and_taps(inputs, cfg, precision: str, taps: tuple[str, ...]):
+    """o, ht and the given forward taps against the reference (taps at TAP_TOL in fp32 mode, at o's
+    tolerance in bf16 mode)."""
+    o, ht, _, chunks, plan = run_fwd(inputs, cfg, precision, TapSelection(names=taps))
+    res = run_reference(inputs, cfg, taps=taps)
+    tol = TOLERANCES[precision]
+    check("o", o, res.outputs["o"], tol["o"])
+    check("ht", ht, res.outputs["ht"], tol["ht"])
+    for name in taps:
+        ref = res.taps[name]
+        check(name, plan.buffers[name], ref, TAP_TOL[name] if precision == "fp32" else tol["o"],
+              tap_mask(name, res.chunks.length, cfg.chunk_size, ref))
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("nvb", [None, "1", "2"])
 def test_output_pass_over_several_v_blocks(precision, nvb, monkeypatch):
@@ -120,16 +134,7 @@ def test_output_pass_over_several_v_blocks(precision, nvb, monkeypatch):
     if nvb is not None:
         monkeypatch.setenv("KDADBG_OUT_NVB", nvb)
     inputs, cfg = make_inputs(with_size(get_case("varlen_short"), K=16, V=160, H=1))
-    taps = ("S", "U", "vcorr")
-    o, ht, _, chunks, plan = run_fwd(inputs, cfg, precision, TapSelection(names=taps))
-    res = run_reference(inputs, cfg, taps=taps)
-    tol = TOLERANCES[precision]
-    check("o", o, res.outputs["o"], tol["o"])
-    check("ht", ht, res.outputs["ht"], tol["ht"])
-    for name in taps:
-        ref = res.taps[name]
-        check(name, plan.buffers[name], ref, TAP_TOL[name] if precision == "fp32" else tol["o"],
-              tap_mask(name, res.chunks.length, cfg.chunk_size, ref))
+    check_outputs_and_taps(inputs, cfg, precision, ("S", "U", "vcorr"))
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -138,17 +143,7 @@ def test_state_pass_with_u_loaded_ahead(precision, name, monkeypatch):
     """The state pass's u tile loaded one step ahead into registers (chosen at H32 on the GPU, where
     it buys a pipeline stage; forced here): o, ht and the S, U taps across sequence ends and tails."""
     monkeypatch.setenv("KDADBG_REC_U_AHEAD", "1")
-    inputs, cfg = make_inputs(small(name))
-    taps = ("S", "U")
-    o, ht, _, chunks, plan = run_fwd(inputs, cfg, precision, TapSelection(names=taps))
-    res = run_reference(inputs, cfg, taps=taps)
-    tol = TOLERANCES[precision]
-    check("o", o, res.outputs["o"], tol["o"])
-    check("ht", ht, res.outputs["ht"], tol["ht"])
-    for name in taps:
-        ref = res.taps[name]
-        check(name, plan.buffers[name], ref, TAP_TOL[name] if precision == "fp32" else tol["o"],
-              tap_mask(name, res.chunks.length, cfg.chunk_size, ref))
+    check_outputs_and_taps(*make_inputs(small(name)), precision, ("S", "U"))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
