@@ -167,15 +167,30 @@ def _case(name):
     return EXTRA_CASES[name] if name in EXTRA_CASES else get_case(name)
 
 
-@pytest.mark.parametrize("name", FP32_CASES + tuple(EXTRA_CASES))
-def test_reference_fp32(name):
-    case = _case(name)
-    inputs, cfg, res, chunks, saved = reference_case(case)
+def check_fp32_with_taps(name):
+    """fp32-mode gradients and every backward tap of case ``name`` against the reference."""
+    inputs, cfg, res, chunks, saved = reference_case(_case(name))
     B, T, H, K, V = inputs.shape
     plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
     grads = run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
     tap_tol = LONG_CHUNK_TAP_TOL if cfg.chunk_size > 16 else None
     assert not compare(grads, plan.buffers, res.outputs, res.taps, chunks, cfg, K, V, tap_tol=tap_tol)
+
+
+@pytest.mark.parametrize("name", FP32_CASES + tuple(EXTRA_CASES))
+def test_reference_fp32(name):
+    check_fp32_with_taps(name)
+
+
+@pytest.mark.parametrize("name", ("t65", "varlen_short", "gate_softplus", "strong_gates_none", "chunk32",
+                                  "chunk64_varlen", "chunk64_strong", "k72_v40"))
+def test_block_products_at_fp32_tolerance(name, monkeypatch):
+    """The K pass's block products (the bf16 modes' default, DQKG_BLOCKED=1) forced in fp32 mode, where
+    the CPU holds them to the fp32 bars, with every backward tap: bf16 mode's looser bars would let a
+    wrong mask or anchor on tails, sequence ends or strong gates pass. (On the H200 fp32 mode keeps the
+    [C, C] form for accuracy: docs/kernels.md.)"""
+    monkeypatch.setenv("KDADBG_DQKG_BLOCKED", "1")
+    check_fp32_with_taps(name)
 
 
 @pytest.mark.parametrize("name", ("basic", "varlen_short", "varlen_kv", "gate_softplus", "strong_gates", "bf16"))
