@@ -213,7 +213,8 @@ def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
 
 @triton.jit
 def _p_rows_full(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.constexpr):
-    """(fp32 mode) Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL, anchored at a = gc[16 I]."""
+    """(fp32 mode) Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL,
+    anchored at a = gc[16 I]: a [C, C] x [C, BK] product masked to the block."""
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
@@ -225,7 +226,8 @@ def _p_rows_full(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.c
 
 @triton.jit
 def _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLIT: tl.constexpr):
-    """(fp32 mode) Block I's share of sum_{i in I} A[i,j] y_i e^(gc_i-gc_j) (A, y = dMs, qn and b dL, kn), anchored at gc[16 I]."""
+    """(fp32 mode) Block I's share of sum_{i in I} A[i,j] y_i e^(gc_i-gc_j) (A, y = dMs, qn and b dL, kn),
+    anchored at gc[16 I]: a [C, C] x [C, BK] product masked to the block."""
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
@@ -313,7 +315,7 @@ def chunk_bwd_dqkg_kernel(
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
-    BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks
+    BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -572,6 +574,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             fault_chunk, c0, BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
             ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
+            # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16, docs/gpu/round16/call3); fp32 mode keeps
+            # the [C, C] products, as accurate as before (with blocks its ddt_bias error doubled on the H200)
             BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
