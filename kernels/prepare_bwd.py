@@ -198,7 +198,8 @@ def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
     In fp32 mode as an IEEE product with a 0/1 triangle, whose FMA order is fixed: ``tl.cumsum``'s
     order follows the register layout the compiler picks, and on the H200 (Triton 3.6) switching taps
     on moved this scan to another layout and changed dg's last bits (docs/gpu/round7). The bf16 modes
-    keep the scan (no extra MMAs there), whose layout was the same with taps on and off."""
+    keep the scan (no extra MMAs there), whose layout is the same with taps on and off, except with a
+    padded K block (K = 8 at chunks 32 and 64, round 16): the K pass then passes DOT 0."""
     if DOT == 0:
         if SUFFIX:
             m = o_t[None, :] >= o_t[:, None]
@@ -316,6 +317,7 @@ def chunk_bwd_dqkg_kernel(
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
+    SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -398,7 +400,7 @@ def chunk_bwd_dqkg_kernel(
     # dγ[i] = sum_{r >= i} dgc[r] + dgT with dgT = eT⊙rowsum(dS⁺⊙S) + sum_r kr⊙dkr[r]; the kr path
     # enters dgc[r] as -kr⊙dkr[r], so it is summed as the prefix r < i rather than total - suffix
     b_dgTs = tl.load(dgTs + o_ch * K + o_k, mask=m_k, other=0.)
-    b_dgam = (row_sums(b_dgx, o_t, 1, DOT) + row_sums(b_dkrr, o_t, 0, DOT)
+    b_dgam = (row_sums(b_dgx, o_t, 1, SCAN) + row_sums(b_dkrr, o_t, 0, SCAN)
               + (tl.exp(b_gT) * b_dgTs)[None, :])
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
@@ -433,17 +435,21 @@ def chunk_bwd_dqkg_kernel(
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
         if TAP_DQD or TAP_DKD:
-            # dMqk ki and dL ki per column block J ([C, 16] blocks of dMqk and dL from memory), anchored at
-            # J's first row: exp(-gc_j) = exp(-a) exp(a - gc_j), exp(-a) <= exp(-gc_j): it overflows only
-            # where every ki of the block does
+            # dMqk ki and dL ki per column block J, anchored at J's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
+            # exp(-a) <= exp(-gc_j): it overflows only where every ki of the block does. On the full [C, C]
+            # and [C, BK] register tiles: [16, BK] blocks loaded from memory here moved the layout of the
+            # taps-off code's reductions at chunk 32, K = 8 (benchmarks/layout_check.py)
+            o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
+            b_dMqk = tl.load(dMqk + o_cc)
+            b_dLf = tl.load(dL + o_cc)
             b_Tq = tl.zeros([C, BK], dtype=tl.float32)
             b_Tl = tl.zeros([C, BK], dtype=tl.float32)
             for J in tl.range(0, C // 16, num_stages=1):
-                b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
-                b_xJ = b_kJ * tl.exp(b_a[None, :] - b_gJ)  # (a name of its own: b_x is [C, BK] in the softplus gate)
-                p_A = o_cc0 + o_t[:, None] * C + (J * 16 + tl.arange(0, 16))[None, :]
-                b_Tq += scale_exp(mm_tf32(tl.load(dMqk + p_A), b_xJ, DOT), -b_a[None, :])
-                b_Tl += scale_exp(mm_tf32(tl.load(dL + p_A), b_xJ, DOT), -b_a[None, :])
+                b_a = tl.sum(tl.where(o_t[:, None] == J * 16, b_gc, 0.), axis=0)
+                m_j = ((o_t >= J * 16) & (o_t < J * 16 + 16))[:, None]
+                b_xJ = tl.where(m_j & m_tk, b_kn * tl.exp(tl.where(m_j, b_a[None, :] - b_gc, 0.)), 0.)
+                b_Tq += scale_exp(mm_tf32(b_dMqk, b_xJ, DOT), -b_a[None, :])
+                b_Tl += scale_exp(mm_tf32(b_dLf, b_xJ, DOT), -b_a[None, :])
             if TAP_DQD:
                 tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
             if TAP_DKD:
@@ -576,7 +582,10 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16, docs/gpu/round16/call3); fp32 mode keeps
             # the [C, C] products, as accurate as before (with blocks its ddt_bias error doubled on the H200)
-            BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), **LAUNCH,
+            BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1),
+            # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
+            # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
+            SCAN=0 if K % BK3 else DOT, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
