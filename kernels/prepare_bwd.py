@@ -1,15 +1,19 @@
 """Backward prepare (spec §6.1 chunk-local part, §6.3–§6.5): parallel over chunks.
 
-``chunk_bwd_dqkg_kernel``, grid (NK, NC, H), one K-block of one chunk of one head:
+``chunk_bwd_dqkg_v_kernel`` (the V pass), grid (NK, NC, H): a loop over V tiles reduces
+``dMqk = tril(dO U^T)``, ``dL = −stril(dvcorr U^T)`` (``dvcorr = INV^T dU``), ``dO S^T``,
+``dvcorr S^T``, ``dkr = U dS⁺^T`` and ``rowsum_v(dS⁺ ⊙ S)``; the K-block 0 program also writes
+``dv = b ⊙ dvcorr``. Its results go to the K pass through global memory.
 
-1. a loop over V tiles reduces ``dMqk = tril(dO U^T)``, ``dL = −stril(dvcorr U^T)``
-   (``dvcorr = INV^T dU``), ``dO S^T``, ``dvcorr S^T``, ``dkr = U dS⁺^T`` and
-   ``rowsum_v(dS⁺ ⊙ S)``; the K-block 0 program also writes ``dv = b ⊙ dvcorr``;
-2. the collapsed prepare backward (P5): ``E⊙dqd``, ``E⊙dkd``, ``E⁻⊙dki``, ``R⊙dkr`` are formed
+``chunk_bwd_dqkg_kernel`` (the K pass), grid (NK, NC, H), one K-block of one chunk of one head:
+
+1. the collapsed prepare backward (P5): ``E⊙dqd``, ``E⊙dkd``, ``E⁻⊙dki``, ``R⊙dkr`` are formed
    without ``exp(−gc)``: each intra-chunk product ``Σ_j A[i,j] x_j exp(gc_i − gc_j)`` is split over
-   16-row blocks with an anchor ``a = gc`` at the block's first row, so every exponential is
-   ``≤ 1`` off the diagonal block and ``≤ exp(15·|decay|)`` on it;
-3. ``dqn, dkn, dgc, dgT``, the reverse cumsum ``dγ``, the gate chain (``dg`` and per-chunk partials
+   16-row blocks with an anchor ``a = gc`` at a block's first row, so every exponential is ``≤ 1``
+   on one side and ``≤ exp(15·|decay|)`` on the other. In the bf16 modes each block is a
+   [C, 16]·[16, BK] product with A's block read from memory (P by column blocks, Q by row blocks);
+   fp32 mode keeps [C, C]·[C, BK] products masked to the block (``BLOCKED``: docs/kernels.md);
+2. ``dqn, dkn, dgc, dgT``, the reverse cumsum ``dγ``, the gate chain (``dg`` and per-chunk partials
    of ``dA_log`` and ``ddt_bias``) and this K-block's share of ``db``
    (``db = rowsum(dvcorr ⊙ v) + rowsum(kn ⊙ X)``, ``X = E ⊙ (−dvcorr S^T + dL ki)``, which is
    ``rowsum(dvcorr ⊙ W) + rowsum(dL ⊙ F)`` without W, F or a division by b).
@@ -17,10 +21,11 @@
 ``chunk_bwd_finish_kernel``, grid (NC, H): the L2-norm backward of q and k over full rows
 (in place on ``dq``/``dk``), the K-block sum of ``db`` and the beta sigmoid.
 
-Taps: dU, dvcorr, dMqk, dL, dkr, dqd, dkd, dki, dgT, dgc here, db in the finish kernel. dqd, dkd,
-dki are their definitional values, ``dMqk ki`` and ``dL ki`` formed per 16-column block with an anchor
-so that no masked product meets an overflowed ``exp(−gc)``; where the true value exceeds fp32 (chunk
-32/64 with strong gates) the tap is inf. ``dki = (E⁻⊙dki) ⊙ E`` is always finite. No gradient reads them.
+Taps: dU, dvcorr, dMqk, dL in the V pass, dkr, dqd, dkd, dki, dgT, dgc in the K pass, db in the
+finish kernel. dqd, dkd, dki are their definitional values, ``dMqk ki`` and ``dL ki`` formed per
+16-column block with an anchor so that no masked product meets an overflowed ``exp(−gc)``; where the
+true value exceeds fp32 (chunk 32/64 with strong gates) the tap is inf. ``dki = (E⁻⊙dki) ⊙ E`` is
+always finite. No gradient reads them.
 """
 
 from __future__ import annotations
