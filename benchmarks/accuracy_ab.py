@@ -13,27 +13,24 @@ not change the outputs' bits: tested).
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from kernel_resources import shape_parser  # noqa: E402
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = shape_parser(__doc__)  # --H --K --V --chunk-size --precision
+    ap.set_defaults(precision="fp32")
     ap.add_argument("--T", type=int, default=8192)
-    ap.add_argument("--H", type=int, default=16)
-    ap.add_argument("--K", type=int, default=128)
-    ap.add_argument("--V", type=int, default=128)
-    ap.add_argument("--chunk-size", type=int, default=64)
     ap.add_argument("--gate", default="lower_bound", choices=["lower_bound", "softplus", "none"])
     ap.add_argument("--gates", default="random", choices=["random", "lower", "zero", "masked"])
     ap.add_argument("--layout", default="kv", choices=["kv", "vk"])
     ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--tag", default="")
