@@ -244,15 +244,21 @@ def _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLI
 
 
 @triton.jit
-def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
-    """Rows [16 J, 16 J + 16) of the chunk: ``x`` (fp32, 0 on padding) and ``gc`` (padding rows carry the
-    chunk total ``gT_row``), with the anchor ``a = gc[16 J]``."""
+def _rows(x, bos, n, J, i_h, o_k, m_k, H, K):
+    """Rows [16 J, 16 J + 16) of the chunk's [BT, H, K] tensor ``x`` (fp32, 0 on padding)."""
     r = J * 16 + tl.arange(0, 16)
-    m = (r < n)[:, None] & m_k[None, :]
     p = ((bos + r)[:, None] * H + i_h) * K + o_k[None, :]
-    b_g = tl.where((r < n)[:, None], tl.load(gc + p, mask=m, other=0.), gT_row[None, :])
+    return tl.load(x + p, mask=(r < n)[:, None] & m_k[None, :], other=0.).to(tl.float32)
+
+
+@triton.jit
+def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
+    """Rows [16 J, 16 J + 16) of the chunk: ``x`` (``_rows``) and ``gc`` (padding rows carry the chunk
+    total ``gT_row``), with the anchor ``a = gc[16 J]``."""
+    r = J * 16 + tl.arange(0, 16)
+    b_g = tl.where((r < n)[:, None], _rows(gc, bos, n, J, i_h, o_k, m_k, H, K), gT_row[None, :])
     b_a = tl.sum(tl.where((tl.arange(0, 16) == 0)[:, None], b_g, 0.), axis=0)
-    return tl.load(x + p, mask=m, other=0.).to(tl.float32), b_g, b_a
+    return _rows(x, bos, n, J, i_h, o_k, m_k, H, K), b_g, b_a
 
 
 @triton.jit
@@ -280,7 +286,7 @@ def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_
     (Diag(b) dL, kn), anchored at a = gc[16 I]: e^(gc_i-a) <= 1 on the block's rows, e^(a-gc_j) <=
     e^(15 |gamma|max) on the columns j < 16 (I + 1) it pairs with; A's rows come from memory, transposed."""
     b_qI, b_gI, b_a = _block_rows(qn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)
-    b_kI = _block_rows(kn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)[0]
+    b_kI = _rows(kn, bos, n, I, i_h, o_k, m_k, H, K)
     b_er = tl.exp(b_gI - b_a[None, :])
     r = I * 16 + tl.arange(0, 16)
     b_bI = tl.load(b + (bos + r) * H + i_h, mask=r < n, other=0.)
