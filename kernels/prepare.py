@@ -26,7 +26,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid
+from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -52,7 +52,7 @@ def kda_fwd_token_kernel(
     qn,              # out [BT, H, K] fp32: q after l2norm (STORE_QK; else q itself, not written)
     kn,              # out [BT, H, K] fp32: k after l2norm (STORE_QK; else k itself, read by the w pass)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
-    krT,             # out [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
+    krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
     b,               # out [BT, H] fp32: b after activation
     gT,              # out [NC, H, K] fp32: chunk total of gamma
     chunk_start,     # [NC] int32: flattened token of row 0
@@ -149,7 +149,7 @@ def kda_fwd_token_kernel(
             tl.store(qn + o_tk, b_q, mask=m_tk)
             tl.store(kn + o_tk, b_k, mask=m_tk)
         tl.store(gc + o_tk, b_gc, mask=m_tk)
-        tl.store(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, mask=m_k[None, :])
+        store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
         if tapped:
             o_ck = o_cK + o_k[None, :]
@@ -345,8 +345,8 @@ def kda_fwd_wu_kernel(
     gc,              # [BT, H, K] fp32
     b,               # [BT, H] fp32
     INV,             # [NC, H, BC, BC] fp32
-    w,               # out [BT, H, K] fp32: INV Diag(b) kd
-    u,               # out [BT, H, V] fp32: INV Diag(b) v
+    w,               # out [BT, H, K] fp32 (bf16 with FWD_LOWP & 1): INV Diag(b) kd
+    u,               # out [BT, H, V] fp32 (bf16 with FWD_LOWP & 4): INV Diag(b) v
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     fault_chunk,     # test-only: the chunk a planted fault applies to
@@ -375,7 +375,7 @@ def kda_fwd_wu_kernel(
             o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
             b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(
                 tl.load(gc + o_tk, mask=m_tk, other=0))
-            tl.store(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), mask=m_tk)
+            store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
     else:
         o_ld, m_ld = _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT)
         for i_v in range(tl.cdiv(V, BK)):
@@ -383,8 +383,18 @@ def kda_fwd_wu_kernel(
             m_v = (o_v < V)[None, :]
             b_v = tl.load(v + (o_ld[:, None] * H + i_h) * V + o_v[None, :], mask=m_ld[:, None] & m_v,
                           other=0).to(tl.float32)
-            tl.store(u + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mm_tf32(b_inv, b_v * b_b[:, None], BF16),
-                     mask=m_t[:, None] & m_v)
+            store_rn(u + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mm_tf32(b_inv, b_v * b_b[:, None], BF16),
+                     m_t[:, None] & m_v)
+
+
+def fwd_lowp(precision: str) -> int:
+    """Which of the state pass's inputs are bf16 in the fast mode (``KDADBG_FWD_LOWP``, a bit mask): 1 ``w``,
+    2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``) instead of
+    tf32. None in fp32 mode."""
+    lowp = knob("FWD_LOWP", 0) if precision == "bf16" else 0
+    if lowp & ~15:
+        raise ValueError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
+    return lowp
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
@@ -403,9 +413,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
     store_qk = qk_l2norm or fault != 0
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2)) if store_qk else (q, k)
-    gc, w = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2))
-    krT = torch.empty(NC, H, K, C, device=dev, dtype=f32)
-    u = torch.empty(BT, H, V, device=dev, dtype=f32)
+    lowp = fwd_lowp(precision)
+    io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
+    gc = torch.empty(BT, H, K, device=dev, dtype=f32)
+    w = torch.empty(BT, H, K, device=dev, dtype=io[0])
+    krT = torch.empty(NC, H, K, C, device=dev, dtype=io[1])
+    u = torch.empty(BT, H, V, device=dev, dtype=io[2])
     b = torch.empty(BT, H, device=dev, dtype=f32)
     gT = torch.empty(NC, H, K, device=dev, dtype=f32)
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)

@@ -20,6 +20,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, tap_kernel_args
+from .prepare import fwd_lowp
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -28,10 +29,10 @@ OUTPUT_TAPS = ("S", "vcorr", "U")
 
 @triton.jit
 def kda_fwd_recurrence_kernel(
-    krT,             # [NC, H, K, BC] fp32: (kn exp(gT - gc))^T per chunk, 0 on padding rows
+    krT,             # [NC, H, K, BC] fp32 or bf16 (prepare.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
-    w,               # [BT, H, K] fp32: INV Diag(b) kd
-    u,               # [BT, H, V] fp32: INV Diag(b) v
+    w,               # [BT, H, K] fp32 or bf16: INV Diag(b) kd
+    u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v
     h0,              # [N, H, K, V] fp32 initial state (math layout), if HAS_H0
     S,               # out [NC, H, K, V] fp32: state entering each chunk
     U,               # out [BT, H, V] fp32
@@ -48,6 +49,7 @@ def kda_fwd_recurrence_kernel(
     HAS_H0: tl.constexpr,
     BF16: tl.constexpr,
     U_AHEAD: tl.constexpr = 0,   # 1: u loaded one step ahead into registers (out of the pipeliner's stages)
+    MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (prepare.fwd_lowp bit 8), else tf32
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
     i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -74,7 +76,7 @@ def kda_fwd_recurrence_kernel(
     b_gT = tl.load(gT + (c_lo * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c_lo < c_hi), other=0)
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
-        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0)
+        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(tl.float32)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
@@ -87,7 +89,8 @@ def kda_fwd_recurrence_kernel(
         o_ch = (i_c * H + i_h).to(tl.int64)
         b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
         if U_AHEAD:
-            b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :], other=0)
+            b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :],
+                               other=0).to(tl.float32)
 
         if (ABLATE & 4) == 0:
             tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
@@ -95,16 +98,22 @@ def kda_fwd_recurrence_kernel(
             b_U = b_u
             b_u = b_u_next
         else:
-            b_U = tl.load(u + o_tv, mask=m_tv, other=0)
+            b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(tl.float32)
         if (ABLATE & 1) == 0:
-            b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
+            if MM_BF16:
+                b_U -= mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
+            else:
+                b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
         if (ABLATE & 4) == 0:
             tl.store(U + o_tv, b_U, mask=m_tv)
 
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
         b_S = b_S * tl.exp(b_gT)[:, None]
         if (ABLATE & 2) == 0:
-            b_S += mm_tf32(b_krT, b_U, BF16)
+            if MM_BF16:
+                b_S += mm(b_krT, b_U, BF16)
+            else:
+                b_S += mm_tf32(b_krT, b_U, BF16)
         b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
@@ -194,7 +203,7 @@ def _block_v(K: int, V: int) -> int:
     return block_size(V, state_tile_cap(K))
 
 
-def state_pass_plan(C: int, BK: int, BV: int, device) -> tuple[int, int]:
+def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4)) -> tuple[int, int]:
     """``(num_stages, U_AHEAD)`` of the forward state pass for chunk C and a [BK, BV] state tile.
 
     Three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2). Per
@@ -204,9 +213,11 @@ def state_pass_plan(C: int, BK: int, BV: int, device) -> tuple[int, int]:
     three stages then fit at 32 columns (229376 bytes). That is taken only where it buys a stage: at
     H32 T16384 0.771 -> 0.698 ms (2 -> 3 stages), but at equal stages it cost 0.430 -> 0.530 (H16) and
     0.709 -> 1.120 (varlen H32, 64 columns) (docs/gpu/round16/call1). ``KDADBG_REC_U_AHEAD`` and
-    ``KDADBG_REC_STAGES`` override."""
-    stages = pipeline_stages("REC_STAGES", 3, 4 * C * (2 * BK + BV), 4 * BV * (BK + C), device)
-    stages_u = pipeline_stages("REC_STAGES", 3, 4 * C * 2 * BK, 4 * BV * (BK + 2 * C), device)
+    ``KDADBG_REC_STAGES`` override. ``sizes``: bytes per element of w, krT, u and the products' operands
+    (``prepare.fwd_lowp``)."""
+    ew, ek, eu, eo = sizes
+    stages = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + eu * C * BV, eo * BV * (BK + C), device)
+    stages_u = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek), eo * BV * (BK + C) + 4 * C * BV, device)
     u_ahead = knob("REC_U_AHEAD", int(stages_u > stages))
     return (stages_u if u_ahead else stages), u_ahead
 
@@ -223,12 +234,14 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     if N == 0:
         return S, U, ht
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
-    stages, u_ahead = state_pass_plan(C, BK, BV, dev)
+    mm_bf16 = int(bool(fwd_lowp(precision) & 8))
+    stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(),
+                                                       2 if mm_bf16 else 4))
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", U_AHEAD=u_ahead, **LAUNCH, num_warps=knob("REC_WARPS", 4),
+        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, **LAUNCH, num_warps=knob("REC_WARPS", 4),
         num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
     )
     return S, U, ht
