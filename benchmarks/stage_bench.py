@@ -37,7 +37,7 @@ def main(argv=None):
     from kdadbg_kernels.common import KernelChunks
     from kdadbg_kernels.prepare import kda_fwd_prepare
     from kdadbg_kernels.prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
-    from kdadbg_kernels.recurrence import kda_fwd_output, kda_fwd_recurrence
+    from kdadbg_kernels.recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
     from kdadbg_kernels.recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
     dev = torch.device("cuda")
@@ -53,20 +53,23 @@ def main(argv=None):
     stages = {}
     t0 = time.perf_counter()
 
-    def prep():
-        return kda_fwd_prepare(q, k, v, g, beta, chunks, **opts)
+    fused = fuse_out(p)
 
-    qn, kn, gc, krT, b, w, u, gT, INV, Mqk = prep()
+    def prep():
+        return kda_fwd_prepare(q, k, v, g, beta, chunks, store_qd=fused, **opts)
+
+    qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd_o = prep()
     stages["fwd_prepare"] = prep
 
-    def rec():
-        return kda_fwd_recurrence(krT, gT, w, u, None, chunks, precision=p)
-
-    S, U, ht = rec()
-    stages["fwd_recurrence"] = rec
     # outputs and gradients in the inputs' dtypes, as the autograd op stores them
-    stages["fwd_output"] = lambda: kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=p,
-                                                  out_dtype=v.dtype)
+    def rec():
+        return kda_fwd_recurrence(krT, gT, w, u, None, chunks, precision=p, qd=qd_o, Mqk=Mqk, out_dtype=v.dtype)
+
+    S, U, ht, _ = rec()
+    stages["fwd_recurrence"] = rec  # with o when fused (fwd_output is then 0: no taps here)
+    if not fused:
+        stages["fwd_output"] = lambda: kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale,
+                                                      precision=p, out_dtype=v.dtype)
 
     def bprep():
         return chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, scale=scale, precision=p)

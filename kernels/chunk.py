@@ -8,7 +8,7 @@ import torch
 from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, chunk_layout
 from .prepare import kda_fwd_prepare
-from .recurrence import kda_fwd_output, kda_fwd_recurrence
+from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
 
@@ -106,12 +106,15 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         h0 = h0.float().contiguous()
     faults.bind(q, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
 
-    qn, kn, gc, krT, b, w, u, gT, INV, Mqk = kda_fwd_prepare(
+    fused = fuse_out(precision)
+    qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
-        beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan)
-    S, U, ht = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision)
+        beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
+        store_qd=fused)
+    S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
+                                     out_dtype=out_dtype)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
-                       tap_plan=tap_plan, out_dtype=out_dtype)
+                       tap_plan=tap_plan, out_dtype=out_dtype, o=o)
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U)
     return o.view(B, T, H, V), ht, saved, chunks
 

@@ -53,6 +53,7 @@ def kda_fwd_token_kernel(
     kn,              # out [BT, H, K] fp32: k after l2norm (STORE_QK; else k itself, read by the w pass)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
     krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
+    qd,              # out [BT, H, K] (STORE_QD): scale qn exp(gc), bf16 in bf16 mode, for the fused output
     b,               # out [BT, H] fp32: b after activation
     gT,              # out [NC, H, K] fp32: chunk total of gamma
     chunk_start,     # [NC] int32: flattened token of row 0
@@ -74,6 +75,7 @@ def kda_fwd_token_kernel(
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, or a planted fault that shifts the loads)
+    STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
@@ -151,6 +153,8 @@ def kda_fwd_token_kernel(
         tl.store(gc + o_tk, b_gc, mask=m_tk)
         store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
+        if STORE_QD:
+            store_rn(qd + o_tk, b_q * scale * tl.exp(b_gc), m_tk)
         if tapped:
             o_ck = o_cK + o_k[None, :]
             m_ck = (o_t >= 0)[:, None] & m_k[None, :]
@@ -391,19 +395,20 @@ def fwd_lowp(precision: str) -> int:
     """Which of the state pass's inputs are bf16 in the fast mode (``KDADBG_FWD_LOWP``, a bit mask): 1 ``w``,
     2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``) instead of
     tf32. None in fp32 mode."""
-    lowp = knob("FWD_LOWP", 0) if precision == "bf16" else 0
+    lowp = knob("FWD_LOWP", 15) if precision == "bf16" else 0
     if lowp & ~15:
         raise ValueError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
     return lowp
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
-                    A_log, dt_bias, precision, tap_plan=None):
+                    A_log, dt_bias, precision, tap_plan=None, store_qd=False):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
     own dtype: the same values, no copy); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
-    INV, Mqk [NC,H,C,C]``.  ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's
+    INV, Mqk [NC,H,C,C]``; ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``,
+    else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``fwd_lowp``).  ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's
     ``kr^T U`` then reads its left operand with the reduction axis contiguous, as tf32 MMAs need.
     """
     BT, H, K = q.shape
@@ -421,10 +426,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     u = torch.empty(BT, H, V, device=dev, dtype=io[2])
     b = torch.empty(BT, H, device=dev, dtype=f32)
     gT = torch.empty(NC, H, K, device=dev, dtype=f32)
+    qd = torch.empty(BT, H, K, device=dev, dtype=torch.bfloat16 if precision == "bf16" else f32) \
+        if store_qd else None
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     if NC == 0:
-        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
+        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd
     has_gate, bf16, ablate = GATE_IDS[gate] != 0, precision == "bf16", knob("PREP_ABLATE", 0)
     if ablate & ~8:
         raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "
@@ -434,10 +441,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
             q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
-            qn, kn, gc, krT, b, gT, chunks.chunk_start, chunks.chunk_len,
+            qn, kn, gc, krT, qn if qd is None else qd, b, gT, chunks.chunk_start, chunks.chunk_len,
             float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
             H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 32)), GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk,
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
@@ -457,4 +464,4 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             BK=knob("PREP_WU_BK", block_size(max(K, V), 64)), BF16=bf16,
             FAULT=fault if fault == 6 else 0, **LAUNCH, num_warps=knob("PREP_WU_WARPS", 4),
         )
-    return qn, kn, gc, krT, b, w, u, gT, INV, Mqk
+    return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd

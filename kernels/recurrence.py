@@ -37,6 +37,9 @@ def kda_fwd_recurrence_kernel(
     S,               # out [NC, H, K, V] fp32: state entering each chunk
     U,               # out [BT, H, V] fp32
     ht,              # out [N, H, K, V] fp32: final state
+    qd,              # [BT, H, K] scale qn exp(gc) (FUSE_OUT; bf16 in bf16 mode)
+    Mqk,             # [NC, H, BC, BC] fp32 (FUSE_OUT)
+    o,               # out [BT, H, V] (FUSE_OUT): qd S + Mqk U, in the caller's output dtype
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
@@ -50,6 +53,7 @@ def kda_fwd_recurrence_kernel(
     BF16: tl.constexpr,
     U_AHEAD: tl.constexpr = 0,   # 1: u loaded one step ahead into registers (out of the pipeliner's stages)
     MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (prepare.fwd_lowp bit 8), else tf32
+    FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
     i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -106,6 +110,10 @@ def kda_fwd_recurrence_kernel(
                 b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
         if (ABLATE & 4) == 0:
             tl.store(U + o_tv, b_U, mask=m_tv)
+        if FUSE_OUT:  # off the chain: S and U of this chunk are final here
+            b_qd = tl.load(qd + o_tk, mask=m_tk, other=0)
+            b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
+            store_rn(o + o_tv, mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16), m_tv)
 
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
         b_S = b_S * tl.exp(b_gT)[:, None]
@@ -149,6 +157,7 @@ def kda_fwd_output_kernel(
     BF16: tl.constexpr,
     STORE_TAPS: tl.constexpr,
     TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
+    STORE_O: tl.constexpr = 1,   # 0: the state pass formed o (recurrence.fuse_out): taps only
 ):
     i_c, i_h, i_vg = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -182,8 +191,8 @@ def kda_fwd_output_kernel(
         m_kv = m_k[:, None] & m_v[None, :]
         b_S = tl.load(S + o_ch * K * V + o_kv, mask=m_kv, other=0)
         b_U = tl.load(U + o_tv, mask=m_tv, other=0)
-        b_o = mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16)
-        store_rn(o + o_tv, b_o, m_tv)
+        if STORE_O:
+            store_rn(o + o_tv, mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16), m_tv)
         if STORE_TAPS:
             if tapped:
                 o_cv = o_t[:, None] * V + o_v[None, :]
@@ -203,7 +212,7 @@ def _block_v(K: int, V: int) -> int:
     return block_size(V, state_tile_cap(K))
 
 
-def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4)) -> tuple[int, int]:
+def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4), extra: int = 0) -> tuple[int, int]:
     """``(num_stages, U_AHEAD)`` of the forward state pass for chunk C and a [BK, BV] state tile.
 
     Three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2). Per
@@ -214,16 +223,28 @@ def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4)) -> tup
     H32 T16384 0.771 -> 0.698 ms (2 -> 3 stages), but at equal stages it cost 0.430 -> 0.530 (H16) and
     0.709 -> 1.120 (varlen H32, 64 columns) (docs/gpu/round16/call1). ``KDADBG_REC_U_AHEAD`` and
     ``KDADBG_REC_STAGES`` override. ``sizes``: bytes per element of w, krT, u and the products' operands
-    (``prepare.fwd_lowp``)."""
+    (``prepare.fwd_lowp``); ``extra``: more bytes per stage (the fused output's qd and Mqk tiles)."""
     ew, ek, eu, eo = sizes
-    stages = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + eu * C * BV, eo * BV * (BK + C), device)
-    stages_u = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek), eo * BV * (BK + C) + 4 * C * BV, device)
+    stages = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + eu * C * BV + extra, eo * BV * (BK + C), device)
+    stages_u = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + extra, eo * BV * (BK + C) + 4 * C * BV,
+                               device)
     u_ahead = knob("REC_U_AHEAD", int(stages_u > stages))
     return (stages_u if u_ahead else stages), u_ahead
 
 
-def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
-    """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout)."""
+def fuse_out(precision: str) -> bool:
+    """Whether the state pass forms ``o`` (``KDADBG_FWD_FUSE_OUT``; default in bf16 mode): it holds ``S``
+    and ``U`` of each chunk already, so ``o = qd S + Mqk U`` there reads only ``qd`` and ``Mqk``, where the
+    output pass read ``S``, ``U``, ``qn`` and ``gc`` back from memory. The output pass then runs over the
+    tap window alone, for the ``S``, ``U`` and ``vcorr`` taps. Not in fp32 mode: there the fused state
+    pass's tiles leave room for one pipeline stage instead of three (sm_90 compile,
+    ``benchmarks/kernel_resources.py``)."""
+    return bool(knob("FWD_FUSE_OUT", int(precision == "bf16")))
+
+
+def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32):
+    """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
+    ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None)."""
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
@@ -231,29 +252,35 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision):
     S = torch.empty(NC, H, K, V, device=dev, dtype=f32)
     U = torch.empty(BT, H, V, device=dev, dtype=f32)
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
+    fused = qd is not None
+    o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
     if N == 0:
-        return S, U, ht
+        return S, U, ht, o
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
-    stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(),
-                                                       2 if mm_bf16 else 4))
+    eo = 2 if mm_bf16 else 4
+    stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
+                                      C * BK * qd.element_size() + 4 * C * C if fused else 0)
     kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
-        krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht,
-        chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
+        krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht, qd if fused else ht, Mqk if fused else ht,
+        o if fused else ht, chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, **LAUNCH, num_warps=knob("REC_WARPS", 4),
-        num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
+        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), **LAUNCH,
+        num_warps=knob("REC_WARPS", 4), num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
     )
-    return S, U, ht
+    return S, U, ht, o
 
 
 def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap_plan=None,
-                   out_dtype=torch.float32):
-    """Output pass: ``o [BT,H,V]`` in ``out_dtype`` (and the S, vcorr, U taps)."""
+                   out_dtype=torch.float32, o=None):
+    """Output pass: ``o [BT,H,V]`` in ``out_dtype`` (and the S, vcorr, U taps). Given ``o`` (formed by the
+    state pass, ``fuse_out``), only the taps: it runs over the tap window and leaves ``o`` as it is."""
     BT, H, K = qn.shape
     V = v.shape[-1]
     NC, C = chunks.n_chunks, chunks.chunk_size
-    o = torch.empty(BT, H, V, device=qn.device, dtype=out_dtype)
+    taps_only = o is not None
+    if o is None:
+        o = torch.empty(BT, H, V, device=qn.device, dtype=out_dtype)
     if NC == 0:
         return o
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o, chunks)
@@ -263,13 +290,15 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     # two stages 0.211, three 0.308 (docs/gpu/round16/call1)
     NVB = knob("OUT_NVB", triton.cdiv(V, BV))
     for c0, c1, taps in chunk_launches(tap_plan, NC):
+        if taps_only and not (taps and store):
+            continue
         on = {n: taps and present[n] for n in OUTPUT_TAPS}
         kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
             qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
             *bufs, slot, lo, hi, n_sel, c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            **LAUNCH, num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
+            STORE_O=not taps_only, **LAUNCH, num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
             num_stages=knob("OUT_STAGES", 1),
         )
     return o

@@ -127,12 +127,16 @@ def check_outputs_and_taps(inputs, cfg, precision: str, taps: tuple[str, ...]):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("nvb", [None, "1", "2"])
-def test_output_pass_over_several_v_blocks(precision, nvb, monkeypatch):
+@pytest.mark.parametrize("fuse", ["0", "1"])
+def test_output_pass_over_several_v_blocks(precision, nvb, fuse, monkeypatch):
     """V = 160 is three 64-column blocks, the last one part padding: one program for all three (the
-    default), one per block (KDADBG_OUT_NVB=1) or two and one (=2). o and the output pass's taps (S, U,
-    vcorr: written per V block) must match the reference whichever program holds which block."""
+    default), one per block (KDADBG_OUT_NVB=1) or two and one (=2). o (formed by the output pass, or by
+    the state pass with KDADBG_FWD_FUSE_OUT=1, when the output pass writes taps only) and the output
+    pass's taps (S, U, vcorr: written per V block) must match the reference whichever program holds
+    which block."""
     if nvb is not None:
         monkeypatch.setenv("KDADBG_OUT_NVB", nvb)
+    monkeypatch.setenv("KDADBG_FWD_FUSE_OUT", fuse)
     inputs, cfg = make_inputs(with_size(get_case("varlen_short"), K=16, V=160, H=1))
     check_outputs_and_taps(inputs, cfg, precision, ("S", "U", "vcorr"))
 
@@ -144,6 +148,20 @@ def test_state_pass_with_u_loaded_ahead(precision, name, monkeypatch):
     it buys a pipeline stage; forced here): o, ht and the S, U taps across sequence ends and tails."""
     monkeypatch.setenv("KDADBG_REC_U_AHEAD", "1")
     check_outputs_and_taps(*make_inputs(small(name)), precision, ("S", "U"))
+
+
+@pytest.mark.parametrize("precision,fuse,lowp", [("fp32", "1", None), ("bf16", "0", None), ("bf16", "1", "0"),
+                                                ("bf16", "1", "7")])
+@pytest.mark.parametrize("name", ["chunk64_varlen", "t65", "chunk32"])
+def test_state_pass_forming_o(precision, fuse, lowp, name, monkeypatch):
+    """o formed in the state pass (KDADBG_FWD_FUSE_OUT=1, the bf16 default) or in the output pass (=0,
+    the fp32 default), each with the other precision, and with the state pass's inputs in fp32
+    (KDADBG_FWD_LOWP=0), bf16 with tf32 products (=7) or all bf16 (the default): o, ht and the output
+    pass's taps, which it writes alone when the state pass formed o, across sequence ends and tails."""
+    monkeypatch.setenv("KDADBG_FWD_FUSE_OUT", fuse)
+    if lowp is not None:
+        monkeypatch.setenv("KDADBG_FWD_LOWP", lowp)
+    check_outputs_and_taps(*make_inputs(small(name)), precision, ("qd", "S", "U", "vcorr"))
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -72,7 +72,8 @@ def test_every_launch_fits_in_shared_memory(precision, K, taps):
     p = run_script("kernel_resources.py", "--precision", precision, "--K", str(K), "--V", str(K),
                    *(["--taps"] if taps else []))
     lines = [x for x in p.stdout.splitlines() if "SMEM:" in x]
-    assert p.returncode == 0 and len(lines) >= 10, p.stdout + p.stderr
+    # nine launches with taps off (the state pass forms o: the output pass runs only for taps), ten with
+    assert p.returncode == 0 and len(lines) >= (10 if taps else 9), p.stdout + p.stderr
     assert not [x for x in lines if x.endswith(" OVER")], p.stdout
     smem = {x.split()[0]: int(x.rsplit("SMEM:", 1)[1]) for x in lines}
     assert smem["kda_fwd_recurrence_kernel"] > 0 and smem["recurrence_bwd_kernel"] > 0

@@ -106,3 +106,31 @@ def test_state_pass_loads_u_ahead_only_where_it_buys_a_stage(monkeypatch, BV, wa
     assert state_pass_plan(64, 128, BV, "cpu") == want
     monkeypatch.setenv("KDADBG_REC_U_AHEAD", "0")
     assert state_pass_plan(64, 128, BV, "cpu")[1] == 0
+
+
+@pytest.mark.parametrize("BV, want", [(16, (3, 0)), (32, (3, 0)), (64, (2, 0))])
+def test_state_pass_stages_in_the_fast_mode(monkeypatch, BV, want):
+    """bf16 mode's state pass (w, krT, u and the product operands in bf16, with the fused output's qd
+    and Mqk tiles): three stages at 16 and 32 columns without loading u ahead, two at 64. Compiled for
+    sm_90 (triton 3.6) they take 192512 and 204800 bytes at three stages, 155648 at two (64 columns)."""
+    from kdadbg_kernels.recurrence import state_pass_plan
+
+    for name in ("KDADBG_REC_STAGES", "KDADBG_REC_U_AHEAD"):
+        monkeypatch.delenv(name, raising=False)
+    assert state_pass_plan(64, 128, BV, "cpu", (2, 2, 2, 2), 64 * 128 * 2 + 4 * 64 * 64) == want
+
+
+def test_forward_fast_mode_defaults_and_overrides(monkeypatch):
+    """bf16 mode stores the state pass's inputs in bf16 with bf16 products and forms o in the state pass;
+    fp32 mode does neither; KDADBG_FWD_LOWP / KDADBG_FWD_FUSE_OUT override, and a bad mask is refused."""
+    from kdadbg_kernels.prepare import fwd_lowp
+    from kdadbg_kernels.recurrence import fuse_out
+
+    assert (fwd_lowp("bf16"), fwd_lowp("fp32")) == (15, 0)
+    assert (fuse_out("bf16"), fuse_out("fp32")) == (True, False)
+    monkeypatch.setenv("KDADBG_FWD_LOWP", "3")
+    monkeypatch.setenv("KDADBG_FWD_FUSE_OUT", "0")
+    assert (fwd_lowp("bf16"), fwd_lowp("fp32"), fuse_out("bf16")) == (3, 0, False)
+    monkeypatch.setenv("KDADBG_FWD_LOWP", "16")
+    with pytest.raises(ValueError, match="FWD_LOWP=16"):
+        fwd_lowp("bf16")
