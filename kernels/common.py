@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import torch
 
 from .taps import TapSelection, alloc_tap_buffers
+from .tuning import knob
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -48,7 +49,8 @@ class KernelChunks:
 
     chunk_start[c]: flattened token of row 0 of chunk c; chunk_len[c]: valid rows;
     chunk_seq[c]: its sequence; seq_chunk_base[n]: first global chunk of sequence n
-    (``seq_chunk_base[N]`` = n_chunks).
+    (``seq_chunk_base[N]`` = n_chunks); seq_order: the sequences, most chunks first (the state passes
+    launch their programs in that order: ``state_grid``).
     """
 
     chunk_size: int
@@ -59,6 +61,7 @@ class KernelChunks:
     n_chunks: int
     n_seqs: int
     max_chunks: int
+    seq_order: torch.Tensor
 
     @staticmethod
     def build(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int, device) -> "KernelChunks":
@@ -69,14 +72,15 @@ class KernelChunks:
         bos, lens, base, seq, t, start, length = chunk_layout(B, T, cu_seqlens, chunk_size)
         NC, N = int(base[-1]), len(lens)
         # one host-to-device copy of the whole table, from pinned memory without waiting for the GPU
-        table = torch.cat([start, length, seq, base]).to(torch.int32)
+        n_per = (lens + chunk_size - 1) // chunk_size
+        order = torch.sort(-n_per.to(torch.int64), stable=True).indices
+        table = torch.cat([start, length, seq, base, order]).to(torch.int32)
         if torch.device(device).type == "cuda":
             table = table.pin_memory().to(device, non_blocking=True)
         else:
             table = table.to(device)
-        start, length, seq, base = torch.split(table, [NC, NC, NC, N + 1])
-        n_per = (lens + chunk_size - 1) // chunk_size
-        return KernelChunks(chunk_size, start, length, seq, base, NC, N, int(n_per.max()) if N else 0)
+        start, length, seq, base, order = torch.split(table, [NC, NC, NC, N + 1, N])
+        return KernelChunks(chunk_size, start, length, seq, base, NC, N, int(n_per.max()) if N else 0, order)
 
 
 @functools.lru_cache(maxsize=32)
@@ -90,7 +94,22 @@ def _dense_chunks(B: int, T: int, C: int, device: torch.device) -> KernelChunks:
     return KernelChunks(C, ((c // n_per) * T + t * C).to(**i32).contiguous(),
                         torch.clamp(T - t * C, max=C).to(**i32).contiguous(), (c // n_per).to(**i32).contiguous(),
                         (torch.arange(B + 1, device=device, dtype=torch.int64) * n_per).to(**i32).contiguous(),
-                        B * n_per, B, n_per if B else 0)
+                        B * n_per, B, n_per if B else 0, torch.arange(B, device=device, dtype=torch.int32))
+
+
+def state_grid(chunks: KernelChunks, H: int, n_vb: int) -> tuple[int, int, int]:
+    """Grid of a state pass, one program per (V block, head, sequence), the sequence axis slowest:
+    programs start in launch order, so with ``chunks.seq_order`` (most chunks first) the longest chains
+    start in the first wave instead of waiting behind short ones (``STATE_LONGEST_FIRST``)."""
+    return (n_vb, H, chunks.n_seqs)
+
+
+def seq_order(chunks: KernelChunks) -> torch.Tensor:
+    """The sequence of each program along ``state_grid``'s last axis: ``chunks.seq_order``, or with
+    ``KDADBG_STATE_LONGEST_FIRST=0`` (for A/B timing) the sequences as given."""
+    if knob("STATE_LONGEST_FIRST", 1):
+        return chunks.seq_order
+    return torch.arange(chunks.n_seqs, device=chunks.seq_order.device, dtype=torch.int32)
 
 
 @dataclass

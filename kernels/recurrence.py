@@ -1,7 +1,7 @@
 """Forward stage 2, "recurrence" (spec §5): the state pass, sequential over chunks, then the
 output pass, parallel over chunks.
 
-State pass, grid (N, H, V-blocks): S [K, BV] fp32 stays in registers; per chunk of the sequence,
+State pass, grid (V-blocks, H, N), the longest sequences first (``common.state_grid``): S [K, BV] fp32 stays in registers; per chunk of the sequence,
 in order, it stores S (the state entering the chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)),
 then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1), read as ``krT``
 [K, C] per chunk from the prepare (the tf32 MMA then needs no register transpose). The last S is ht.
@@ -19,7 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, tap_kernel_args
+from .common import LAUNCH, chunk_launches, seq_order, state_grid, tap_kernel_args
 from .prepare import fwd_lowp
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import mm, mm_operand, mm_tf32, seq_span, store_rn
@@ -43,6 +43,7 @@ def kda_fwd_recurrence_kernel(
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
+    seq_order,       # [N] int32: sequences in launch order (common.state_grid)
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -56,7 +57,7 @@ def kda_fwd_recurrence_kernel(
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
-    i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
     o_k = tl.arange(0, BK)
     o_v = i_v * BV + tl.arange(0, BV)
@@ -261,9 +262,9 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     eo = 2 if mm_bf16 else 4
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + 4 * C * C if fused else 0)
-    kda_fwd_recurrence_kernel[(N, H, triton.cdiv(V, BV))](
+    kda_fwd_recurrence_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht, qd if fused else ht, Mqk if fused else ht,
-        o if fused else ht, chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
+        o if fused else ht, chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages, ABLATE=knob("REC_ABLATE", 0),

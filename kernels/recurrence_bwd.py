@@ -21,7 +21,7 @@ import triton
 import triton.language as tl
 
 from . import faults
-from .common import LAUNCH
+from .common import LAUNCH, seq_order, state_grid
 from .tlmath import round_mantissa, seq_span, truncate_mantissa
 from .tuning import block_size, knob, pipeline_stages, state_block_v
 
@@ -124,6 +124,7 @@ def recurrence_bwd_kernel(
     dh0,             # [N, H, K, V] fp32 out (math layout), written if STORE_DH0
     chunk_start, chunk_len,  # [NC] int32
     seq_chunk_base,  # [N+1] int32
+    seq_order,       # [N] int32: sequences in launch order (common.state_grid)
     tap_dS,          # [hi-lo, n_sel, K, V] fp32 tap buffer
     head_slot,       # [H] int32: tap slot of each head, or -1
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
@@ -133,7 +134,7 @@ def recurrence_bwd_kernel(
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
 ):
-    i_n, i_h, i_v = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
     c1 = tl.load(seq_chunk_base + i_n + 1)
     o_k = tl.arange(0, BK)
@@ -238,9 +239,9 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     fault, fault_chunk = faults.args("dS_untransposed")
     if fault and (BK != BV or triton.cdiv(V, BV) != 1):
         raise ValueError("fault dS_untransposed needs K == V in one block")
-    recurrence_bwd_kernel[(chunks.n_seqs, H, triton.cdiv(V, BV))](
+    recurrence_bwd_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
         qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if has_h0 else dummy,
-        chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base,
+        chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
         tap_plan.buffers["dS"] if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
         tap_plan.buffers["dS"].shape[1] if tap else 0, fault_chunk,

@@ -163,6 +163,34 @@ def test_head_dims_up_to_256(K, V, dtype):
         assert c.passed, c
 
 
+def test_state_passes_launch_the_longest_sequences_first(monkeypatch):
+    """seq_order lists the sequences by chunk count, most first (ties in given order); the state passes
+    read it along their grid's last axis. With that order or the given one (KDADBG_STATE_LONGEST_FIRST=0)
+    o, ht and every gradient must match the reference: a program that took the wrong sequence's chunks
+    or state would miss it."""
+    from kdadbg_kernels.common import KernelChunks, state_grid
+
+    cu = torch.tensor([0, 5, 205, 269, 399, 400])  # 1, 4, 1, 3 and 1 chunks of 64
+    chunks = KernelChunks.build(1, 400, cu, 64, DEVICE)
+    assert chunks.seq_order.cpu().tolist() == [1, 3, 0, 2, 4]
+    assert state_grid(chunks, 3, 2) == (2, 3, 5)
+    assert KernelChunks.build(3, 100, None, 64, DEVICE).seq_order.cpu().tolist() == [0, 1, 2]
+    case = with_size(get_case("chunk64_varlen"), T=400, H=2, K=16, V=16, cu_seqlens=cu.tolist())
+    inputs, cfg = make_inputs(case)
+    ref = run_reference(inputs, cfg, taps=())
+    got = {}
+    for longest_first in ("1", "0"):
+        monkeypatch.setenv("KDADBG_STATE_LONGEST_FIRST", longest_first)
+        got[longest_first], *_ = run_fb(inputs, cfg, "fp32")
+    assert set(got["1"]) == set(ref.outputs)
+    for name, want in ref.outputs.items():
+        # the two per-head sums (2 values each) are cancellation-prone here: dA_log is 1.2e-5 either way
+        if name not in ("dA_log", "ddt_bias"):
+            c = compare(name, got["1"][name].cpu(), want).judge(TOLERANCES["fp32"][name])
+            assert c.passed, c
+        assert torch.equal(got["1"][name], got["0"][name]), name  # each chain is one program either way
+
+
 @pytest.mark.parametrize("B,T,C", [(1, 1, 16), (2, 17, 16), (3, 200, 64), (2, 64, 32), (1, 0, 16), (2, 130, 32)])
 def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
     """The dense table is built with device arithmetic (no host copy); it must be spec §9's numbering."""
