@@ -1,5 +1,7 @@
 """Launch knobs (kernels/tuning.py): defaults, overrides, and refusals that protect normal runs."""
 
+from pathlib import Path
+
 import pytest
 
 from kdadbg_kernels.tuning import knob
@@ -134,3 +136,22 @@ def test_forward_fast_mode_defaults_and_overrides(monkeypatch):
     monkeypatch.setenv("KDADBG_FWD_LOWP", "16")
     with pytest.raises(ValueError, match="FWD_LOWP=16"):
         fwd_lowp("bf16")
+
+
+def test_pick_variants_takes_each_groups_fastest_beyond_the_margin(tmp_path):
+    """benchmarks/pick_variants.py: per group of knobs the fastest variant wins only when it beats the
+    baseline by more than the margin; a variant whose knobs span two groups belongs to neither."""
+    import json
+    import subprocess
+    import sys
+
+    lines = [("default --H 32", {}, 1.000), ("a", {"KDADBG_PREP_WARPS": "8"}, 0.950),
+             ("b", {"KDADBG_PREP_BK": "64"}, 0.940), ("c", {"KDADBG_PREP_WU_WARPS": "8"}, 0.995),
+             ("d", {"KDADBG_PREP_BK": "16", "KDADBG_PREP_WU_BK": "32"}, 0.5)]
+    f = tmp_path / "stages.jsonl"
+    f.write_text("".join(json.dumps({"tag": t, "knobs": k, "ms": {"fwd_prepare": ms}}) + "\n" for t, k, ms in lines))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "pick_variants.py"
+    p = subprocess.run([sys.executable, str(script), str(f), "--groups", "PREP_WARPS,PREP_BK",
+                        "PREP_WU_WARPS,PREP_WU_BK"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.split() == ["KDADBG_PREP_BK=64"]  # c is within 1%, d spans both groups
