@@ -437,13 +437,15 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "
                          "and 4 switched parts of the intra and inverse kernels, which are now one kernel")
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
+    # K blocks of 64 (32 before): the forward's prepare 1.423 -> 1.405 ms at H32 T16384; for the WY
+    # products blocks of 32 (64 before, when w and u were fp32): 1.423 -> 1.323 (docs/gpu/round17/call5)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
             q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
             qn, kn, gc, krT, qn if qd is None else qd, b, gT, chunks.chunk_start, chunks.chunk_len,
             float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
-            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 32)), GATE=GATE_IDS[gate],
+            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
@@ -461,7 +463,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     if not ablate & 8:
         kda_fwd_wu_kernel[(NC, H, 2)](
             v, kn, gc, b, INV, w, u, chunks.chunk_start, chunks.chunk_len, fault_chunk, H=H, K=K, V=V, BC=C,
-            BK=knob("PREP_WU_BK", block_size(max(K, V), 64)), BF16=bf16,
+            BK=knob("PREP_WU_BK", block_size(max(K, V), 32)), BF16=bf16,
             FAULT=fault if fault == 6 else 0, **LAUNCH, num_warps=knob("PREP_WU_WARPS", 4),
         )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd

@@ -1,16 +1,21 @@
 """Forward stage 2, "recurrence" (spec §5): the state pass, sequential over chunks, then the
 output pass, parallel over chunks.
 
-State pass, grid (V-blocks, H, N), the longest sequences first (``common.state_grid``): S [K, BV] fp32 stays in registers; per chunk of the sequence,
-in order, it stores S (the state entering the chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)),
-then ``S <- exp(gT) S + kr^T U`` with ``kr = kn exp(gT - gc)`` (bounded by 1), read as ``krT``
-[K, C] per chunk from the prepare (the tf32 MMA then needs no register transpose). The last S is ht.
+State pass, grid (V-blocks, H, N), the longest sequences first (``common.state_grid``): S [K, BV]
+fp32 stays in registers; per chunk of the sequence, in order, it stores S (the state entering the
+chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)), then ``S <- exp(gT) S + kr^T U`` with
+``kr = kn exp(gT - gc)`` (bounded by 1), read as ``krT`` [K, C] per chunk from the prepare (the MMA
+then needs no register transpose). The last S is ht.
 V-blocks of 16 to 64 columns (``tuning.state_block_v``: at most one program per SM): at V = 128, 8
 programs per head at H = 16 (128 chains), 4 at H = 32, 2 on a batch of six sequences at H = 32.
 
+In bf16 mode (``fuse_out``) the state pass also forms ``o = qd S + Mqk U`` chunk by chunk, from ``qd``
+(bf16, from the token stage) and ``Mqk``; its inputs w, krT and u are bf16 there (``prepare.fwd_lowp``).
+
 Output pass, grid (NC, H, V-groups): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``, formed once
 per program with ``Mqk`` and reused over its V blocks (by default one program per chunk and head); it also
-writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps.
+writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps. When the state pass formed ``o`` it runs
+over the tap window only and writes the taps alone.
 """
 
 from __future__ import annotations

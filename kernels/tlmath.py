@@ -4,8 +4,9 @@ stable sigmoid/softplus and the gate activations of spec §1.3 (natural-log unit
 Precision modes of a product: ``mm`` is one MMA (ieee fp32, or bf16 operands in the fast mode);
 ``mm_tf32`` is ieee fp32, or in the fast mode one tf32 MMA (10 mantissa bits). The fast forward uses
 ``mm_tf32`` where an error would be carried on (the anchored ``kd ki^T`` and ``qd ki^T``, the ``INV``
-products, ``w``, ``u``, the state pass) and ``mm`` for the output ``o`` only: with bf16 operands
-everywhere, o and ht land at 3-5e-3 of fla's ratio, too close to the 5e-3 bar.
+products, ``w``, ``u``) and ``mm`` for the output ``o`` and, since round 17, the state pass
+(``prepare.fwd_lowp``: ht's error 1.1e-3 -> 2.4e-3 of the 5e-3 bar on the H200). With bf16 operands
+everywhere, o and ht landed at 3-5e-3, too close to the bar.
 """
 
 import os
