@@ -1,6 +1,7 @@
 """Pick launch variants from a ``stage_bench.py`` JSON-lines file for the next command of the same GPU call.
 
-    python benchmarks/pick_variants.py STAGES.jsonl --stage fwd_prepare --groups PREP_WARPS,PREP_BK PREP_WU_WARPS,PREP_WU_BK
+    python benchmarks/pick_variants.py STAGES.jsonl [--stage fwd_prepare] [--baseline default] [--margin 0.01]
+        --groups PREP_WARPS,PREP_BK PREP_WU_WARPS,PREP_WU_BK
 
 Each group is a set of knobs that act on one kernel; from each group the variant (a line whose overrides
 are all in the group) with the lowest time of ``--stage`` wins if it beats the line tagged

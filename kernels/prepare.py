@@ -52,7 +52,8 @@ def kda_fwd_token_kernel(
     qn,              # out [BT, H, K] fp32: q after l2norm (STORE_QK; else q itself, not written)
     kn,              # out [BT, H, K] fp32: k after l2norm (STORE_QK; else k itself, read by the w pass)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
-    krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk (<= |kn|; 0 on padding rows)
+    krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk
+                     # (<= |kn|; 0 on padding rows)
     qd,              # out [BT, H, K] (STORE_QD): scale qn exp(gc), bf16 in bf16 mode, for the fused output
     b,               # out [BT, H] fp32: b after activation
     gT,              # out [NC, H, K] fp32: chunk total of gamma
@@ -408,8 +409,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
     own dtype: the same values, no copy); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
     INV, Mqk [NC,H,C,C]``; ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``,
-    else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``fwd_lowp``).  ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's
-    ``kr^T U`` then reads its left operand with the reduction axis contiguous, as tf32 MMAs need.
+    else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``fwd_lowp``). ``krT`` is
+    ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left operand
+    with the reduction axis contiguous, as the MMAs need.
     """
     BT, H, K = q.shape
     V = v.shape[-1]

@@ -304,7 +304,8 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
             *bufs, slot, lo, hi, n_sel, c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            STORE_O=not taps_only, **LAUNCH, num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
+            STORE_O=not taps_only, **LAUNCH,
+            num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
             num_stages=knob("OUT_STAGES", 1),
         )
     return o
