@@ -203,11 +203,17 @@ def test_taps_do_not_change_results(name, precision):
         assert torch.equal(bits(getattr(s0, field)), bits(getattr(s1, field))), field
 
 
-def test_tap_selection_writes_exactly_the_selected_slots():
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_tap_selection_writes_exactly_the_selected_slots(precision):
+    """A window of chunks 2-4 and head 1: exactly those slots are written, with the bits of a run that
+    taps everything, and o keeps the bits of a run without taps (in bf16 mode the state pass forms o and
+    the output pass runs over the window alone, for the S, U and vcorr taps)."""
     inputs, cfg = make_inputs(with_size(get_case("basic"), T=50))  # B=2: 8 chunks, H=2
-    *_, full = run_fwd(inputs, cfg, "fp32", TapSelection(names=FWD_TAPS))
+    o_off, *_ = run_fwd(inputs, cfg, precision)
+    *_, full = run_fwd(inputs, cfg, precision, TapSelection(names=FWD_TAPS))
     sel = TapSelection(names=("gc", "ki", "L", "S", "vcorr", "U"), chunks=(2, 5), heads=(1,))
-    *_, part = run_fwd(inputs, cfg, "fp32", sel)
+    o_part, *_, part = run_fwd(inputs, cfg, precision, sel)
+    assert torch.equal(bits(o_part), bits(o_off))
     for name in sel.names:
         buf = part.buffers[name]
         assert buf.shape[:2] == (3, 1), name
