@@ -154,8 +154,9 @@ def kda_fwd_token_kernel(
         tl.store(gc + o_tk, b_gc, mask=m_tk)
         store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
+        b_qd = b_q * scale * tl.exp(b_gc)  # the qd tap, and qd for the state pass's o (STORE_QD)
         if STORE_QD:
-            store_rn(qd + o_tk, b_q * scale * tl.exp(b_gc), m_tk)
+            store_rn(qd + o_tk, b_qd, m_tk)
         if tapped:
             o_ck = o_cK + o_k[None, :]
             m_ck = (o_t >= 0)[:, None] & m_k[None, :]
@@ -164,7 +165,7 @@ def kda_fwd_token_kernel(
             if TAP_GT:
                 tl.store(t_gT + o_tap * K + o_k, b_gT, mask=m_k)
             if TAP_QD:
-                tl.store(t_qd + o_tap * BC * K + o_ck, b_q * scale * tl.exp(b_gc), mask=m_ck)
+                tl.store(t_qd + o_tap * BC * K + o_ck, b_qd, mask=m_ck)
             if TAP_KD:
                 tl.store(t_kd + o_tap * BC * K + o_ck, b_k * tl.exp(b_gc), mask=m_ck)
             if TAP_KI:

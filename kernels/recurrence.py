@@ -33,6 +33,16 @@ OUTPUT_TAPS = ("S", "vcorr", "U")
 
 
 @triton.jit
+def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr):
+    """A product of the state pass: bf16 MMA (``MM_BF16``, prepare.fwd_lowp bit 8) or ``mm_tf32``."""
+    if MM_BF16:
+        r = mm(a, b, BF16)
+    else:
+        r = mm_tf32(a, b, BF16)
+    return r
+
+
+@triton.jit
 def kda_fwd_recurrence_kernel(
     krT,             # [NC, H, K, BC] fp32 or bf16 (prepare.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
@@ -110,10 +120,7 @@ def kda_fwd_recurrence_kernel(
         else:
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(tl.float32)
         if (ABLATE & 1) == 0:
-            if MM_BF16:
-                b_U -= mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
-            else:
-                b_U -= mm_tf32(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16)
+            b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16)
         if (ABLATE & 4) == 0:
             tl.store(U + o_tv, b_U, mask=m_tv)
         if FUSE_OUT:  # off the chain: S and U of this chunk are final here
@@ -124,10 +131,7 @@ def kda_fwd_recurrence_kernel(
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
         b_S = b_S * tl.exp(b_gT)[:, None]
         if (ABLATE & 2) == 0:
-            if MM_BF16:
-                b_S += mm(b_krT, b_U, BF16)
-            else:
-                b_S += mm_tf32(b_krT, b_U, BF16)
+            b_S += _state_mm(b_krT, b_U, BF16, MM_BF16)
         b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
