@@ -66,7 +66,7 @@ def main(argv=None):
         return kda_fwd_recurrence(krT, gT, w, u, None, chunks, precision=p, qd=qd_o, Mqk=Mqk, out_dtype=v.dtype)
 
     S, U, ht, _ = rec()
-    stages["fwd_recurrence"] = rec  # with o when fused (fwd_output is then 0: no taps here)
+    stages["fwd_recurrence"] = rec  # with o when fused: then there is no fwd_output stage (no taps here)
     if not fused:
         stages["fwd_output"] = lambda: kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale,
                                                       precision=p, out_dtype=v.dtype)
