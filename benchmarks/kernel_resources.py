@@ -2,7 +2,7 @@
 on a machine with no GPU.
 
     python benchmarks/kernel_resources.py [--H 16] [--K 128] [--V 128] [--chunk-size 64]
-                                          [--precision bf16] [--taps]
+                                          [--precision bf16] [--taps [NAME ...]]
 
 Runs one forward+backward on small CPU tensors with the launches intercepted: each launch is
 compiled by Triton for ``cuda:90`` with the launch's own constexprs and options, and
@@ -72,7 +72,7 @@ def resources(cubin: bytes) -> str:
 
 def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False):
     """Every kernel launch ``(fn, args, kwargs, grid)`` of one forward+backward on small CPU tensors
-    (T = 2 chunks), intercepted instead of run. ``taps``: every tap on. ``op``: through the autograd op
+    (T = 2 chunks), intercepted instead of run. ``taps``: True for every tap, or a list of tap names. ``op``: through the autograd op
     ``chunk_kda`` (outputs and gradients stored in the inputs' bf16), not ``kda_forward_backward``."""
     from kdadbg_kernels.chunk import chunk_kda, kda_forward_backward
     from kdadbg_kernels.taps import TapSelection
@@ -88,7 +88,7 @@ def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False):
         q, k = torch.randn(1, T, H, K, dtype=torch.bfloat16), torch.randn(1, T, H, K, dtype=torch.bfloat16)
         v, do = torch.randn(1, T, H, V, dtype=torch.bfloat16), torch.randn(1, T, H, V, dtype=torch.bfloat16)
         g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
-        sel = TapSelection() if taps else None
+        sel = None if not taps else TapSelection() if taps is True else TapSelection(names=tuple(taps))
         if op:
             x = [t.requires_grad_(True) for t in (q, k, v, g, beta)]
             o = chunk_kda(*x, chunk_size=C, use_qk_l2norm_in_kernel=l2norm, use_beta_sigmoid_in_kernel=l2norm,
@@ -122,13 +122,15 @@ def shape_parser(doc: str) -> argparse.ArgumentParser:
 
 def main(argv=None):
     ap = shape_parser(__doc__)
-    ap.add_argument("--taps", action="store_true", help="every tap on")
+    ap.add_argument("--taps", nargs="*", default=None, metavar="NAME",
+                    help="taps on: every tap, or only those named (to see which taps cost registers)")
     ap.add_argument("--only", nargs="*", default=None, help="compile only kernels whose name contains one of these")
     ap.add_argument("--op", action="store_true", help="the autograd op's launches (bf16 outputs and gradients)")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
-    for fn, args, kwargs, grid in capture_launches(a.chunk_size, a.H, a.K, a.V, a.precision, a.taps, op=a.op):
+    for fn, args, kwargs, grid in capture_launches(a.chunk_size, a.H, a.K, a.V, a.precision,
+                                                      True if a.taps == [] else a.taps, op=a.op):
         if a.only and not any(x in fn.__name__ for x in a.only):
             continue
         ck = compile_sm90(fn, args, kwargs)

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .taps import TapSelection, alloc_tap_buffers
+from .taps import REGISTRY, TapSelection, alloc_tap_buffers
 from .tuning import knob
 
 PRECISIONS = ("fp32", "bf16")
@@ -135,13 +135,22 @@ class FwdSaved:
 
 @dataclass
 class TapPlan:
-    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1."""
+    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
+
+    Every buffer starts NaN-filled. On a GPU, the buffers of the stages after the forward prepare are
+    filled on a side stream while the forward's state pass runs (``fill_aside``: that pass keeps few
+    SMs busy, so the fill takes no time of its own; knob ``TAPS_FILL_ASIDE``, default 1); the current
+    stream waits for that fill before any kernel gets one of those buffers (``get``, ``buffers``).
+    """
 
     selection: TapSelection
     lo: int
     hi: int
     head_slot: torch.Tensor  # [H] int32
-    buffers: dict[str, torch.Tensor]
+    _buffers: dict[str, torch.Tensor]
+    n_sel: int = 0
+    _unfilled: tuple[str, ...] = ()  # buffers still to be NaN-filled
+    _filled: torch.cuda.Event | None = None  # recorded on the side stream after their fill
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -154,10 +163,54 @@ class TapPlan:
         # wall than kernel time per fwd+bwd)
         cuda = torch.device(device).type == "cuda"
         slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
-        return TapPlan(sel, lo, hi, slot, alloc_tap_buffers(sel, n_chunks, H, C, K, V, device))
+        later = tuple(n for n in sel.names if REGISTRY[n].stage != "fwd_prepare") \
+            if cuda and knob("TAPS_FILL_ASIDE", 1) else ()
+        bufs = alloc_tap_buffers(sel, n_chunks, H, C, K, V, device, unfilled=later)
+        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), later)
 
     def has(self, name: str) -> bool:
-        return name in self.buffers
+        return name in self._buffers
+
+    def fill_aside(self) -> None:
+        """Start the NaN fill of the buffers not yet filled on a side stream, after the work queued so
+        far on the current stream (the memory may be in use there until then)."""
+        if not self._unfilled or self._filled is not None:
+            return
+        main, side = torch.cuda.current_stream(), _side_stream(self.head_slot.device)
+        side.wait_stream(main)
+        with torch.cuda.stream(side):
+            for n in self._unfilled:
+                self._buffers[n].fill_(float("nan"))
+                self._buffers[n].record_stream(side)  # freed early, the memory waits for the fill
+            self._filled = torch.cuda.Event()
+            self._filled.record(side)
+
+    def _join(self) -> None:
+        if not self._unfilled:
+            return
+        if self._filled is None:  # nobody started the fill: fill in line
+            for n in self._unfilled:
+                self._buffers[n].fill_(float("nan"))
+        else:
+            torch.cuda.current_stream().wait_event(self._filled)
+        self._unfilled, self._filled = (), None
+
+    def get(self, name: str) -> torch.Tensor:
+        """Tap ``name``'s buffer, NaN-filled before whatever the current stream queues next."""
+        if name in self._unfilled:
+            self._join()
+        return self._buffers[name]
+
+    @property
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """Every buffer (waits for the fill, as ``get``)."""
+        self._join()
+        return self._buffers
+
+
+@functools.lru_cache(maxsize=None)
+def _side_stream(device: torch.device) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device=device)
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:
@@ -179,8 +232,7 @@ def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.T
     ``head_slot`` is the chunk table's ``chunk_len`` (any int32 pointer: it is never read).
     """
     present = {n: plan is not None and plan.has(n) for n in names}
-    bufs = [plan.buffers[n] if present[n] else dummy for n in names]
+    bufs = [plan.get(n) if present[n] else dummy for n in names]
     if plan is None or not any(present.values()):
         return bufs, chunks.chunk_len, 0, 0, 0, False, present
-    n_sel = next(iter(plan.buffers.values())).shape[1]
-    return bufs, plan.head_slot, plan.lo, plan.hi, n_sel, True, present
+    return bufs, plan.head_slot, plan.lo, plan.hi, plan.n_sel, True, present

@@ -37,22 +37,13 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, chunk_launches
 from .tuning import block_size, knob
-from .recurrence_bwd import dot_mode, mm, mm_tf32, tap_index
+from .recurrence_bwd import dot_mode, mm, tap_index
 from .tlmath import store_rn, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
 K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
 DQKG_TAPS = V_TAPS + K_TAPS
-
-
-@triton.jit
-def scale_exp(p, x):
-    """``p * exp(x)`` that stays finite while the product is, and is 0 where p is (taps only)."""
-    big = x > 80.
-    b_s = tl.exp(tl.where(big, 0., x))
-    b_l = tl.exp(tl.log(tl.where(big & (p != 0.), tl.abs(p), 1.)) + tl.where(big, x, 0.))
-    return tl.where(p == 0., 0., tl.where(big, tl.where(p < 0., -b_l, b_l), p * b_s))
 
 
 @triton.jit(do_not_specialize=["c0"])
@@ -168,6 +159,18 @@ def chunk_bwd_dqkg_v_kernel(
 
 
 @triton.jit
+def scale_exp_cols(p, x):
+    """``p * exp(x)`` for ``x`` of shape [1, BK] (one exponent per column), 0 where p is (taps only):
+    three factors ``exp(min(x, 80))``, ``exp(clamp(x - 80, 0, 80))``, ``exp(max(x - 160, 0))`` multiplied
+    in turn, so no partial product exceeds the result (it overflows only where the result does), at
+    three exponentials per column where ``scale_exp`` takes two per element."""
+    b_1 = tl.exp(tl.minimum(x, 80.))
+    b_2 = tl.exp(tl.minimum(tl.maximum(x - 80., 0.), 80.))
+    b_3 = tl.exp(tl.maximum(x - 160., 0.))
+    return tl.where(p == 0., 0., p * b_1 * b_2 * b_3)
+
+
+@triton.jit
 def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     """fp32-accurate product for the gate-sensitive intra-chunk terms in the bf16 modes (their
     cancellation in dg, dA_log and ddt_bias exposes single-tf32 errors), IEEE in fp32 mode.
@@ -218,16 +221,32 @@ def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
 
 
 @triton.jit
-def _p_rows_full(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.constexpr):
+def _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT: tl.constexpr, SPLIT: tl.constexpr,
+                 TAP: tl.constexpr):
     """(fp32 mode) Rows of 16-row block I of sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs and dL,
-    anchored at a = gc[16 I]: a [C, C] x [C, BK] product masked to the block."""
+    anchored at a = gc[16 I]: a [C, C] x [C, BK] product masked to the block. With ``TAP``, also the
+    block's rows of ``dMqk ki`` and ``dL ki`` (for the dqd and dkd taps): the same anchored products,
+    dMqk's diagonal ``b_dd`` added, times e^(-a)."""
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
     b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
     b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
-    return (tl.where(m_r, b_er * mm_x3(b_dMs, b_kc, DOT, SPLIT), 0.),
-            tl.where(m_r, b_er * mm_x3(b_dL, b_kc, DOT, SPLIT), 0.))
+    b_mq = mm_x3(b_dMs, b_kc, DOT, SPLIT)
+    b_ml = mm_x3(b_dL, b_kc, DOT, SPLIT)
+    t_q, t_l = 0., 0.
+    if TAP:
+        t_q = tl.where(m_r, scale_exp_cols(b_mq + _diag_rows(m_r, b_dd, b_kn, b_a, b_gc), -b_a[None, :]), 0.)
+        t_l = tl.where(m_r, scale_exp_cols(b_ml, -b_a[None, :]), 0.)
+    return tl.where(m_r, b_er * b_mq, 0.), tl.where(m_r, b_er * b_ml, 0.), t_q, t_l
+
+
+@triton.jit
+def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc):
+    """(taps only) dMqk's diagonal term ``dd_i kn_i e^(a - gc_i)`` on the rows ``m_r`` of one 16-row
+    block anchored at ``a``, 0 elsewhere: added to the block's anchored product before its e^(-a), so
+    that a row's dqd tap overflows once rather than as inf - inf."""
+    return tl.where(m_r, b_dd[:, None] * b_kn * tl.exp(tl.where(m_r, b_a[None, :] - b_gc, 0.)), 0.)
 
 
 @triton.jit
@@ -262,13 +281,15 @@ def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
 
 
 @triton.jit
-def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
-             DOT: tl.constexpr, SPLIT: tl.constexpr):
+def _p_block(J, o_t, b_gc, b_gT, b_kn, b_dd, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
+             C: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr, TAP: tl.constexpr):
     """Columns j of block J of P[i] = sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs (the strict lower
     dMqk) and dL; A's [C, 16] column block comes from memory. Anchored at a = gc[16 J], the block's first
     row and largest gc: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with it, e^(a-gc_j) <=
     e^(15 |gamma|max) on its columns. (Anchored at its last row instead, the bounds swap; on the CPU that
-    was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.)"""
+    was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) With ``TAP``, also block J's
+    share of ``dMqk ki`` and ``dL ki`` (for the dqd and dkd taps): the same products, dMqk's diagonal
+    added on the block's rows (``b_kn``, ``b_dd``: the chunk's kn and dMqk diagonal), times e^(-a)."""
     b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
     b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
     r = J * 16 + tl.arange(0, 16)
@@ -276,7 +297,14 @@ def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
     b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
     p_A = o_cc0 + o_t[:, None] * C + r[None, :]
     b_A = tl.where(o_t[:, None] > r[None, :], tl.load(dMqk + p_A), 0.)
-    return b_er * mm_x3(b_A, b_kc, DOT, SPLIT), b_er * mm_x3(tl.load(dL + p_A), b_kc, DOT, SPLIT)
+    b_mq = mm_x3(b_A, b_kc, DOT, SPLIT)
+    b_ml = mm_x3(tl.load(dL + p_A), b_kc, DOT, SPLIT)
+    t_q, t_l = 0., 0.
+    if TAP:
+        m_J = (m_r & (o_t < J * 16 + 16)[:, None])
+        t_q = scale_exp_cols(b_mq + _diag_rows(m_J, b_dd, b_kn, b_a, b_gc), -b_a[None, :])
+        t_l = scale_exp_cols(b_ml, -b_a[None, :])
+    return b_er * b_mq, b_er * b_ml, t_q, t_l
 
 
 @triton.jit
@@ -340,7 +368,6 @@ def chunk_bwd_dqkg_kernel(
     m_tk = m_t[:, None] & m_k[None, :]
     o_ch = (i_c * H + i_h).to(tl.int64)
     o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
-    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
 
     b_b = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
     b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
@@ -357,23 +384,43 @@ def chunk_bwd_dqkg_kernel(
     # (qn dMqk_ii kn - kn dMqk_ii qn). Two passes (P, then Q) so that fewer tiles are live at once.
     o_cc0 = o_ch * C * C
     b_dd = tl.load(dMqk + o_cc0 + o_t * (C + 1))
+    # taps dqd, dkd: dMs ki and dL ki (T), from the same anchored products times e^(-a)
+    TAP_T: tl.constexpr = TAP_DQD or TAP_DKD
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
+    b_Tq = tl.zeros([C, BK], dtype=tl.float32)
+    b_Tl = tl.zeros([C, BK], dtype=tl.float32)
     if BLOCKED:
         for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-            d_q, d_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C, DOT,
-                                SPLIT)
+            d_q, d_l, t_q, t_l = _p_block(J, o_t, b_gc, b_gT, b_kn, b_dd, kn, gc, dMqk, dL, o_cc0, bos, n, i_h,
+                                          o_k, m_k, H, K, C, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
+            if TAP_T:
+                b_Tq += t_q
+                b_Tl += t_l
     else:
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
         b_dL = tl.load(dL + o_cc)
         for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):
-            d_q, d_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dMs, b_dL, DOT, SPLIT)
+            d_q, d_l, t_q, t_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
+            if TAP_T:
+                b_Tq += t_q
+                b_Tl += t_l
 
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
+    o_ptk = idx * C * K + o_t[:, None] * K + o_k[None, :]
+    m_ptk = (o_t >= 0)[:, None] & m_k[None, :]
+    if on:  # stored here, so that T is not live through the Q loop
+        if TAP_DQD:
+            # dMqk ki from the P loop, anchored at a block's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
+            # exp(-a) <= exp(-gc_j), so it overflows only where every ki of the block does
+            tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
+        if TAP_DKD:
+            tl.store(t_dkd + o_ptk, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), mask=m_ptk)
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
     b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
@@ -436,36 +483,13 @@ def chunk_bwd_dqkg_kernel(
         tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
     store_rn(dg + o_tk, b_dg, m_tk)
 
-    if on:
-        o_ptk = idx * C * K + o_t[:, None] * K + o_k[None, :]
-        m_ptk = (o_t >= 0)[:, None] & m_k[None, :]
+    if on:  # last: the tap-only reductions follow the taps-off code's (layout_check.py)
         if TAP_DKR:
             tl.store(t_dkr + o_ptk, b_dkrv, mask=m_ptk)
         if TAP_DGC:
             tl.store(t_dgc + o_ptk, b_dgx - b_dkrr, mask=m_ptk)
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
-        if TAP_DQD or TAP_DKD:
-            # dMqk ki and dL ki per column block J, anchored at J's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
-            # exp(-a) <= exp(-gc_j): it overflows only where every ki of the block does. On the full [C, C]
-            # and [C, BK] register tiles: [16, BK] blocks loaded from memory here moved the layout of the
-            # taps-off code's reductions at chunk 32, K = 8 (benchmarks/layout_check.py)
-            o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
-            b_dMqk = tl.load(dMqk + o_cc)
-            b_dLf = tl.load(dL + o_cc)
-            b_Tq = tl.zeros([C, BK], dtype=tl.float32)
-            b_Tl = tl.zeros([C, BK], dtype=tl.float32)
-            for J in tl.range(0, C // 16, num_stages=1):
-                b_a = tl.sum(tl.where(o_t[:, None] == J * 16, b_gc, 0.), axis=0)
-                m_j = ((o_t >= J * 16) & (o_t < J * 16 + 16))[:, None]
-                b_xJ = tl.where(m_j & m_tk, b_kn * tl.exp(tl.where(m_j, b_a[None, :] - b_gc, 0.)), 0.)
-                b_Tq += scale_exp(mm_tf32(b_dMqk, b_xJ, DOT), -b_a[None, :])
-                b_Tl += scale_exp(mm_tf32(b_dLf, b_xJ, DOT), -b_a[None, :])
-            if TAP_DQD:
-                tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
-            if TAP_DKD:
-                tl.store(t_dkd + o_ptk, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)),
-                         mask=m_ptk)
         if TAP_DKI:
             tl.store(t_dki + o_ptk, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, mask=m_ptk)
 

@@ -208,3 +208,25 @@ def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
     # built once per (B, T, C, device): a second call launches nothing and returns the same table
     assert KernelChunks.build(B, T, None, C, DEVICE) is got
     assert KernelChunks.build(B, T + 1, None, C, DEVICE) is not got
+
+
+def test_tap_plan_fills_every_buffer_before_a_kernel_gets_it():
+    """Tap buffers start NaN-filled. On the CPU every one is filled up front; a plan with buffers left
+    unfilled (as on a GPU, for the later stages) fills them in line when no side-stream fill was
+    started, at the first ``get`` of one of them, and ``get`` of a filled one touches nothing."""
+    from kdadbg_kernels.common import TapPlan
+    from kdadbg_kernels.taps import alloc_tap_buffers
+
+    sel = TapSelection(names=("gc", "S", "dS"), chunks=(1, 3))
+    plan = TapPlan.build(sel, 4, 2, 16, 8, 8, "cpu")
+    assert plan._unfilled == ()
+    assert all(torch.isnan(b).all() and b.shape[:2] == (2, 2) for b in plan.buffers.values())
+
+    bufs = alloc_tap_buffers(sel, 4, 2, 16, 8, 8, "cpu", unfilled=("S", "dS"))
+    for n in ("S", "dS"):
+        bufs[n].fill_(1.0)  # what the memory held before
+    plan = TapPlan(sel, 1, 3, torch.tensor([0, 1], dtype=torch.int32), bufs, 2, ("S", "dS"))
+    assert torch.isnan(plan.get("gc")).all()
+    assert (bufs["S"] == 1).all() and (bufs["dS"] == 1).all()
+    assert torch.isnan(plan.get("dS")).all() and torch.isnan(bufs["S"]).all()
+    assert plan._unfilled == ()
