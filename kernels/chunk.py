@@ -111,8 +111,6 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused)
-    if tap_plan is not None:
-        tap_plan.fill_aside()  # the later stages' tap buffers, beside the state pass
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
                                      out_dtype=out_dtype)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,

@@ -4,11 +4,11 @@ tensors (the contract between the forward and the backward stages) and the tap p
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .taps import REGISTRY, TapSelection, alloc_tap_buffers
+from .taps import TapSelection, alloc_tap_buffers
 from .tuning import knob
 
 PRECISIONS = ("fp32", "bf16")
@@ -133,14 +133,21 @@ class FwdSaved:
     U: torch.Tensor
 
 
+# The taps the backward's per-chunk passes and finish kernel write (prepare_bwd.DQKG_TAPS and db): on a
+# GPU their buffers are NaN-filled beside the K pass's chunks outside the tap window (TapPlan.run_aside)
+ASIDE_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
+
+
 @dataclass
 class TapPlan:
     """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
 
-    Every buffer starts NaN-filled. On a GPU, the buffers of the stages after the forward prepare are
-    filled on a side stream while the forward's state pass runs (``fill_aside``: that pass keeps few
-    SMs busy, so the fill takes no time of its own; knob ``TAPS_FILL_ASIDE``, default 1); the current
-    stream waits for that fill before any kernel gets one of those buffers (``get``, ``buffers``).
+    Every buffer starts NaN-filled. On a GPU some of that work can wait and run on a side stream beside
+    a kernel that leaves the GPU's memory bandwidth idle (``run_aside``: the backward K pass over the
+    chunks outside the tap window): the NaN fill of the ``ASIDE_TAPS`` buffers (knob
+    ``TAPS_FILL_ASIDE``, default 1) and work handed to ``defer`` (the forward's taps-only output pass).
+    The current stream waits for it before any kernel gets a buffer it writes (``get``, ``buffers``);
+    if ``run_aside`` was not called by then, it runs in line.
     """
 
     selection: TapSelection
@@ -150,7 +157,8 @@ class TapPlan:
     _buffers: dict[str, torch.Tensor]
     n_sel: int = 0
     _unfilled: tuple[str, ...] = ()  # buffers still to be NaN-filled
-    _filled: torch.cuda.Event | None = None  # recorded on the side stream after their fill
+    _deferred: list = field(default_factory=list)  # (function, names of the buffers it writes)
+    _done: torch.cuda.Event | None = None  # recorded on the side stream after the aside work
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -163,48 +171,66 @@ class TapPlan:
         # wall than kernel time per fwd+bwd)
         cuda = torch.device(device).type == "cuda"
         slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
-        later = tuple(n for n in sel.names if REGISTRY[n].stage != "fwd_prepare") \
-            if cuda and knob("TAPS_FILL_ASIDE", 1) else ()
+        later = tuple(n for n in sel.names if n in ASIDE_TAPS) if cuda and knob("TAPS_FILL_ASIDE", 1) else ()
         bufs = alloc_tap_buffers(sel, n_chunks, H, C, K, V, device, unfilled=later)
         return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), later)
 
     def has(self, name: str) -> bool:
         return name in self._buffers
 
-    def fill_aside(self) -> None:
-        """Start the NaN fill of the buffers not yet filled on a side stream, after the work queued so
-        far on the current stream (the memory may be in use there until then)."""
-        if not self._unfilled or self._filled is not None:
+    def can_defer(self) -> bool:
+        """Whether work handed to ``defer`` may run on a side stream (a GPU; knob ``TAPS_OUT_ASIDE``)."""
+        return self.head_slot.device.type == "cuda" and bool(knob("TAPS_OUT_ASIDE", 1))
+
+    def defer(self, fn, writes: tuple[str, ...]) -> None:
+        """Run ``fn()`` later, beside other work (``run_aside``) or in line, but before any kernel gets a
+        buffer of ``writes``. The tensors it reads must stay alive and unchanged until then."""
+        self._deferred.append((fn, tuple(writes)))
+
+    def _pending(self) -> set[str]:
+        return set(self._unfilled).union(*(w for _, w in self._deferred))
+
+    def _work(self) -> None:
+        for n in self._unfilled:
+            self._buffers[n].fill_(float("nan"))
+        for fn, _ in self._deferred:
+            fn()
+
+    def run_aside(self) -> None:
+        """Start the waiting work on a side stream, after the work queued so far on the current stream
+        (the fills' memory may be in use there until then; the deferred work reads its results)."""
+        if not (self._unfilled or self._deferred) or self._done is not None:
             return
         main, side = torch.cuda.current_stream(), _side_stream(self.head_slot.device)
         side.wait_stream(main)
         with torch.cuda.stream(side):
-            for n in self._unfilled:
-                self._buffers[n].fill_(float("nan"))
-                self._buffers[n].record_stream(side)  # freed early, the memory waits for the fill
-            self._filled = torch.cuda.Event()
-            self._filled.record(side)
+            self._work()
+            for buf in self._buffers.values():
+                buf.record_stream(side)  # freed early, the memory waits for the side stream
+            self._done = torch.cuda.Event()
+            self._done.record(side)
 
-    def _join(self) -> None:
-        if not self._unfilled:
+    def join(self) -> None:
+        """Make the current stream's next work wait for the waiting work (run here if not started)."""
+        if not (self._unfilled or self._deferred):
             return
-        if self._filled is None:  # nobody started the fill: fill in line
-            for n in self._unfilled:
-                self._buffers[n].fill_(float("nan"))
+        if self._done is None:
+            self._work()
         else:
-            torch.cuda.current_stream().wait_event(self._filled)
-        self._unfilled, self._filled = (), None
+            torch.cuda.current_stream().wait_event(self._done)
+        self._unfilled, self._deferred, self._done = (), [], None
 
     def get(self, name: str) -> torch.Tensor:
-        """Tap ``name``'s buffer, NaN-filled before whatever the current stream queues next."""
-        if name in self._unfilled:
-            self._join()
+        """Tap ``name``'s buffer, NaN-filled and written by any deferred work before whatever the
+        current stream queues next."""
+        if name in self._pending():
+            self.join()
         return self._buffers[name]
 
     @property
     def buffers(self) -> dict[str, torch.Tensor]:
-        """Every buffer (waits for the fill, as ``get``)."""
-        self._join()
+        """Every buffer (after the waiting work, as ``get``)."""
+        self.join()
         return self._buffers
 
 

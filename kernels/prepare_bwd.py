@@ -37,7 +37,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, chunk_launches
 from .tuning import block_size, knob
-from .recurrence_bwd import dot_mode, mm, tap_index
+from .recurrence_bwd import dot_mode, mm, mm_tf32, tap_index
 from .tlmath import store_rn, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
@@ -160,14 +160,15 @@ def chunk_bwd_dqkg_v_kernel(
 
 @triton.jit
 def scale_exp_cols(p, x):
-    """``p * exp(x)`` for ``x`` of shape [1, BK] (one exponent per column), 0 where p is (taps only):
-    three factors ``exp(min(x, 80))``, ``exp(clamp(x - 80, 0, 80))``, ``exp(max(x - 160, 0))`` multiplied
-    in turn, so no partial product exceeds the result (it overflows only where the result does), at
-    three exponentials per column where ``scale_exp`` takes two per element."""
+    """``p * exp(x)`` for ``x`` of shape [1, BK] (one exponent per column; taps only): three factors
+    ``exp(min(x, 80))``, ``exp(clamp(x - 80, 0, 80))``, ``exp(clamp(x - 160, 0, 88))``, each finite,
+    multiplied in turn, so no partial product exceeds the result: it overflows only where the result
+    does (past x = 248 it does for any nonzero fp32 p), and p = 0 gives 0. Three multiplies per
+    element; the exponentials are per column."""
     b_1 = tl.exp(tl.minimum(x, 80.))
     b_2 = tl.exp(tl.minimum(tl.maximum(x - 80., 0.), 80.))
-    b_3 = tl.exp(tl.maximum(x - 160., 0.))
-    return tl.where(p == 0., 0., p * b_1 * b_2 * b_3)
+    b_3 = tl.exp(tl.minimum(tl.maximum(x - 160., 0.), 88.))
+    return p * b_1 * b_2 * b_3
 
 
 @triton.jit
@@ -242,6 +243,13 @@ def _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT: tl.constexpr, SPLIT
 
 
 @triton.jit
+def _store_tap(t, idx, x, o_t, o_k, m_k, K, C: tl.constexpr):
+    """Store ``x`` [C, BK] into slot ``idx`` of a [*, C, K] tap buffer. Each store forms its own
+    addresses: one address tile for them all, formed early, stayed live through the kernel and spilled."""
+    tl.store(t + idx * C * K + o_t[:, None] * K + o_k[None, :], x, mask=(o_t >= 0)[:, None] & m_k[None, :])
+
+
+@triton.jit
 def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc):
     """(taps only) dMqk's diagonal term ``dd_i kn_i e^(a - gc_i)`` on the rows ``m_r`` of one 16-row
     block anchored at ``a``, 0 elsewhere: added to the block's anchored product before its e^(-a), so
@@ -281,28 +289,28 @@ def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
 
 
 @triton.jit
-def _p_block(J, o_t, b_gc, b_gT, b_kn, b_dd, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
-             C: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr, TAP: tl.constexpr):
+def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
+             DOT: tl.constexpr, SPLIT: tl.constexpr, TAP: tl.constexpr):
     """Columns j of block J of P[i] = sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs (the strict lower
     dMqk) and dL; A's [C, 16] column block comes from memory. Anchored at a = gc[16 J], the block's first
     row and largest gc: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with it, e^(a-gc_j) <=
     e^(15 |gamma|max) on its columns. (Anchored at its last row instead, the bounds swap; on the CPU that
     was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) With ``TAP``, also block J's
-    share of ``dMqk ki`` and ``dL ki`` (for the dqd and dkd taps): the same products, dMqk's diagonal
-    added on the block's rows (``b_kn``, ``b_dd``: the chunk's kn and dMqk diagonal), times e^(-a)."""
+    share of ``dL ki`` and ``dMqk ki`` (for the dkd and dqd taps): the same anchored products (for
+    dMqk, one with its diagonal) times e^(-a)."""
     b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
     b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
     r = J * 16 + tl.arange(0, 16)
     m_r = (o_t >= J * 16)[:, None]
     b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
     p_A = o_cc0 + o_t[:, None] * C + r[None, :]
-    b_A = tl.where(o_t[:, None] > r[None, :], tl.load(dMqk + p_A), 0.)
+    b_dM = tl.load(dMqk + p_A)
+    b_A = tl.where(o_t[:, None] > r[None, :], b_dM, 0.)
     b_mq = mm_x3(b_A, b_kc, DOT, SPLIT)
     b_ml = mm_x3(tl.load(dL + p_A), b_kc, DOT, SPLIT)
     t_q, t_l = 0., 0.
-    if TAP:
-        m_J = (m_r & (o_t < J * 16 + 16)[:, None])
-        t_q = scale_exp_cols(b_mq + _diag_rows(m_J, b_dd, b_kn, b_a, b_gc), -b_a[None, :])
+    if TAP:  # dMqk with its diagonal: a product of its own (single tf32 in the bf16 modes)
+        t_q = scale_exp_cols(mm_tf32(tl.where(o_t[:, None] >= r[None, :], b_dM, 0.), b_kc, DOT), -b_a[None, :])
         t_l = scale_exp_cols(b_ml, -b_a[None, :])
     return b_er * b_mq, b_er * b_ml, t_q, t_l
 
@@ -392,8 +400,8 @@ def chunk_bwd_dqkg_kernel(
     b_Tl = tl.zeros([C, BK], dtype=tl.float32)
     if BLOCKED:
         for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-            d_q, d_l, t_q, t_l = _p_block(J, o_t, b_gc, b_gT, b_kn, b_dd, kn, gc, dMqk, dL, o_cc0, bos, n, i_h,
-                                          o_k, m_k, H, K, C, DOT, SPLIT, TAP_T)
+            d_q, d_l, t_q, t_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
+                                          C, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
             if TAP_T:
@@ -412,15 +420,13 @@ def chunk_bwd_dqkg_kernel(
                 b_Tl += t_l
 
     idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
-    o_ptk = idx * C * K + o_t[:, None] * K + o_k[None, :]
-    m_ptk = (o_t >= 0)[:, None] & m_k[None, :]
     if on:  # stored here, so that T is not live through the Q loop
         if TAP_DQD:
             # dMqk ki from the P loop, anchored at a block's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
             # exp(-a) <= exp(-gc_j), so it overflows only where every ki of the block does
-            tl.store(t_dqd + o_ptk, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, mask=m_ptk)
+            _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
         if TAP_DKD:
-            tl.store(t_dkd + o_ptk, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), mask=m_ptk)
+            _store_tap(t_dkd, idx, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), o_t, o_k, m_k, K, C)
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
     b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
@@ -448,12 +454,16 @@ def chunk_bwd_dqkg_kernel(
 
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
+    if TAP_DKR and on:
+        _store_tap(t_dkr, idx, b_dkrv, o_t, o_k, m_k, K, C)
     b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
     store_rn(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, m_tk)
     b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path
     if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
         b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
+    if TAP_DGC and on:
+        _store_tap(t_dgc, idx, b_dgx - b_dkrr, o_t, o_k, m_k, K, C)
 
     # dγ[i] = sum_{r >= i} dgc[r] + dgT with dgT = eT⊙rowsum(dS⁺⊙S) + sum_r kr⊙dkr[r]; the kr path
     # enters dgc[r] as -kr⊙dkr[r], so it is summed as the prefix r < i rather than total - suffix
@@ -484,14 +494,10 @@ def chunk_bwd_dqkg_kernel(
     store_rn(dg + o_tk, b_dg, m_tk)
 
     if on:  # last: the tap-only reductions follow the taps-off code's (layout_check.py)
-        if TAP_DKR:
-            tl.store(t_dkr + o_ptk, b_dkrv, mask=m_ptk)
-        if TAP_DGC:
-            tl.store(t_dgc + o_ptk, b_dgx - b_dkrr, mask=m_ptk)
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
         if TAP_DKI:
-            tl.store(t_dki + o_ptk, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, mask=m_ptk)
+            _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, o_t, o_k, m_k, K, C)
 
 
 @triton.jit
@@ -589,14 +595,18 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     dgTs = torch.empty(NC, H, K, **f32)
     dbv = torch.empty(BT, H, **f32)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
-    bufs = {name: tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS}
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     plan = (tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
             tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel)
     fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
     DOT = dot_mode(precision)
-    for c0, c1, in_window in chunk_launches(tap_plan, NC):
+    launches = chunk_launches(tap_plan, NC)
+    # the tap window's chunks last: the tap plan's waiting work (buffer fills, the forward's taps-only
+    # output pass) runs on a side stream beside the K pass over the other chunks, which leaves most of
+    # the memory bandwidth idle (TapPlan.run_aside)
+    for c0, c1, in_window in [p for p in launches if not p[2]] + [p for p in launches if p[2]]:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
+        bufs = {name: tap_plan.get(name) if on[name] else dv for name in DQKG_TAPS}
         chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
             gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
             *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, c0,
@@ -607,6 +617,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # mode keeps the cheaper form, which passed the same GPU checks.
             UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
             num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
+        if tap_plan is not None and not in_window:
+            tap_plan.run_aside()
         chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
             qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
             A_log if has_params else dv, dt_bias if has_params else dv,
@@ -640,7 +652,7 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     tap = tap_plan is not None and tap_plan.has("db")
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
-        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.buffers["db"] if tap else dbeta,
+        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.get("db") if tap else dbeta,
         tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],

@@ -212,8 +212,9 @@ def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
 
 def test_tap_plan_fills_every_buffer_before_a_kernel_gets_it():
     """Tap buffers start NaN-filled. On the CPU every one is filled up front; a plan with buffers left
-    unfilled (as on a GPU, for the later stages) fills them in line when no side-stream fill was
-    started, at the first ``get`` of one of them, and ``get`` of a filled one touches nothing."""
+    unfilled (as on a GPU, for the backward passes) fills them in line when no side-stream work was
+    started, at the first ``get`` of one of them, and runs deferred work (after the fills) at the first
+    ``get`` of a buffer it writes; ``get`` of any other buffer touches nothing."""
     from kdadbg_kernels.common import TapPlan
     from kdadbg_kernels.taps import alloc_tap_buffers
 
@@ -226,7 +227,21 @@ def test_tap_plan_fills_every_buffer_before_a_kernel_gets_it():
     for n in ("S", "dS"):
         bufs[n].fill_(1.0)  # what the memory held before
     plan = TapPlan(sel, 1, 3, torch.tensor([0, 1], dtype=torch.int32), bufs, 2, ("S", "dS"))
+    ran = []
+    plan.defer(lambda: ran.append(torch.isnan(bufs["S"]).all().item()), ("dS",))  # after the fills
     assert torch.isnan(plan.get("gc")).all()
-    assert (bufs["S"] == 1).all() and (bufs["dS"] == 1).all()
-    assert torch.isnan(plan.get("dS")).all() and torch.isnan(bufs["S"]).all()
-    assert plan._unfilled == ()
+    assert (bufs["S"] == 1).all() and (bufs["dS"] == 1).all() and ran == []
+    assert torch.isnan(plan.get("dS")).all() and torch.isnan(bufs["S"]).all() and ran == [True]
+    assert plan._unfilled == () and plan._deferred == []
+    plan.defer(lambda: ran.append("gc"), ("gc",))
+    plan.get("S")
+    assert ran == [True]
+    plan.get("gc")
+    assert ran == [True, "gc"]
+
+
+def test_aside_taps_are_those_the_backward_passes_write():
+    from kdadbg_kernels.common import ASIDE_TAPS
+    from kdadbg_kernels.prepare_bwd import DQKG_TAPS
+
+    assert set(ASIDE_TAPS) == set(DQKG_TAPS) | {"db"}

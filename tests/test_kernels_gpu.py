@@ -124,18 +124,20 @@ def test_bf16_case_table_on_gpu():
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_tap_buffers_filled_beside_the_state_pass(monkeypatch, precision):
-    """The later stages' tap buffers, NaN-filled on a side stream (TapPlan.fill_aside), hold the same
-    bits as when filled up front: the written elements the kernels' values, every other element NaN."""
-    from kdadbg_kernels.common import TapPlan
+def test_tap_work_beside_the_k_pass(monkeypatch, precision):
+    """The tap plan's waiting work run on a side stream beside the backward K pass (TapPlan.run_aside:
+    the NaN fill of the backward passes' tap buffers and, in bf16 mode, the forward's taps-only output
+    pass) gives the same bits as done in line: the written elements the kernels' values, every other
+    element NaN; and the fill overwrites whatever the memory held."""
+    from kdadbg_kernels.common import ASIDE_TAPS, TapPlan
 
     inputs, cfg = make_inputs(dataclasses.replace(BIG["varlen_mixed6_H16"], H=4), seed=5)
     sel = TapSelection(chunks=(60, 124), heads=(3, 1))
     runs = {}
     for aside in ("1", "0"):
         monkeypatch.setenv("KDADBG_TAPS_FILL_ASIDE", aside)
-        out, taps, _ = run_kernels(inputs, cfg, precision, "cuda", taps=sel)
-        runs[aside] = (out, taps)
+        monkeypatch.setenv("KDADBG_TAPS_OUT_ASIDE", aside)
+        runs[aside] = run_kernels(inputs, cfg, precision, "cuda", taps=sel)[:2]
     (out1, taps1), (out0, taps0) = runs["1"], runs["0"]
     for key, t in out0.items():
         assert torch.equal(t, out1[key]), key
@@ -145,9 +147,8 @@ def test_tap_buffers_filled_beside_the_state_pass(monkeypatch, precision):
 
     monkeypatch.setenv("KDADBG_TAPS_FILL_ASIDE", "1")
     plan = TapPlan.build(sel, 200, 4, 64, 128, 128, "cuda")
-    deferred = [n for n in TAP_NAMES if REGISTRY[n].stage != "fwd_prepare"]
-    assert set(plan._unfilled) == set(deferred)
-    for n in deferred:  # memory the fill must overwrite
+    assert set(plan._unfilled) == set(ASIDE_TAPS)
+    for n in ASIDE_TAPS:  # memory the fill must overwrite
         plan._buffers[n].fill_(1.0)
-    plan.fill_aside()
+    plan.run_aside()
     assert all(torch.isnan(b).all() for b in plan.buffers.values() if b.numel())
