@@ -133,9 +133,10 @@ class FwdSaved:
     U: torch.Tensor
 
 
-# The taps the backward's per-chunk passes and finish kernel write (prepare_bwd.DQKG_TAPS and db): on a
-# GPU their buffers are NaN-filled beside the K pass's chunks outside the tap window (TapPlan.run_aside)
-ASIDE_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
+# The taps the backward's per-chunk passes and finish kernel write (prepare_bwd.DQKG_TAPS and db) and the
+# output pass's (recurrence.OUTPUT_TAPS, taps only in bf16 mode): on a GPU their buffers are NaN-filled
+# beside the K pass's chunks outside the tap window (TapPlan.run_aside)
+ASIDE_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db", "S", "vcorr", "U")
 
 
 @dataclass
@@ -201,7 +202,10 @@ class TapPlan:
         (the fills' memory may be in use there until then; the deferred work reads its results)."""
         if not (self._unfilled or self._deferred) or self._done is not None:
             return
-        main, side = torch.cuda.current_stream(), _side_stream(self.head_slot.device)
+        # a higher priority than the current stream's (knob TAPS_SIDE_PRIORITY, lower is higher): its
+        # programs then start as the K pass's finish, not after the last of them has started
+        main = torch.cuda.current_stream()
+        side = _side_stream(self.head_slot.device, knob("TAPS_SIDE_PRIORITY", -1))
         side.wait_stream(main)
         with torch.cuda.stream(side):
             self._work()
@@ -235,8 +239,8 @@ class TapPlan:
 
 
 @functools.lru_cache(maxsize=None)
-def _side_stream(device: torch.device) -> torch.cuda.Stream:
-    return torch.cuda.Stream(device=device)
+def _side_stream(device: torch.device, priority: int) -> torch.cuda.Stream:
+    return torch.cuda.Stream(device=device, priority=priority)
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:

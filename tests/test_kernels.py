@@ -240,8 +240,9 @@ def test_tap_plan_fills_every_buffer_before_a_kernel_gets_it():
     assert ran == [True, "gc"]
 
 
-def test_aside_taps_are_those_the_backward_passes_write():
+def test_aside_taps_are_those_the_backward_passes_and_the_output_pass_write():
     from kdadbg_kernels.common import ASIDE_TAPS
     from kdadbg_kernels.prepare_bwd import DQKG_TAPS
+    from kdadbg_kernels.recurrence import OUTPUT_TAPS
 
-    assert set(ASIDE_TAPS) == set(DQKG_TAPS) | {"db"}
+    assert set(ASIDE_TAPS) == set(DQKG_TAPS) | {"db"} | set(OUTPUT_TAPS)
