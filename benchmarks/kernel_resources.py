@@ -72,8 +72,9 @@ def resources(cubin: bytes) -> str:
 
 def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False):
     """Every kernel launch ``(fn, args, kwargs, grid)`` of one forward+backward on small CPU tensors
-    (T = 2 chunks), intercepted instead of run. ``taps``: True for every tap, or a list of tap names. ``op``: through the autograd op
-    ``chunk_kda`` (outputs and gradients stored in the inputs' bf16), not ``kda_forward_backward``."""
+    (T = 2 chunks), intercepted instead of run. ``taps``: True for every tap, or a list of tap names.
+    ``op``: through the autograd op ``chunk_kda`` (outputs and gradients stored in the inputs' bf16), not
+    ``kda_forward_backward``."""
     from kdadbg_kernels.chunk import chunk_kda, kda_forward_backward
     from kdadbg_kernels.taps import TapSelection
 

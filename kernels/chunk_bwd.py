@@ -94,8 +94,6 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
                                      beta_sigmoid=beta_sigmoid, tap_plan=tap_plan,
                                      out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))
 
-    if tap_plan is not None:
-        tap_plan.join()  # the work it ran on a side stream ends before the backward does
     out = {"dq": dq.view(B, T, H, K), "dk": dk.view(B, T, H, K), "dv": dv.view(B, T, H, V),
            "dg": dg.view(B, T, H, K), "dbeta": dbeta.view(B, T, H)}
     if has_h0:

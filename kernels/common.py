@@ -4,7 +4,7 @@ tensors (the contract between the forward and the backward stages) and the tap p
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -133,33 +133,15 @@ class FwdSaved:
     U: torch.Tensor
 
 
-# The taps the backward's per-chunk passes and finish kernel write (prepare_bwd.DQKG_TAPS and db) and the
-# output pass's (recurrence.OUTPUT_TAPS, taps only in bf16 mode): on a GPU their buffers are NaN-filled
-# beside the K pass's chunks outside the tap window (TapPlan.run_aside)
-ASIDE_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db", "S", "vcorr", "U")
-
-
 @dataclass
 class TapPlan:
-    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
-
-    Every buffer starts NaN-filled. On a GPU some of that work can wait and run on a side stream beside
-    a kernel that leaves the GPU's memory bandwidth idle (``run_aside``: the backward K pass over the
-    chunks outside the tap window): the NaN fill of the ``ASIDE_TAPS`` buffers (knob
-    ``TAPS_FILL_ASIDE``, default 1) and work handed to ``defer`` (the forward's taps-only output pass).
-    The current stream waits for it before any kernel gets a buffer it writes (``get``, ``buffers``);
-    if ``run_aside`` was not called by then, it runs in line.
-    """
+    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1."""
 
     selection: TapSelection
     lo: int
     hi: int
     head_slot: torch.Tensor  # [H] int32
-    _buffers: dict[str, torch.Tensor]
-    n_sel: int = 0
-    _unfilled: tuple[str, ...] = ()  # buffers still to be NaN-filled
-    _deferred: list = field(default_factory=list)  # (function, names of the buffers it writes)
-    _done: torch.cuda.Event | None = None  # recorded on the side stream after the aside work
+    buffers: dict[str, torch.Tensor]
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -172,75 +154,10 @@ class TapPlan:
         # wall than kernel time per fwd+bwd)
         cuda = torch.device(device).type == "cuda"
         slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
-        later = tuple(n for n in sel.names if n in ASIDE_TAPS) if cuda and knob("TAPS_FILL_ASIDE", 1) else ()
-        bufs = alloc_tap_buffers(sel, n_chunks, H, C, K, V, device, unfilled=later)
-        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), later)
+        return TapPlan(sel, lo, hi, slot, alloc_tap_buffers(sel, n_chunks, H, C, K, V, device))
 
     def has(self, name: str) -> bool:
-        return name in self._buffers
-
-    def can_defer(self) -> bool:
-        """Whether work handed to ``defer`` may run on a side stream (a GPU; knob ``TAPS_OUT_ASIDE``)."""
-        return self.head_slot.device.type == "cuda" and bool(knob("TAPS_OUT_ASIDE", 1))
-
-    def defer(self, fn, writes: tuple[str, ...]) -> None:
-        """Run ``fn()`` later, beside other work (``run_aside``) or in line, but before any kernel gets a
-        buffer of ``writes``. The tensors it reads must stay alive and unchanged until then."""
-        self._deferred.append((fn, tuple(writes)))
-
-    def _pending(self) -> set[str]:
-        return set(self._unfilled).union(*(w for _, w in self._deferred))
-
-    def _work(self) -> None:
-        for n in self._unfilled:
-            self._buffers[n].fill_(float("nan"))
-        for fn, _ in self._deferred:
-            fn()
-
-    def run_aside(self) -> None:
-        """Start the waiting work on a side stream, after the work queued so far on the current stream
-        (the fills' memory may be in use there until then; the deferred work reads its results)."""
-        if not (self._unfilled or self._deferred) or self._done is not None:
-            return
-        # a higher priority than the current stream's (knob TAPS_SIDE_PRIORITY, lower is higher): its
-        # programs then start as the K pass's finish, not after the last of them has started
-        main = torch.cuda.current_stream()
-        side = _side_stream(self.head_slot.device, knob("TAPS_SIDE_PRIORITY", -1))
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
-            self._work()
-            for buf in self._buffers.values():
-                buf.record_stream(side)  # freed early, the memory waits for the side stream
-            self._done = torch.cuda.Event()
-            self._done.record(side)
-
-    def join(self) -> None:
-        """Make the current stream's next work wait for the waiting work (run here if not started)."""
-        if not (self._unfilled or self._deferred):
-            return
-        if self._done is None:
-            self._work()
-        else:
-            torch.cuda.current_stream().wait_event(self._done)
-        self._unfilled, self._deferred, self._done = (), [], None
-
-    def get(self, name: str) -> torch.Tensor:
-        """Tap ``name``'s buffer, NaN-filled and written by any deferred work before whatever the
-        current stream queues next."""
-        if name in self._pending():
-            self.join()
-        return self._buffers[name]
-
-    @property
-    def buffers(self) -> dict[str, torch.Tensor]:
-        """Every buffer (after the waiting work, as ``get``)."""
-        self.join()
-        return self._buffers
-
-
-@functools.lru_cache(maxsize=None)
-def _side_stream(device: torch.device, priority: int) -> torch.cuda.Stream:
-    return torch.cuda.Stream(device=device, priority=priority)
+        return name in self.buffers
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:
@@ -262,7 +179,8 @@ def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.T
     ``head_slot`` is the chunk table's ``chunk_len`` (any int32 pointer: it is never read).
     """
     present = {n: plan is not None and plan.has(n) for n in names}
-    bufs = [plan.get(n) if present[n] else dummy for n in names]
+    bufs = [plan.buffers[n] if present[n] else dummy for n in names]
     if plan is None or not any(present.values()):
         return bufs, chunks.chunk_len, 0, 0, 0, False, present
-    return bufs, plan.head_slot, plan.lo, plan.hi, plan.n_sel, True, present
+    n_sel = next(iter(plan.buffers.values())).shape[1]
+    return bufs, plan.head_slot, plan.lo, plan.hi, n_sel, True, present

@@ -426,7 +426,8 @@ def chunk_bwd_dqkg_kernel(
             # exp(-a) <= exp(-gc_j), so it overflows only where every ki of the block does
             _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
         if TAP_DKD:
-            _store_tap(t_dkd, idx, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), o_t, o_k, m_k, K, C)
+            b_dkd = b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.))
+            _store_tap(t_dkd, idx, b_dkd, o_t, o_k, m_k, K, C)
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
     b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
@@ -595,18 +596,14 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     dgTs = torch.empty(NC, H, K, **f32)
     dbv = torch.empty(BT, H, **f32)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
+    bufs = {name: tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS}
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     plan = (tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
             tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel)
     fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
     DOT = dot_mode(precision)
-    launches = chunk_launches(tap_plan, NC)
-    # the tap window's chunks last: the tap plan's waiting work (buffer fills, the forward's taps-only
-    # output pass) runs on a side stream beside the K pass over the other chunks, which leaves most of
-    # the memory bandwidth idle (TapPlan.run_aside)
-    for c0, c1, in_window in [p for p in launches if not p[2]] + [p for p in launches if p[2]]:
+    for c0, c1, in_window in chunk_launches(tap_plan, NC):
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
-        bufs = {name: tap_plan.get(name) if on[name] else dv for name in DQKG_TAPS}
         chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
             gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
             *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, c0,
@@ -617,8 +614,6 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # mode keeps the cheaper form, which passed the same GPU checks.
             UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
             num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
-        if tap_plan is not None and not in_window:
-            tap_plan.run_aside()
         chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
             qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
             A_log if has_params else dv, dt_bias if has_params else dv,
@@ -652,7 +647,7 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     tap = tap_plan is not None and tap_plan.has("db")
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
-        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.get("db") if tap else dbeta,
+        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.buffers["db"] if tap else dbeta,
         tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],

@@ -299,25 +299,17 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
     # two stages 0.211, three 0.308 (docs/gpu/round16/call1)
     NVB = knob("OUT_NVB", triton.cdiv(V, BV))
-
-    def launch():
-        for c0, c1, taps in chunk_launches(tap_plan, NC):
-            if taps_only and not (taps and store):
-                continue
-            on = {n: taps and present[n] for n in OUTPUT_TAPS}
-            kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
-                qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
-                *bufs, slot, lo, hi, n_sel, c0,
-                H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
-                STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-                STORE_O=not taps_only, **LAUNCH,
-                num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
-                num_stages=knob("OUT_STAGES", 1),
-            )
-
-    if taps_only and store and tap_plan.can_defer():
-        # taps only: on a GPU it can wait for the backward and run beside its K pass (TapPlan.run_aside)
-        tap_plan.defer(launch, tuple(n for n in OUTPUT_TAPS if present[n]))
-    else:
-        launch()
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
+        if taps_only and not (taps and store):
+            continue
+        on = {n: taps and present[n] for n in OUTPUT_TAPS}
+        kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
+            qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
+            *bufs, slot, lo, hi, n_sel, c0,
+            H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
+            STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
+            STORE_O=not taps_only, **LAUNCH,
+            num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
+            num_stages=knob("OUT_STAGES", 1),
+        )
     return o

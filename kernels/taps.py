@@ -107,14 +107,11 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                      device, dtype=torch.float32, unfilled: tuple[str, ...] = ()) -> dict[str, torch.Tensor]:
-    """NaN-filled buffers ``[n_sel_chunks, n_sel_heads, *per-chunk shape]`` for each selected tap
-    (those named in ``unfilled`` are left for the caller to fill)."""
+                      device, dtype=torch.float32) -> dict[str, torch.Tensor]:
+    """NaN-filled buffers ``[n_sel_chunks, n_sel_heads, *per-chunk shape]`` for each selected tap."""
     lo, hi = sel.chunk_range(n_chunks)
     nh = len(sel.head_list(n_heads))
-    bufs = {}
-    for n in sel.names:
-        shape = (hi - lo, nh, *REGISTRY[n].dims(C, K, V))
-        bufs[n] = (torch.empty(shape, dtype=dtype, device=device) if n in unfilled
-                   else torch.full(shape, float("nan"), dtype=dtype, device=device))
-    return bufs
+    return {
+        n: torch.full((hi - lo, nh, *REGISTRY[n].dims(C, K, V)), float("nan"), dtype=dtype, device=device)
+        for n in sel.names
+    }

@@ -121,34 +121,3 @@ def test_bf16_case_table_on_gpu():
             if not c.passed:
                 failures.append((case.name, c))
     assert not failures, failures
-
-
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_tap_work_beside_the_k_pass(monkeypatch, precision):
-    """The tap plan's waiting work run on a side stream beside the backward K pass (TapPlan.run_aside:
-    the NaN fill of the backward passes' tap buffers and, in bf16 mode, the forward's taps-only output
-    pass) gives the same bits as done in line: the written elements the kernels' values, every other
-    element NaN; and the fill overwrites whatever the memory held."""
-    from kdadbg_kernels.common import ASIDE_TAPS, TapPlan
-
-    inputs, cfg = make_inputs(dataclasses.replace(BIG["varlen_mixed6_H16"], H=4), seed=5)
-    sel = TapSelection(chunks=(60, 124), heads=(3, 1))
-    runs = {}
-    for aside in ("1", "0"):
-        monkeypatch.setenv("KDADBG_TAPS_FILL_ASIDE", aside)
-        monkeypatch.setenv("KDADBG_TAPS_OUT_ASIDE", aside)
-        runs[aside] = run_kernels(inputs, cfg, precision, "cuda", taps=sel)[:2]
-    (out1, taps1), (out0, taps0) = runs["1"], runs["0"]
-    for key, t in out0.items():
-        assert torch.equal(t, out1[key]), key
-    assert taps1.keys() == taps0.keys() == set(TAP_NAMES)
-    for key, t in taps0.items():
-        assert torch.equal(t.view(torch.int32), taps1[key].view(torch.int32)), key  # NaN bits too
-
-    monkeypatch.setenv("KDADBG_TAPS_FILL_ASIDE", "1")
-    plan = TapPlan.build(sel, 200, 4, 64, 128, 128, "cuda")
-    assert set(plan._unfilled) == set(ASIDE_TAPS)
-    for n in ASIDE_TAPS:  # memory the fill must overwrite
-        plan._buffers[n].fill_(1.0)
-    plan.run_aside()
-    assert all(torch.isnan(b).all() for b in plan.buffers.values() if b.numel())
