@@ -22,9 +22,10 @@
 (in place on ``dq``/``dk``), the K-block sum of ``db`` and the beta sigmoid.
 
 Taps: dU, dvcorr, dMqk, dL in the V pass, dkr, dqd, dkd, dki, dgT, dgc in the K pass, db in the
-finish kernel. dqd, dkd, dki are their definitional values, ``dMqk ki`` and ``dL ki`` formed per
-16-column block with an anchor so that no masked product meets an overflowed ``exp(−gc)``; where the
-true value exceeds fp32 (chunk 32/64 with strong gates) the tap is inf. ``dki = (E⁻⊙dki) ⊙ E`` is
+finish kernel. dqd, dkd, dki are their definitional values, ``dMqk ki`` and ``dL ki`` taken from the
+P loop's anchored products (per 16-column block in the bf16 modes, per 16-row block in fp32 mode) times
+``exp(−a)``, so that no product meets an overflowed ``exp(−gc)``; where the true value exceeds fp32
+(chunk 32/64 with strong gates) the tap is inf. ``dki = (E⁻⊙dki) ⊙ E`` is
 always finite. No gradient reads them.
 """
 
@@ -244,8 +245,8 @@ def _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT: tl.constexpr, SPLIT
 
 @triton.jit
 def _store_tap(t, idx, x, o_t, o_k, m_k, K, C: tl.constexpr):
-    """Store ``x`` [C, BK] into slot ``idx`` of a [*, C, K] tap buffer. Each store forms its own
-    addresses: one address tile for them all, formed early, stayed live through the kernel and spilled."""
+    """Store ``x`` [C, BK] into slot ``idx`` of a [*, C, K] tap buffer, the addresses formed at the
+    store (one address tile for every tap, formed before the loops, would be live through them)."""
     tl.store(t + idx * C * K + o_t[:, None] * K + o_k[None, :], x, mask=(o_t >= 0)[:, None] & m_k[None, :])
 
 
@@ -422,8 +423,8 @@ def chunk_bwd_dqkg_kernel(
     idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
     if on:  # stored here, so that T is not live through the Q loop
         if TAP_DQD:
-            # dMqk ki from the P loop, anchored at a block's first row: exp(-gc_j) = exp(-a) exp(a - gc_j),
-            # exp(-a) <= exp(-gc_j), so it overflows only where every ki of the block does
+            # dMqk ki from the P loop's products anchored at a block's first row: exp(-gc_j) = exp(-a)
+            # exp(a - gc_j), applied to the product, so it overflows only where the value itself does
             _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
         if TAP_DKD:
             b_dkd = b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.))
