@@ -459,7 +459,12 @@ def chunk_bwd_dqkg_kernel(
             b_Ql += d_l
 
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
+    if TAP_DKI and on:  # E from gc reloaded: the E formed first would stay live through the Q loop
+        b_Et = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))
+        _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_Et, o_t, o_k, m_k, K, C)
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
     if TAP_DKR and on:
         _store_tap(t_dkr, idx, b_dkrv, o_t, o_k, m_k, K, C)
     b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
@@ -468,6 +473,7 @@ def chunk_bwd_dqkg_kernel(
     if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
         b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
     if TAP_DGC and on:
         _store_tap(t_dgc, idx, b_dgx - b_dkrr, o_t, o_k, m_k, K, C)
 
@@ -499,11 +505,10 @@ def chunk_bwd_dqkg_kernel(
         tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
     store_rn(dg + o_tk, b_dg, m_tk)
 
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
     if on:  # last: the tap-only reductions follow the taps-off code's (layout_check.py)
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
-        if TAP_DKI:
-            _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, o_t, o_k, m_k, K, C)
 
 
 @triton.jit
