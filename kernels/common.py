@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
-from .taps import TapSelection, alloc_tap_buffers
+from .taps import TapSelection, alloc_tap_buffers_grouped
 from .tuning import knob
 
 PRECISIONS = ("fp32", "bf16")
@@ -133,15 +133,29 @@ class FwdSaved:
     U: torch.Tensor
 
 
+# The taps of the backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db): their
+# buffers are NaN-filled by the K pass's programs over the chunks outside the tap window (FILL), a
+# pass bound by its arithmetic, where the stores cost little; with no such chunks, by a fill in line
+KPASS_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
+
+
 @dataclass
 class TapPlan:
-    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1."""
+    """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
+
+    Every buffer starts NaN-filled before a kernel writes it. Those of ``KPASS_FILL_TAPS`` are views of
+    one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_KPASS``, default 1; 0 fills
+    them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if no
+    backward has.
+    """
 
     selection: TapSelection
     lo: int
     hi: int
     head_slot: torch.Tensor  # [H] int32
-    buffers: dict[str, torch.Tensor]
+    _buffers: dict[str, torch.Tensor]
+    n_sel: int = 0
+    unfilled: torch.Tensor | None = None  # flat fp32 holding the KPASS_FILL_TAPS buffers, not yet NaN
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -154,10 +168,30 @@ class TapPlan:
         # wall than kernel time per fwd+bwd)
         cuda = torch.device(device).type == "cuda"
         slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
-        return TapPlan(sel, lo, hi, slot, alloc_tap_buffers(sel, n_chunks, H, C, K, V, device))
+        later = tuple(n for n in sel.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
+        bufs, flat = alloc_tap_buffers_grouped(sel, n_chunks, H, C, K, V, device, later)
+        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat)
 
     def has(self, name: str) -> bool:
-        return name in self.buffers
+        return name in self._buffers
+
+    def get(self, name: str) -> torch.Tensor:
+        """Tap ``name``'s buffer for a kernel to write: NaN-filled, or one of ``unfilled``'s views,
+        which the backward's K pass fills before any kernel writes them (``take_unfilled``)."""
+        return self._buffers[name]
+
+    def take_unfilled(self) -> torch.Tensor | None:
+        """The flat tensor still to be NaN-filled (None if none), which the caller now fills."""
+        flat, self.unfilled = self.unfilled, None
+        return flat
+
+    @property
+    def buffers(self) -> dict[str, torch.Tensor]:
+        """Every buffer, NaN where nothing was written (filled here if the backward did not run)."""
+        flat = self.take_unfilled()
+        if flat is not None:
+            flat.fill_(float("nan"))
+        return self._buffers
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:
@@ -179,8 +213,7 @@ def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.T
     ``head_slot`` is the chunk table's ``chunk_len`` (any int32 pointer: it is never read).
     """
     present = {n: plan is not None and plan.has(n) for n in names}
-    bufs = [plan.buffers[n] if present[n] else dummy for n in names]
+    bufs = [plan.get(n) if present[n] else dummy for n in names]
     if plan is None or not any(present.values()):
         return bufs, chunks.chunk_len, 0, 0, 0, False, present
-    n_sel = next(iter(plan.buffers.values())).shape[1]
-    return bufs, plan.head_slot, plan.lo, plan.hi, n_sel, True, present
+    return bufs, plan.head_slot, plan.lo, plan.hi, plan.n_sel, True, present

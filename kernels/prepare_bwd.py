@@ -357,6 +357,7 @@ def chunk_bwd_dqkg_kernel(
     scale, lower_bound,  # floats
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     c0,              # first chunk of this launch (common.chunk_launches)
+    fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
     BT, H, K,        # sizes
     C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
@@ -366,7 +367,10 @@ def chunk_bwd_dqkg_kernel(
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
+    FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
 ):
+    if FILL:  # first: its arguments then hold no register through the loops
+        _fill_nan(fill, fill_n)
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
@@ -455,7 +459,12 @@ def chunk_bwd_dqkg_kernel(
             b_Ql += d_l
 
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
+    if TAP_DKI and on:  # E from gc reloaded: the E formed first would stay live through the Q loop
+        b_Et = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))
+        _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_Et, o_t, o_k, m_k, K, C)
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
     if TAP_DKR and on:
         _store_tap(t_dkr, idx, b_dkrv, o_t, o_k, m_k, K, C)
     b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
@@ -464,6 +473,7 @@ def chunk_bwd_dqkg_kernel(
     if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
         b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
     if TAP_DGC and on:
         _store_tap(t_dgc, idx, b_dgx - b_dkrr, o_t, o_k, m_k, K, C)
 
@@ -495,11 +505,23 @@ def chunk_bwd_dqkg_kernel(
         tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
     store_rn(dg + o_tk, b_dg, m_tk)
 
+    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
     if on:  # last: the tap-only reductions follow the taps-off code's (layout_check.py)
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
-        if TAP_DKI:
-            _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_E, o_t, o_k, m_k, K, C)
+
+
+@triton.jit
+def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
+    """This program's share of NaN-filling ``fill[0:fill_n]``: one contiguous slice per program."""
+    n_prog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+    per = tl.cdiv(tl.cdiv(fill_n, n_prog), FB) * FB
+    start = pid.to(tl.int64) * per
+    nan = tl.full([FB], float("nan"), dtype=tl.float32)
+    for off in range(0, per, FB):
+        o = start + off + tl.arange(0, FB)
+        tl.store(fill + o, nan, mask=o < fill_n)
 
 
 @triton.jit
@@ -597,14 +619,23 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     dgTs = torch.empty(NC, H, K, **f32)
     dbv = torch.empty(BT, H, **f32)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
-    bufs = {name: tap_plan.buffers[name] if taps[name] else dv for name in DQKG_TAPS}
+    bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
+    # the tap plan's unfilled buffers (KPASS_FILL_TAPS): NaN-filled by the first K pass launch over
+    # chunks outside the tap window, which therefore run first; with none, here in line
+    fill = tap_plan.take_unfilled() if tap_plan is not None else None
+    launches = chunk_launches(tap_plan, NC)
+    launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
+    if fill is not None and not any(not w for _, _, w in launches):
+        fill.fill_(float("nan"))
+        fill = None
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     plan = (tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
             tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel)
     fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
     DOT = dot_mode(precision)
-    for c0, c1, in_window in chunk_launches(tap_plan, NC):
+    for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
+        fill_here, fill = (fill, None) if not in_window else (None, fill)
         chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
             gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
             *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, c0,
@@ -620,7 +651,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             A_log if has_params else dv, dt_bias if has_params else dv,
             dqn, dkn, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
             *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound,
-            fault_chunk, c0, BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
+            fault_chunk, c0, dMqk if fill_here is None else fill_here, 0 if fill_here is None else fill_here.numel(),
+            BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate], FILL=fill_here is not None,
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
             ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16, docs/gpu/round16/call3); fp32 mode keeps
@@ -648,7 +680,7 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     tap = tap_plan is not None and tap_plan.has("db")
     n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
-        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.buffers["db"] if tap else dbeta,
+        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.get("db") if tap else dbeta,
         tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
         tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],

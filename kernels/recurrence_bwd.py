@@ -242,9 +242,9 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     recurrence_bwd_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
         qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if has_h0 else dummy,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
-        tap_plan.buffers["dS"] if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
+        tap_plan.get("dS") if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
-        tap_plan.buffers["dS"].shape[1] if tap else 0, fault_chunk,
+        tap_plan.n_sel if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
         USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)

@@ -16,7 +16,7 @@ from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.config import KDAInputs, parse_config
 from kdadbg.reference import run_reference
 from kdadbg_kernels.chunk_bwd import kda_backward
-from kdadbg_kernels.common import FwdSaved, KernelChunks, TapPlan
+from kdadbg_kernels.common import KPASS_FILL_TAPS, FwdSaved, KernelChunks, TapPlan
 from kdadbg_kernels.taps import REGISTRY, TapSelection
 
 FWD_SAVED_TAPS = ("gc", "gT", "b", "INV", "Mqk", "S", "U")
@@ -220,6 +220,34 @@ def test_taps_same_bits(name):
     for n, buf in part.buffers.items():
         assert torch.equal(buf, full.buffers[n][1:3, H - 1:H]), n
     assert not any(torch.isnan(b).any() for b in full.buffers.values())
+
+
+@pytest.mark.parametrize("name, window", (("t65", (3, 5)), ("chunk32", (1, 3)), ("varlen_short", None)))
+def test_backward_tap_buffers_are_nan_filled_by_the_k_pass(name, window, monkeypatch):
+    """The backward passes' tap buffers (KPASS_FILL_TAPS, one flat tensor) start as garbage (1.0 here)
+    and are NaN-filled by the K pass's launch over the chunks outside the tap window (in line when the
+    window holds every chunk): with every head's slot cleared, so that no kernel writes a tap, every
+    element of them is NaN afterwards; with the slots, every buffer has the bits of the fill up front
+    (TAPS_FILL_KPASS=0)."""
+    inputs, cfg, res, chunks, saved = reference_case(_case(name))
+    B, T, H, K, V = inputs.shape
+    sel = TapSelection(names=BWD_TAPS, chunks=window)
+    group = [n for n in BWD_TAPS if n in KPASS_FILL_TAPS]
+    plans = {}
+    for mode in ("kpass", "kpass_no_slots", "up_front"):
+        monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", "0" if mode == "up_front" else "1")
+        plan = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
+        assert (plan.unfilled is None) == (mode == "up_front")
+        if plan.unfilled is not None:
+            plan.unfilled.fill_(1.0)
+        if mode == "kpass_no_slots":
+            plan.head_slot.fill_(-1)
+        run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
+        assert plan.unfilled is None
+        plans[mode] = plan._buffers
+    assert all(plans["kpass_no_slots"][n].isnan().all() for n in group)
+    for n in BWD_TAPS:
+        assert torch.equal(plans["kpass"][n].view(torch.int32), plans["up_front"][n].view(torch.int32)), n
 
 
 def _forward():
