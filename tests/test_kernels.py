@@ -142,14 +142,17 @@ def test_tap_buffers_filled_by_the_kernels(name, precision, window, monkeypatch)
     when the window holds every chunk), before anything writes them: with every head's slot cleared,
     so that no kernel writes a tap, every element of every buffer is NaN afterwards; with the slots,
     every buffer and output has the bits of the fill up front with the token stage's taps written by
-    the token kernel (TAPS_FILL_SOLVE=0, TAPS_FILL_KPASS=0, TAPS_TOKEN_IN_SOLVE=0)."""
+    the token kernel, in bf16 mode the S and U taps by the output pass rather than the state pass, and
+    dS stored under a branch (TAPS_FILL_SOLVE=0, TAPS_FILL_KPASS=0, TAPS_TOKEN_IN_SOLVE=0,
+    TAPS_IN_STATE=0, TAPS_DS_MASKED=0)."""
     import kdadbg_kernels.chunk as chunk_mod
 
     inputs, cfg = make_inputs(get_case(name))
     build = chunk_mod._tap_plan
     runs = {}
     for mode in ("kernels", "kernels_no_slots", "up_front"):
-        for knob_name in ("TAPS_FILL_SOLVE", "TAPS_FILL_KPASS", "TAPS_TOKEN_IN_SOLVE"):
+        for knob_name in ("TAPS_FILL_SOLVE", "TAPS_FILL_KPASS", "TAPS_TOKEN_IN_SOLVE", "TAPS_IN_STATE",
+                         "TAPS_DS_MASKED"):
             monkeypatch.setenv(f"KDADBG_{knob_name}", "0" if mode == "up_front" else "1")
 
         def garbage_plan(*a, **kw):
