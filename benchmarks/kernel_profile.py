@@ -37,6 +37,9 @@ def main(argv=None):
     ap.add_argument("--taps-window", type=int, default=0, help="every tap on for chunks [0, N) (0: taps off)")
     ap.add_argument("--peer", default="ours", choices=["ours", "fla"],
                     help="whose chunk_kda to profile (fla: fla-core's, importable as fla)")
+    ap.add_argument("--per-launch", action="store_true",
+                    help="also a row per launch in call order (a kernel launched over the tap window and "
+                         "over the chunks outside it shows as two rows)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     if a.peer == "fla" and (a.taps_window or a.precision != "bf16" or a.chunk_size != 64):
@@ -99,11 +102,31 @@ def main(argv=None):
     print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
     for name, ms in rows:
         print(f"{name[:60]:<60} {ms:8.3f} {ms / total:6.1%} {calls[name]:8d}")
+    seq = per_launch(prof.events(), a.iters, "CUDA") if a.per_launch else []
+    if seq:
+        print(f"{'#':>3} {'launch, in call order':<60} {'ms/call':>8}")
+        for i, (name, ms) in enumerate(seq):
+            print(f"{i:3d} {name[:60]:<60} {ms:8.3f}")
     if a.json:
         with open(a.json, "w") as f:
             json.dump({"shape": vars(a), "first_call_s": first, "total_ms": total, "wall_ms": wall,
-                       "kernels": [{"name": n, "ms": ms, "launches": calls[n]} for n, ms in rows]}, f, indent=2)
+                       "kernels": [{"name": n, "ms": ms, "launches": calls[n]} for n, ms in rows],
+                       "launches": [{"name": n, "ms": ms} for n, ms in seq]}, f, indent=2)
     return 0
+
+
+def per_launch(events, iters: int, device: str) -> list[tuple[str, float]]:
+    """Each launch of one call, in start order, with its mean time over ``iters`` identical calls (ms):
+    the ``device`` events (``"CUDA"``) sorted by start and cut into ``iters`` equal runs. Empty (with
+    a note) when the runs do not line up name by name."""
+    evs = sorted((e for e in events if str(getattr(e, "device_type", "")).split(".")[-1] == device),
+                 key=lambda e: e.time_range.start)
+    n = len(evs) // iters if iters else 0
+    runs = [evs[i * n:(i + 1) * n] for i in range(iters)]
+    if not n or len(evs) != n * iters or any([e.name for e in r] != [e.name for e in runs[0]] for r in runs):
+        print(f"per launch: {len(evs)} {device} events do not split into {iters} identical calls", file=sys.stderr)
+        return []
+    return [(runs[0][j].name, sum(r[j].time_range.elapsed_us() for r in runs) / iters / 1000.0) for j in range(n)]
 
 
 if __name__ == "__main__":
