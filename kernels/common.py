@@ -4,7 +4,7 @@ tensors (the contract between the forward and the backward stages) and the tap p
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import torch
 
@@ -137,28 +137,16 @@ class FwdSaved:
 # buffers are NaN-filled by the K pass's programs over the chunks outside the tap window (FILL), a
 # pass bound by its arithmetic, where the stores cost little; with no such chunks, by a fill in line
 KPASS_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
-# The token stage's taps: written by the forward intra/inverse kernel's launch over the tap window
-# (``TapPlan.token_in_solve``), or else by the token kernel's
-TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
-# The other taps, NaN-filled likewise by the forward intra/inverse kernel's programs over the chunks
-# outside the window (bound by latency, 1 warp each: memory bandwidth is left), before that kernel's
-# window launch, the state and output passes and the backward write them; the token stage's taps
-# with them when that kernel writes those too
-SOLVE_FILL_TAPS = ("L", "INV", "Mqk", "S", "vcorr", "U", "dS")
 
 
 @dataclass
 class TapPlan:
     """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
 
-    Every buffer starts NaN-filled before a kernel writes it. Most are views of a flat tensor per fill
-    group (``unfilled``) that a kernel fills over the chunks outside the tap window: ``"kpass"``
-    (``KPASS_FILL_TAPS``, knob ``TAPS_FILL_KPASS``, default 1) by the backward's K pass, ``"solve"``
-    (``SOLVE_FILL_TAPS`` and, with ``token_in_solve``, ``TOKEN_TAPS``; knob ``TAPS_FILL_SOLVE``, default 1)
-    by the forward's intra/inverse kernel; a knob set to 0 fills its group here. Kernels take buffers
-    with ``get``; ``buffers``, for readers, fills any group no kernel has.
-    ``token_in_solve`` (knob ``TAPS_TOKEN_IN_SOLVE``, default 1): the intra/inverse kernel's window
-    launch writes the token stage's taps, so the token kernel runs as one launch without taps.
+    Every buffer starts NaN-filled before a kernel writes it. Those of ``KPASS_FILL_TAPS`` are views of
+    one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_KPASS``, default 1; 0 fills
+    them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if no
+    backward has.
     """
 
     selection: TapSelection
@@ -167,9 +155,7 @@ class TapPlan:
     head_slot: torch.Tensor  # [H] int32
     _buffers: dict[str, torch.Tensor]
     n_sel: int = 0
-    unfilled: dict[str, torch.Tensor] = field(default_factory=dict)  # fill group -> flat fp32, not yet NaN
-    token_in_solve: bool = True
-    group_of: dict[str, str] = field(default_factory=dict)  # tap -> its fill group
+    unfilled: torch.Tensor | None = None  # flat fp32 holding the KPASS_FILL_TAPS buffers, not yet NaN
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -182,38 +168,29 @@ class TapPlan:
         # wall than kernel time per fwd+bwd)
         cuda = torch.device(device).type == "cuda"
         slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
-        token_in_solve = bool(knob("TAPS_TOKEN_IN_SOLVE", 1))
-        groups = {}
-        if knob("TAPS_FILL_KPASS", 1):
-            groups["kpass"] = KPASS_FILL_TAPS
-        if knob("TAPS_FILL_SOLVE", 1):
-            groups["solve"] = SOLVE_FILL_TAPS + (TOKEN_TAPS if token_in_solve else ())
-        bufs, flats = alloc_tap_buffers_grouped(sel, n_chunks, H, C, K, V, device, groups)
-        group_of = {n: g for g, names in groups.items() for n in names if n in bufs}
-        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flats, token_in_solve, group_of)
+        later = tuple(n for n in sel.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
+        bufs, flat = alloc_tap_buffers_grouped(sel, n_chunks, H, C, K, V, device, later)
+        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat)
 
     def has(self, name: str) -> bool:
         return name in self._buffers
 
     def get(self, name: str) -> torch.Tensor:
-        """Tap ``name``'s buffer for a kernel to write, NaN-filled before that kernel runs: its fill group
-        was taken by a kernel launched earlier (``take_unfilled``), or is filled here, in line (as when
-        the backward runs without this plan's forward)."""
-        group = self.group_of.get(name)
-        if group in self.unfilled:
-            self.take_unfilled(group).fill_(float("nan"))
+        """Tap ``name``'s buffer for a kernel to write: NaN-filled, or one of ``unfilled``'s views,
+        which the backward's K pass fills before any kernel writes them (``take_unfilled``)."""
         return self._buffers[name]
 
-    def take_unfilled(self, group: str) -> torch.Tensor | None:
-        """Fill group ``group``'s flat tensor still to be NaN-filled (None if none), which the caller
-        now fills."""
-        return self.unfilled.pop(group, None)
+    def take_unfilled(self) -> torch.Tensor | None:
+        """The flat tensor still to be NaN-filled (None if none), which the caller now fills."""
+        flat, self.unfilled = self.unfilled, None
+        return flat
 
     @property
     def buffers(self) -> dict[str, torch.Tensor]:
-        """Every buffer, NaN where nothing was written (a group filled here if no kernel filled it)."""
-        for group in list(self.unfilled):
-            self.take_unfilled(group).fill_(float("nan"))
+        """Every buffer, NaN where nothing was written (filled here if the backward did not run)."""
+        flat = self.take_unfilled()
+        if flat is not None:
+            flat.fill_(float("nan"))
         return self._buffers
 
 
@@ -226,24 +203,6 @@ def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, 
         return [(0, n_chunks, False)]
     parts = [(0, plan.lo, False), (plan.lo, plan.hi, True), (plan.hi, n_chunks, False)]
     return [p for p in parts if p[1] > p[0]]
-
-
-def filling_launches(plan: TapPlan | None, n_chunks: int, group: str):
-    """``chunk_launches`` with the window's launch last, each with the flat tensor of fill group ``group``
-    that it NaN-fills, or None: ``(c0, c1, taps, fill)``. The first launch outside the window fills the
-    group, before the window's launch (or a later kernel) writes into it; with no such launch the group
-    is filled here, in line."""
-    launches = chunk_launches(plan, n_chunks)
-    launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    fill = plan.take_unfilled(group) if plan is not None else None
-    if fill is not None and launches[0][2]:
-        fill.fill_(float("nan"))
-        fill = None
-    out = []
-    for c0, c1, taps in launches:
-        out.append((c0, c1, taps, fill))
-        fill = None
-    return out
 
 
 def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor, chunks: KernelChunks):

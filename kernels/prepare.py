@@ -24,9 +24,11 @@ import triton
 import triton.language as tl
 
 from . import faults
-from .common import LAUNCH, TOKEN_TAPS, chunk_launches, filling_launches, tap_kernel_args
+from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, fill_nan, gate_act, mm_tf32, sigmoid, store_rn
+from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid, store_rn
+
+TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
 
 @triton.jit
@@ -251,26 +253,17 @@ def kda_fwd_intra_solve_kernel(
     t_L, t_INV, t_Mqk,  # tap buffers [hi-lo, n_sel, BC, BC]
     head_slot, tap_lo, tap_hi, n_sel,
     c0,              # first chunk of this launch (common.chunk_launches)
-    gT,              # [NC, H, K] fp32 (the token taps only)
-    t_gc, t_gT, t_b, t_qd, t_kd, t_ki, t_kr,  # the token stage's tap buffers (TapPlan.token_in_solve)
-    fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
     H: tl.constexpr,
     K: tl.constexpr,
     BC: tl.constexpr,
     BK: tl.constexpr,
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
-    TAP_GC: tl.constexpr = 0, TAP_GT: tl.constexpr = 0, TAP_B: tl.constexpr = 0, TAP_QD: tl.constexpr = 0,
-    TAP_KD: tl.constexpr = 0, TAP_KI: tl.constexpr = 0, TAP_KR: tl.constexpr = 0,
-    FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's "solve" group), shared by the programs
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
     then ``INV = (I + L)^-1``: each diagonal block by forward substitution in exact fp32, and below the
-    diagonal ``INV_sj = -INV_ss sum_{j <= m < s} L_sm INV_mj`` (block forward substitution).
-    Over the tap window it also writes the token stage's taps, last (``_token_taps``)."""
-    if FILL:  # first: its arguments then hold no register through the products
-        fill_nan(fill, fill_n)
+    diagonal ``INV_sj = -INV_ss sum_{j <= m < s} L_sm INV_mj`` (block forward substitution)."""
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     NB: tl.constexpr = BC // 16
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -306,8 +299,7 @@ def kda_fwd_intra_solve_kernel(
     o_m = o_ch * BC * BC
     i_slot = tl.load(head_slot + i_h) if STORE_TAPS else -1
     tapped = STORE_TAPS & (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
-    i_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
-    o_tap = i_tap * BC * BC
+    o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64) * BC * BC
     # M = tril(Aqk), stored first: its registers then serve the inverse
     q00 = tl.where(m_lo, q00, 0.0)
     q11 = tl.where(m_lo, q11, 0.0)
@@ -350,48 +342,6 @@ def kda_fwd_intra_solve_kernel(
             _store_lower(t_L + o_tap, L00, L10, L11, L20, L21, L22, L30, L31, L32, L33, NB, BC)
         if TAP_INV:
             _store_lower(t_INV + o_tap, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, NB, BC)
-        _token_taps(qn, kn, gc, gT, b, bos, n_valid, o_ch, i_h, i_tap, scale,
-                    t_gc, t_gT, t_b, t_qd, t_kd, t_ki, t_kr, H, K, BC, 16,
-                    TAP_GC, TAP_GT, TAP_B, TAP_QD, TAP_KD, TAP_KI, TAP_KR)
-
-
-@triton.jit
-def _token_taps(qn, kn, gc, gT, b, bos, n_valid, o_ch, i_h, o_tap, scale, t_gc, t_gT, t_b, t_qd, t_kd, t_ki, t_kr,
-                H: tl.constexpr, K: tl.constexpr, BC: tl.constexpr, TBK: tl.constexpr,
-                TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
-                TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr):
-    """The token stage's taps of one (chunk, head) from what it stored (``qn``, ``kn``, ``gc``, ``gT``,
-    ``b``), as ``kda_fwd_token_kernel`` forms them: padding rows carry gc's chunk total, the others 0."""
-    o_t = tl.arange(0, BC)
-    m_t = o_t < n_valid
-    if TAP_B:
-        tl.store(t_b + o_tap * BC + o_t, tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0))
-    if TAP_GC or TAP_GT or TAP_QD or TAP_KD or TAP_KI or TAP_KR:
-        for i_k in range(tl.cdiv(K, TBK)):
-            o_k = i_k * TBK + tl.arange(0, TBK)
-            m_k = o_k < K
-            m_tk = m_t[:, None] & m_k[None, :]
-            o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
-            o_ck = o_tap * BC * K + o_t[:, None] * K + o_k[None, :]
-            m_ck = (o_t >= 0)[:, None] & m_k[None, :]
-            b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
-            b_gc = tl.where(m_t[:, None], tl.load(gc + o_tk, mask=m_tk, other=0), b_gT[None, :])
-            if TAP_GT:
-                tl.store(t_gT + o_tap * K + o_k, b_gT, mask=m_k)
-            if TAP_GC:
-                tl.store(t_gc + o_ck, b_gc, mask=m_ck)
-            if TAP_QD:
-                b_q = tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32)
-                tl.store(t_qd + o_ck, b_q * scale * tl.exp(b_gc), mask=m_ck)
-            if TAP_KD or TAP_KI or TAP_KR:
-                b_k = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32)
-                if TAP_KD:
-                    tl.store(t_kd + o_ck, b_k * tl.exp(b_gc), mask=m_ck)
-                if TAP_KI:
-                    # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
-                    tl.store(t_ki + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
-                if TAP_KR:
-                    tl.store(t_kr + o_ck, tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0), mask=m_ck)
 
 
 @triton.jit(do_not_specialize=["fault_chunk"])
@@ -489,16 +439,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     if ablate & ~8:
         raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "
                          "and 4 switched parts of the intra and inverse kernels, which are now one kernel")
-    # the intra/inverse kernel's launch outside the tap window NaN-fills the "solve" group first, then its
-    # window launch writes the token stage's taps too (TapPlan.token_in_solve): the token kernel then
-    # runs once, without taps
-    solve_launches = filling_launches(tap_plan, NC, "solve")
-    in_solve = tap_plan is not None and tap_plan.token_in_solve
-    token_plan = None if in_solve else tap_plan
-    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(token_plan, TOKEN_TAPS, qn, chunks)
+    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
     # K blocks of 64 (32 before): the forward's prepare 1.423 -> 1.405 ms at H32 T16384; for the WY
     # products blocks of 32 (64 before, when w and u were fp32): 1.423 -> 1.323 (docs/gpu/round17/call5)
-    for c0, c1, taps in chunk_launches(token_plan, NC):
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
             q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
@@ -510,17 +454,14 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
         )
-    names = ("L", "INV", "Mqk") + (TOKEN_TAPS if in_solve else ())
-    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, names, qn, chunks)
-    t_tok = bufs[3:] if in_solve else [qn] * len(TOKEN_TAPS)
-    for c0, c1, taps, fill in solve_launches:
-        on = {n: taps and present[n] for n in names}
+    (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
+                                                                             chunks)
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
-            qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), *bufs[:3],
-            slot, lo, hi, n_sel, c0, gT, *t_tok, qn if fill is None else fill, 0 if fill is None else fill.numel(),
-            H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)), BF16=bf16, STORE_TAPS=store and taps,
-            **{f"TAP_{n.upper()}": on.get(n, False) for n in names}, FILL=fill is not None,
-            **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
+            qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_inv, t_M,
+            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
+            BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
+            TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
     if not ablate & 8:
         kda_fwd_wu_kernel[(NC, H, 2)](

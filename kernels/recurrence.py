@@ -59,8 +59,6 @@ def kda_fwd_recurrence_kernel(
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
-    t_S, t_U,        # tap buffers [hi-lo, n_sel, *shape] (TAP_S, TAP_U)
-    head_slot, tap_lo, tap_hi, n_sel,  # tap plan (TAP_S or TAP_U)
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -72,8 +70,6 @@ def kda_fwd_recurrence_kernel(
     U_AHEAD: tl.constexpr = 0,   # 1: u loaded one step ahead into registers (out of the pipeliner's stages)
     MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (prepare.fwd_lowp bit 8), else tf32
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
-    TAP_S: tl.constexpr = 0,     # store the S tap of each chunk of the window (masked stores: no branch)
-    TAP_U: tl.constexpr = 0,     # idem, the U tap
     ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
@@ -101,8 +97,6 @@ def kda_fwd_recurrence_kernel(
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(tl.float32)
-    if TAP_S or TAP_U:
-        i_slot = tl.load(head_slot + i_h)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
@@ -129,15 +123,6 @@ def kda_fwd_recurrence_kernel(
             b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16)
         if (ABLATE & 4) == 0:
             tl.store(U + o_tv, b_U, mask=m_tv)
-        if TAP_S or TAP_U:  # the taps of the window's chunks, as the output pass would store them
-            # (a mask from tensors: the interpreter rejects a mask tensor combined with a 0-d bool)
-            tapped = (o_v * 0 + i_c >= tap_lo) & (o_v * 0 + i_c < tap_hi) & (o_v * 0 + i_slot >= 0) & m_v
-            o_tap = tl.where((i_c >= tap_lo) & (i_slot >= 0), (i_c - tap_lo) * n_sel + i_slot, 0).to(tl.int64)
-            if TAP_S:
-                tl.store(t_S + o_tap * K * V + o_kv, b_S, mask=m_k[:, None] & tapped[None, :])
-            if TAP_U:
-                tl.store(t_U + o_tap * BC * V + o_t[:, None] * V + o_v[None, :], b_U,
-                         mask=(o_t >= 0)[:, None] & tapped[None, :])
         if FUSE_OUT:  # off the chain: S and U of this chunk are final here
             b_qd = tl.load(qd + o_tk, mask=m_tk, other=0)
             b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
@@ -257,16 +242,6 @@ def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4), extra:
     return (stages_u if u_ahead else stages), u_ahead
 
 
-def state_taps(tap_plan, fused: bool) -> tuple[str, ...]:
-    """The taps the forward state pass stores: with ``o`` formed there (``fuse_out``), the selected ones
-    of ``S`` and ``U``, which it holds in registers chunk by chunk (knob ``TAPS_IN_STATE``, default 1);
-    the output pass stores the rest of ``OUTPUT_TAPS``. Their stores are masked, not branched on, so
-    the chain's loop keeps its shape; outside the window they store nothing."""
-    if tap_plan is None or not fused or not knob("TAPS_IN_STATE", 1) or tap_plan.hi <= tap_plan.lo:
-        return ()
-    return tuple(n for n in ("S", "U") if tap_plan.has(n))
-
-
 def fuse_out(precision: str) -> bool:
     """Whether the state pass forms ``o`` (``KDADBG_FWD_FUSE_OUT``; default in bf16 mode): it holds ``S``
     and ``U`` of each chunk already, so ``o = qd S + Mqk U`` there reads only ``qd`` and ``Mqk``, where the
@@ -277,11 +252,9 @@ def fuse_out(precision: str) -> bool:
     return bool(knob("FWD_FUSE_OUT", int(precision == "bf16")))
 
 
-def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
-                       tap_plan=None):
+def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
-    ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None). Given ``qd`` it also stores the
-    ``S`` and ``U`` taps of ``tap_plan`` (``state_taps``)."""
+    ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None)."""
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
@@ -298,16 +271,11 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     eo = 2 if mm_bf16 else 4
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + 4 * C * C if fused else 0)
-    names = state_taps(tap_plan, fused)
-    (t_S, t_U), slot, lo, hi, n_sel, _, present = tap_kernel_args(tap_plan if names else None, names or ("S", "U"),
-                                                                   ht, chunks)
     kda_fwd_recurrence_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
         krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht, qd if fused else ht, Mqk if fused else ht,
         o if fused else ht, chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
-        t_S, t_U, slot, lo, hi, n_sel,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused),
-        TAP_S=present["S"], TAP_U=present["U"], **LAUNCH,
+        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
     )
     return S, U, ht, o
@@ -325,11 +293,7 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         o = torch.empty(BT, H, V, device=qn.device, dtype=out_dtype)
     if NC == 0:
         return o
-    # with o formed by the state pass, the S and U taps are stored there (state_taps)
-    names = tuple(n for n in OUTPUT_TAPS if n not in (state_taps(tap_plan, True) if taps_only else ()))
-    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, names, o, chunks)
-    present = {n: present.get(n, False) for n in OUTPUT_TAPS}
-    bufs = [bufs[names.index(n)] if n in names else o for n in OUTPUT_TAPS]
+    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o, chunks)
     BV = _block_v(K, V)
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);

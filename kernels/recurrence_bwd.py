@@ -131,8 +131,7 @@ def recurrence_bwd_kernel(
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr,
-    TAP_DS: tl.constexpr,        # 0 no dS tap; 1 stored under a branch; 2 by a masked store (TAPS_DS_MASKED)
+    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
@@ -187,13 +186,9 @@ def recurrence_bwd_kernel(
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
         if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
             b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
-        if TAP_DS == 1:
+        if TAP_DS:
             if (c >= tap_lo) & (c < tap_hi) & (slot >= 0):
                 tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
-        if TAP_DS == 2:  # a masked store, no branch (the interpreter rejects a mask with a 0-d bool)
-            m_tap = (o_v * 0 + c >= tap_lo) & (o_v * 0 + c < tap_hi) & (o_v * 0 + slot >= 0) & m_v
-            i_tap = tl.where((c >= tap_lo) & (slot >= 0), (c - tap_lo) * n_sel + slot, 0).to(tl.int64)
-            tl.store(tap_dS + i_tap * K * V + o_kv, b_dS, mask=m_k[:, None] & m_tap[None, :])
     if STORE_DH0:
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
 
@@ -251,7 +246,6 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
         tap_plan.n_sel if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=(1 + knob("TAPS_DS_MASKED", 1)) if tap else 0, FAULT=fault,
-        **LAUNCH,
+        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     return dSn, dh0

@@ -118,28 +118,20 @@ def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K:
 
 
 def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                              device, groups: dict[str, tuple[str, ...]], dtype=torch.float32):
-    """As ``alloc_tap_buffers``, but the selected taps named in each of ``groups`` are views of one flat
-    tensor per group (each view starting on a 256-byte boundary) left unfilled, for the caller to
-    NaN-fill before any kernel writes them; a tap in no group is NaN-filled here. Returns
-    ``(buffers, flats)``, ``flats`` mapping each group that holds a selected tap to its flat tensor."""
+                              device, group: tuple[str, ...], dtype=torch.float32):
+    """As ``alloc_tap_buffers``, but the selected taps named in ``group`` are views of one flat tensor
+    (each starting on a 256-byte boundary) left unfilled, for the caller to NaN-fill before any kernel
+    writes them. Returns ``(buffers, flat)``, ``flat`` None when no selected tap is in ``group``."""
     lo, hi = sel.chunk_range(n_chunks)
     nh = len(sel.head_list(n_heads))
     shapes = {n: (hi - lo, nh, *REGISTRY[n].dims(C, K, V)) for n in sel.names}
     align = 256 // torch.empty(0, dtype=dtype).element_size()
-    owner = {}
-    for g, names in groups.items():
-        for n in names:
-            if n in owner:
-                raise ValueError(f"tap {n!r} is in two fill groups: {owner[n]!r} and {g!r}")
-            owner[n] = g
-    offsets, totals = {}, {}
+    offsets, total = {}, 0
     for n in sel.names:
-        g = owner.get(n)
-        if g is not None:
-            offsets[n] = totals.get(g, 0)
-            totals[g] = offsets[n] + -(-_numel(shapes[n]) // align) * align
-    flats = {g: torch.empty(t, dtype=dtype, device=device) for g, t in totals.items()}
-    bufs = {n: flats[owner[n]][offsets[n]:offsets[n] + _numel(shapes[n])].view(shapes[n]) if n in offsets
+        if n in group:
+            offsets[n] = total
+            total += -(-_numel(shapes[n]) // align) * align
+    flat = torch.empty(total, dtype=dtype, device=device) if offsets else None
+    bufs = {n: flat[offsets[n]:offsets[n] + _numel(shapes[n])].view(shapes[n]) if n in offsets
             else torch.full(shapes[n], float("nan"), dtype=dtype, device=device) for n in sel.names}
-    return bufs, flats
+    return bufs, flat

@@ -134,50 +134,6 @@ def test_taps_do_not_change_outputs_or_gradients(name, precision):
     assert set(buffers) == set(TapSelection().names)
 
 
-@pytest.mark.parametrize("name,precision,window", [("chunk64_varlen", "bf16", (1, 2)), ("basic", "fp32", (2, 4)),
-                                                    ("varlen_kv", "fp32", None)])
-def test_tap_buffers_filled_by_the_kernels(name, precision, window, monkeypatch):
-    """Tap buffers of the fill groups start as garbage (1.0 here) and are NaN-filled by the forward's
-    intra/inverse kernel and the backward's K pass over the chunks outside the tap window (in line
-    when the window holds every chunk), before anything writes them: with every head's slot cleared,
-    so that no kernel writes a tap, every element of every buffer is NaN afterwards; with the slots,
-    every buffer and output has the bits of the fill up front with the token stage's taps written by
-    the token kernel, in bf16 mode the S and U taps by the output pass rather than the state pass, and
-    dS stored under a branch (TAPS_FILL_SOLVE=0, TAPS_FILL_KPASS=0, TAPS_TOKEN_IN_SOLVE=0,
-    TAPS_IN_STATE=0, TAPS_DS_MASKED=0)."""
-    import kdadbg_kernels.chunk as chunk_mod
-
-    inputs, cfg = make_inputs(get_case(name))
-    build = chunk_mod._tap_plan
-    runs = {}
-    for mode in ("kernels", "kernels_no_slots", "up_front"):
-        for knob_name in ("TAPS_FILL_SOLVE", "TAPS_FILL_KPASS", "TAPS_TOKEN_IN_SOLVE", "TAPS_IN_STATE",
-                         "TAPS_DS_MASKED"):
-            monkeypatch.setenv(f"KDADBG_{knob_name}", "0" if mode == "up_front" else "1")
-
-        def garbage_plan(*a, **kw):
-            plan = build(*a, **kw)
-            assert set(plan.unfilled) == (set() if mode == "up_front" else {"solve", "kpass"})
-            assert plan.token_in_solve == (mode != "up_front")
-            for flat in plan.unfilled.values():
-                flat.fill_(1.0)
-            if mode == "kernels_no_slots":
-                plan.head_slot.fill_(-1)
-            return plan
-
-        monkeypatch.setattr(chunk_mod, "_tap_plan", garbage_plan)
-        out, buffers, plan = run_fb(inputs, cfg, precision, TapSelection(chunks=window))
-        assert not plan.unfilled
-        runs[mode] = out, buffers
-    assert set(runs["kernels"][1]) == set(TapSelection().names)
-    assert all(b.isnan().all() for b in runs["kernels_no_slots"][1].values())
-    for n, b in runs["up_front"][1].items():
-        assert torch.equal(runs["kernels"][1][n].view(torch.int32), b.view(torch.int32)), n
-    for n, t in runs["up_front"][0].items():
-        for mode in ("kernels", "kernels_no_slots"):
-            assert torch.equal(runs[mode][0][n].contiguous().view(torch.int32), t.contiguous().view(torch.int32)), n
-
-
 @gpu
 def test_op_gpu_bf16_large():
     case = with_size(get_case("varlen"), K=128, V=128, H=4, chunk_size=64, dtype="bfloat16")
