@@ -80,8 +80,9 @@ if named profile; then
     IFS=';' read -ra shapes <<< "${PROFILE_SHAPES:---H 16;--H 32;--H 32 --varlen}"
     for shape in "${shapes[@]}"; do
         tag=$(echo "$shape" | tr -d ' -')
-        python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" 2>&1 \
-            | tee "$OUT/profile_$tag.log" | head -14
+        # the whole log first: `tee | head` cut it at head's 14 lines (tee died of the closed pipe)
+        python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" > "$OUT/profile_$tag.log" 2>&1
+        grep -v -e Warning -e _warn_once "$OUT/profile_$tag.log" | head -14
     done
 fi
 exit $status
