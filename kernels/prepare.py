@@ -72,7 +72,6 @@ def kda_fwd_token_kernel(
     K: tl.constexpr,
     BC: tl.constexpr,            # chunk size: 16, 32 or 64
     BK: tl.constexpr,            # K block
-    TBK: tl.constexpr,           # K block of the tap stores' loop
     GATE: tl.constexpr,          # 0 none, 1 lower_bound, 2 softplus
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
@@ -155,44 +154,29 @@ def kda_fwd_token_kernel(
         tl.store(gc + o_tk, b_gc, mask=m_tk)
         store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
-        b_qd = b_q * scale * tl.exp(b_gc)  # qd for the state pass's o (STORE_QD)
+        b_qd = b_q * scale * tl.exp(b_gc)  # the qd tap, and qd for the state pass's o (STORE_QD)
         if STORE_QD:
             store_rn(qd + o_tk, b_qd, m_tk)
+        if tapped:
+            o_ck = o_cK + o_k[None, :]
+            m_ck = (o_t >= 0)[:, None] & m_k[None, :]
+            if TAP_GC:
+                tl.store(t_gc + o_tap * BC * K + o_ck, b_gc, mask=m_ck)
+            if TAP_GT:
+                tl.store(t_gT + o_tap * K + o_k, b_gT, mask=m_k)
+            if TAP_QD:
+                tl.store(t_qd + o_tap * BC * K + o_ck, b_qd, mask=m_ck)
+            if TAP_KD:
+                tl.store(t_kd + o_tap * BC * K + o_ck, b_k * tl.exp(b_gc), mask=m_ck)
+            if TAP_KI:
+                # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
+                tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
+            if TAP_KR:
+                tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
     tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
     if tapped:
         if TAP_B:
             tl.store(t_b + o_tap * BC + o_t, b_b)
-        if TAP_GC or TAP_GT or TAP_QD or TAP_KD or TAP_KI or TAP_KR:
-            # in a loop of their own, from what this program stored above (qn, kn or the raw q, k; gc,
-            # gT): the per-token loop is then the taps-off one, its scan's register layout included
-            # (layout_check.py); with the stores in it, at K blocks of 64, it spilled 56 B (sm_90)
-            tl.debug_barrier()  # other threads' stores of gc and gT are read back
-            for i_k in range(tl.cdiv(K, TBK)):
-                o_k = i_k * TBK + tl.arange(0, TBK)
-                m_k = o_k < K
-                m_tk = m_t[:, None] & m_k[None, :]
-                o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-                o_ck = o_tap * BC * K + o_cK + o_k[None, :]
-                m_ck = (o_t >= 0)[:, None] & m_k[None, :]
-                b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0)
-                # padding rows: gc's cumsum stays flat there, at the chunk total
-                b_gc = tl.where(m_t[:, None], tl.load(gc + o_tk, mask=m_tk, other=0), b_gT[None, :])
-                if TAP_GC:
-                    tl.store(t_gc + o_ck, b_gc, mask=m_ck)
-                if TAP_GT:
-                    tl.store(t_gT + o_tap * K + o_k, b_gT, mask=m_k)
-                if TAP_QD:
-                    b_q = tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32)
-                    tl.store(t_qd + o_ck, b_q * scale * tl.exp(b_gc), mask=m_ck)
-                if TAP_KD or TAP_KI or TAP_KR:
-                    b_k = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32)
-                    if TAP_KD:
-                        tl.store(t_kd + o_ck, b_k * tl.exp(b_gc), mask=m_ck)
-                    if TAP_KI:
-                        # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
-                        tl.store(t_ki + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
-                    if TAP_KR:
-                        tl.store(t_kr + o_ck, tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0), mask=m_ck)
 
 
 @triton.jit
@@ -464,7 +448,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
             qn, kn, gc, krT, qn if qd is None else qd, b, gT, chunks.chunk_start, chunks.chunk_len,
             float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
-            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), TBK=block_size(K, 32), GATE=GATE_IDS[gate],
+            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
