@@ -1,4 +1,4 @@
-# Round 19, call 1 (prepared in the ninth session, NOT yet run). Run from the repo root of branch
+# Round 19, call 1 (prepared in the ninth session, run in the tenth on branch taps-kpass-stack at 02a501a). Run from the repo root of branch
 # taps-kpass-stack on the device machine with .ab in carry, holding main's and taps-kpass-fill's kernels:
 #   mkdir -p .ab/main .ab/fill && git archive main kernels | tar x -C .ab/main \
 #       && git archive taps-kpass-fill kernels | tar x -C .ab/fill
