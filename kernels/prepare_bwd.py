@@ -628,9 +628,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     if fill is not None and not any(not w for _, _, w in launches):
         fill.fill_(float("nan"))
         fill = None
-    n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
-    plan = (tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
-            tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel)
+    plan = ((tap_plan.head_slot, tap_plan.lo, tap_plan.hi, tap_plan.n_sel) if tap_plan is not None
+            else (chunks.chunk_len, 0, 0, 0))
     fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
     DOT = dot_mode(precision)
     for c0, c1, in_window in launches:
@@ -678,11 +677,10 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     if chunks.n_chunks == 0:
         return dq, dk, dbeta
     tap = tap_plan is not None and tap_plan.has("db")
-    n_sel = len(tap_plan.selection.head_list(H)) if tap_plan is not None else 0
+    plan = ((tap_plan.head_slot, tap_plan.lo, tap_plan.hi, tap_plan.n_sel) if tap_plan is not None
+            else (chunks.chunk_len, 0, 0, 0))
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
-        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.get("db") if tap else dbeta,
-        tap_plan.head_slot if tap_plan is not None else chunks.chunk_len,
-        tap_plan.lo if tap_plan is not None else 0, tap_plan.hi if tap_plan is not None else 0, n_sel,
+        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.get("db") if tap else dbeta, *plan,
         chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],
         C=chunks.chunk_size, BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
     return dq, dk, dbeta

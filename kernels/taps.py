@@ -109,12 +109,7 @@ def _numel(shape: tuple[int, ...]) -> int:
 def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
                       device, dtype=torch.float32) -> dict[str, torch.Tensor]:
     """NaN-filled buffers ``[n_sel_chunks, n_sel_heads, *per-chunk shape]`` for each selected tap."""
-    lo, hi = sel.chunk_range(n_chunks)
-    nh = len(sel.head_list(n_heads))
-    return {
-        n: torch.full((hi - lo, nh, *REGISTRY[n].dims(C, K, V)), float("nan"), dtype=dtype, device=device)
-        for n in sel.names
-    }
+    return alloc_tap_buffers_grouped(sel, n_chunks, n_heads, C, K, V, device, (), dtype)[0]
 
 
 def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
