@@ -96,6 +96,9 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                                         dt_bias=dt_bias, h0=h0, cu_seqlens=cu_seqlens, precision=precision,
                                         cu_seqlens_cpu=cu_seqlens_cpu)
     chunks = KernelChunks.build(B, T, cu, chunk_size, q.device)
+    if tap_plan is not None and tap_plan.window is None:
+        _, _, _, seq, t, start, length = chunk_layout(B, T, cu, chunk_size)
+        tap_plan.bind_window(start, length, seq, t)
     q, k, g = (x.reshape(B * T, H, K).contiguous() for x in (q, k, g))
     v = v.reshape(B * T, H, V).contiguous()
     beta = beta.reshape(B * T, H).contiguous()
@@ -112,7 +115,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused)
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
-                                     out_dtype=out_dtype)
+                                     out_dtype=out_dtype, tap_plan=tap_plan)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o)
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U)

@@ -78,7 +78,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
           for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
 
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
-                                   chunks, scale=scale, precision=precision)
+                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan)
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
     f32 = torch.float32

@@ -4,11 +4,11 @@ tensors (the contract between the forward and the backward stages) and the tap p
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from .taps import TapSelection, alloc_tap_buffers_grouped
+from .taps import REGISTRY, TapSelection, alloc_tap_buffers_grouped
 from .tuning import knob
 
 PRECISIONS = ("fp32", "bf16")
@@ -138,6 +138,38 @@ class FwdSaved:
 # pass bound by its arithmetic, where the stores cost little; with no such chunks, by a fill in line
 KPASS_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
 
+# Taps that are tensors the kernels write whether taps are on or off: the forward's saved tensors and the
+# backward's intermediates, with the layout of each (``token``: [BT, H, *d]; ``chunk``: [NC, H, *shape];
+# ``state``: dS, read from dSn [NC, H, K, V], the gradient arriving at each chunk, and dh0 [N, H, K, V]).
+# With knob TAPS_ALIAS (default 1) no kernel stores them a second time: the stage NaN-fills its tensor
+# over the tap window before its kernel writes it (``TapPlan.alias``), and ``TapPlan.buffers`` reads the
+# taps from there.
+ALIAS_TAPS = {"gc": "token", "gT": "chunk", "b": "token", "INV": "chunk", "Mqk": "chunk", "S": "chunk",
+              "U": "token", "dS": "state", "dU": "token", "dMqk": "chunk", "dL": "chunk", "dkr": "token"}
+
+
+@dataclass(frozen=True)
+class TapWindow:
+    """The tap window's chunks on the host: first token, valid rows, sequence, and whether each is its
+    sequence's first chunk."""
+
+    start: torch.Tensor   # [hi-lo] int64
+    length: torch.Tensor  # [hi-lo] int64
+    seq: torch.Tensor     # [hi-lo] int64
+    first: torch.Tensor   # [hi-lo] bool
+
+    @staticmethod
+    def of(lo: int, hi: int, start, length, seq, t) -> "TapWindow":
+        """From the per-chunk tables of ``chunk_layout`` (``start, length, seq, t``, any device)."""
+        cut = [x[lo:hi].to("cpu", torch.int64) for x in (start, length, seq, t)]
+        return TapWindow(cut[0], cut[1], cut[2], cut[3] == 0)
+
+    def token_span(self) -> tuple[int, int]:
+        """Flattened tokens ``[t0, t1)`` of the window's rows (chunks are in token order)."""
+        if self.start.numel() == 0:
+            return 0, 0
+        return int(self.start[0]), int(self.start[-1] + self.length[-1])
+
 
 @dataclass
 class TapPlan:
@@ -146,7 +178,8 @@ class TapPlan:
     Every buffer starts NaN-filled before a kernel writes it. Those of ``KPASS_FILL_TAPS`` are views of
     one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_KPASS``, default 1; 0 fills
     them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if no
-    backward has.
+    backward has. The taps in ``aliased`` (``ALIAS_TAPS``) have no buffer of their own: ``buffers`` reads
+    them from the kernels' tensors, NaN-filled over the window before the kernels wrote them.
     """
 
     selection: TapSelection
@@ -156,6 +189,11 @@ class TapPlan:
     _buffers: dict[str, torch.Tensor]
     n_sel: int = 0
     unfilled: torch.Tensor | None = None  # flat fp32 holding the KPASS_FILL_TAPS buffers, not yet NaN
+    aliased: tuple[str, ...] = ()
+    shape: tuple[int, int, int, int] = (0, 0, 0, 0)  # H, C, K, V
+    window: TapWindow | None = None
+    _sources: dict = field(default_factory=dict)  # aliased tap -> the kernels' tensor(s) holding it
+    _read: dict | None = None
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -168,11 +206,14 @@ class TapPlan:
         # wall than kernel time per fwd+bwd)
         cuda = torch.device(device).type == "cuda"
         slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
-        later = tuple(n for n in sel.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
-        bufs, flat = alloc_tap_buffers_grouped(sel, n_chunks, H, C, K, V, device, later)
-        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat)
+        aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
+        stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
+        later = tuple(n for n in stored.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
+        bufs, flat = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, later)
+        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat, aliased, (H, C, K, V))
 
     def has(self, name: str) -> bool:
+        """Whether a kernel stores tap ``name`` (selected and not aliased)."""
         return name in self._buffers
 
     def get(self, name: str) -> torch.Tensor:
@@ -185,13 +226,90 @@ class TapPlan:
         flat, self.unfilled = self.unfilled, None
         return flat
 
+    def bind_window(self, start, length, seq, t) -> None:
+        """The chunk tables of ``chunk_layout`` (host), so that ``alias`` needs no read-back."""
+        self.window = TapWindow.of(self.lo, self.hi, start, length, seq, t)
+
+    def _window(self, chunks: KernelChunks) -> TapWindow:
+        if self.window is None:  # read back from the device (a caller that did not bind the tables)
+            seq = chunks.chunk_seq.long()
+            t = torch.arange(chunks.n_chunks, device=seq.device) - chunks.seq_chunk_base.long()[seq]
+            self.window = TapWindow.of(self.lo, self.hi, chunks.chunk_start, chunks.chunk_len, seq, t)
+        return self.window
+
+    def alias(self, chunks: KernelChunks, **tensors) -> None:
+        """Register the kernels' tensors that hold aliased taps (``name=tensor``; ``dS=(dSn, dh0, ext)``
+        with ``ext`` None or, for one sequence, the tensor ``[NC + 1, ...]`` whose views dh0 and dSn are),
+        before any kernel writes them: each is NaN-filled over the tap window here."""
+        for name, x in tensors.items():
+            if name not in self.aliased or self.hi <= self.lo:
+                continue
+            win, nan = self._window(chunks), float("nan")
+            kind = ALIAS_TAPS[name]
+            if kind == "chunk":
+                x[self.lo:self.hi].fill_(nan)
+            elif kind == "token":
+                t0, t1 = win.token_span()
+                x[t0:t1].fill_(nan)
+            else:  # dS of chunk c is dSn[c - 1], or dh0 for a sequence's first chunk
+                dSn, dh0, _ = x
+                dSn[max(self.lo - 1, 0):self.hi - 1].fill_(nan)
+                dh0.fill_(nan)
+            self._sources[name] = x
+            self._read = None
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        heads = self.selection.head_list(self.shape[0])
+        if heads == tuple(range(self.shape[0])):
+            return x
+        return x.index_select(1, torch.tensor(heads, device=x.device))
+
+    def _read_alias(self, name: str) -> torch.Tensor:
+        """Aliased tap ``name`` as ``[hi-lo, n_sel, *shape]``: a view of the kernels' tensor where the
+        layouts agree, else gathered (padding rows 0); NaN if its stage did not run."""
+        H, C, K, V = self.shape
+        n, lo, hi = self.hi - self.lo, self.lo, self.hi
+        dims = REGISTRY[name].dims(C, K, V)
+        x = self._sources.get(name)
+        if x is None or n <= 0:
+            dev = self.head_slot.device
+            return torch.full((max(n, 0), self.n_sel, *dims), float("nan"), device=dev)
+        kind, win = ALIAS_TAPS[name], self.window
+        if kind == "chunk":
+            return self._heads(x[lo:hi])
+        if kind == "state":
+            dSn, dh0, ext = x
+            if ext is not None:  # [dh0, dSn...]: dS of chunk c at c
+                return self._heads(ext[lo:hi])
+            if not bool(win.first.any()):
+                return self._heads(dSn[lo - 1:hi - 1])
+            dev = dSn.device
+            out = dSn[(torch.arange(lo, hi) - 1).clamp(min=0).to(dev)]
+            out[win.first.to(dev)] = dh0[win.seq[win.first].to(dev)]
+            return self._heads(out)
+        rest = tuple(x.shape[2:])
+        t0 = int(win.start[0])
+        if bool((win.length == C).all()) and torch.equal(win.start, t0 + C * torch.arange(n)):
+            return self._heads(x[t0:t0 + n * C].view(n, C, H, *rest).transpose(1, 2))
+        r = torch.arange(C)
+        rows = win.start[:, None] + r
+        valid = (r < win.length[:, None]).to(x.device)
+        out = x[rows.clamp(max=x.shape[0] - 1).to(x.device)]  # [n, C, H, *rest]
+        out = torch.where(valid.view(n, C, *([1] * (out.dim() - 2))), out, torch.zeros((), dtype=out.dtype,
+                                                                                         device=out.device))
+        return self._heads(out.transpose(1, 2))
+
     @property
     def buffers(self) -> dict[str, torch.Tensor]:
-        """Every buffer, NaN where nothing was written (filled here if the backward did not run)."""
+        """Every selected tap, ``[hi-lo, n_sel_heads, *shape]``, NaN where nothing was written (the
+        stored buffers filled here if the backward did not run; aliased taps read from the kernels'
+        tensors)."""
         flat = self.take_unfilled()
         if flat is not None:
             flat.fill_(float("nan"))
-        return self._buffers
+        if self._read is None:
+            self._read = {n: self._read_alias(n) for n in self.aliased}
+        return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:

@@ -435,6 +435,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd
+    if tap_plan is not None:
+        tap_plan.alias(chunks, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk)
     has_gate, bf16, ablate = GATE_IDS[gate] != 0, precision == "bf16", knob("PREP_ABLATE", 0)
     if ablate & ~8:
         raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "

@@ -252,9 +252,11 @@ def fuse_out(precision: str) -> bool:
     return bool(knob("FWD_FUSE_OUT", int(precision == "bf16")))
 
 
-def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32):
+def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
+                       tap_plan=None):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
-    ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None)."""
+    ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None). ``S`` and ``U`` hold the S and U taps
+    when ``tap_plan`` aliases them."""
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
@@ -266,6 +268,8 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
     if N == 0:
         return S, U, ht, o
+    if tap_plan is not None:
+        tap_plan.alias(chunks, S=S, U=U)
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
     eo = 2 if mm_bf16 else 4

@@ -193,8 +193,10 @@ def recurrence_bwd_kernel(
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
 
 
-def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32"):
-    """``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO`` [BT,H,V], all fp32 (token-major, flattened B*T)."""
+def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
+                   tap_plan=None):
+    """``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO`` [BT,H,V], all fp32 (token-major, flattened B*T). The
+    recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it."""
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
@@ -204,6 +206,8 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
     if chunks.n_chunks == 0:
         return qd, kr, w, dU
+    if tap_plan is not None:
+        tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn, kn, gc, gT, b, INV, Mqk, do, qd, kr, w, dU, chunks.chunk_start, chunks.chunk_len, scale, H, K, V,
         C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), **LAUNCH,
@@ -220,10 +224,21 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     BT, H, K = qd.shape
     V = do.shape[-1]
     dev = qd.device
-    dSn = torch.empty(chunks.n_chunks, H, K, V, device=dev, dtype=torch.float32)
-    dh0 = torch.empty(chunks.n_seqs, H, K, V, device=dev, dtype=torch.float32) if has_h0 else None
+    # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
+    # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order
+    alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
+    store_dh0 = has_h0 or alias_dS
+    ext = None
+    if alias_dS and chunks.n_seqs == 1:
+        ext = torch.empty(chunks.n_chunks + 1, H, K, V, device=dev, dtype=torch.float32)
+        dh0, dSn = ext[:1], ext[1:]
+    else:
+        dSn = torch.empty(chunks.n_chunks, H, K, V, device=dev, dtype=torch.float32)
+        dh0 = torch.empty(chunks.n_seqs, H, K, V, device=dev, dtype=torch.float32) if store_dh0 else None
     if chunks.n_seqs == 0:
-        return dSn, dh0
+        return dSn, dh0 if has_h0 else None
+    if alias_dS:
+        tap_plan.alias(chunks, dS=(dSn, dh0, ext))
     BK = block_size(K)
     # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
     # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16 (docs/gpu/round15/call3)
@@ -240,12 +255,14 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if fault and (BK != BV or triton.cdiv(V, BV) != 1):
         raise ValueError("fault dS_untransposed needs K == V in one block")
     recurrence_bwd_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
-        qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if has_h0 else dummy,
+        qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if store_dh0 else dummy,
         chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
         tap_plan.get("dS") if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
         tap_plan.n_sel if tap else 0, fault_chunk,
         H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=has_h0, TAP_DS=tap, FAULT=fault, **LAUNCH,
+        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, FAULT=fault, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
-    return dSn, dh0
+    if not has_h0:
+        return dSn, None
+    return dSn, dh0 if ext is None else dh0.clone()  # a gradient that does not hold dSn's memory

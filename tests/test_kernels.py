@@ -12,7 +12,9 @@ from kdadbg.metrics import compare
 from kdadbg.reference import run_reference
 from kdadbg.tolerances import TOLERANCES
 from kdadbg_kernels import TapSelection, chunk_kda
+from kdadbg.tapsfile import zero_padding
 from kdadbg_kernels.chunk import kda_forward_backward
+from kdadbg_kernels.common import ALIAS_TAPS, KernelChunks, TapPlan, chunk_layout
 
 CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", "chunk32", "chunk64_varlen")
 
@@ -208,3 +210,93 @@ def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
     # built once per (B, T, C, device): a second call launches nothing and returns the same table
     assert KernelChunks.build(B, T, None, C, DEVICE) is got
     assert KernelChunks.build(B, T + 1, None, C, DEVICE) is not got
+
+
+@pytest.mark.parametrize("name,precision,window,heads", [
+    pytest.param("varlen_short", "fp32", None, None, id="varlen_short-every_chunk_a_sequence_start"),
+    pytest.param("no_state", "bf16", (0, 3), None, id="no_state-bf16-dS0_from_dh0_without_h0"),
+    pytest.param("chunk32", "fp32", (1, 4), (1,), id="chunk32-window_past_chunk0-tail-one_head"),
+    pytest.param("basic", "fp32", (0, 2), (1, 0), id="basic-full_chunks-heads_reversed"),
+])
+def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, heads, monkeypatch):
+    """The taps read from the kernels' own tensors (ALIAS_TAPS, knob TAPS_ALIAS=1) against the same taps
+    stored by the kernels (TAPS_ALIAS=0): every valid element has the same bits, none is NaN, and
+    outputs and gradients keep theirs. The cases take each way of reading: views (full chunks, a window
+    past chunk 0), gathers (tail chunks, varlen), dS from dh0 at sequence starts, a head subset."""
+    inputs, cfg = make_inputs(get_case(name))
+    sel = TapSelection(chunks=window, heads=heads)
+    runs = {}
+    for alias in ("1", "0"):
+        monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
+        runs[alias] = run_fb(inputs, cfg, precision, sel)
+    (out_a, taps_a, plan_a), (out_s, taps_s, plan_s) = runs["1"], runs["0"]
+    assert set(plan_a.aliased) == set(ALIAS_TAPS) and plan_s.aliased == ()
+    assert not any(plan_a.has(n) for n in ALIAS_TAPS)
+    for n, t in out_s.items():
+        assert torch.equal(bits(t), bits(out_a[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_s) == list(sel.names)
+    for n in sel.names:
+        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_s))
+        assert a.shape == s.shape and a.shape[:2] == (plan_a.hi - plan_a.lo, plan_a.n_sel), n
+        assert not a.isnan().any(), n
+        assert torch.equal(bits(a), bits(s)), n
+
+
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
+@pytest.mark.parametrize("B,T,cu,window", [
+    pytest.param(1, 34, (0, 5, 25, 34), (2, 5), id="varlen-window_across_sequences"),
+    pytest.param(1, 34, (0, 5, 25, 34), (2, 4), id="varlen-window_inside_a_sequence"),
+    pytest.param(1, 40, None, (1, 4), id="dense-full_chunks"),
+    pytest.param(2, 20, None, (0, 6), id="dense_B2-tails"),
+])
+def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, window):
+    """Host side of the aliased taps, on tensors that stand for the kernels': ``alias`` NaN-fills the tap
+    window's part of each and nothing else; ``buffers`` then reads every tap row from the right token,
+    chunk or (dS) the next chunk's dSn / the sequence's dh0, with padding rows 0, checked element by
+    element against the spec's chunk numbering."""
+    C, H, K, V = 8, 2, 3, 2
+    cu_t = None if cu is None else torch.tensor(cu)
+    _, _, base, seq, t, start, length = chunk_layout(B, T, cu_t, C)
+    NC, N, BT = int(base[-1]), len(base) - 1, B * T
+    chunks = KernelChunks.build(B, T, cu_t, C, "cpu")
+    plan = TapPlan.build(TapSelection(names=("gc", "b", "S", "dS", "qd")), NC, H, C, K, V, "cpu")
+    assert plan.aliased == ("gc", "b", "S", "dS") and plan.has("qd")
+    lo, hi = window
+
+    def register():
+        p = TapPlan.build(TapSelection(names=plan.aliased, chunks=window), NC, H, C, K, V, "cpu")
+        x = {"gc": torch.ones(BT, H, K), "b": torch.ones(BT, H), "S": torch.ones(NC, H, K, V),
+             "dSn": torch.ones(NC, H, K, V), "dh0": torch.ones(N, H, K, V)}
+        p.alias(chunks, gc=x["gc"], b=x["b"], S=x["S"], dS=(x["dSn"], x["dh0"], None))
+        return p, x
+
+    plan, x = register()
+    t0, t1 = int(start[lo]), int(start[hi - 1] + length[hi - 1])
+    for n, span in (("gc", (t0, t1)), ("b", (t0, t1)), ("S", (lo, hi)), ("dSn", (max(lo - 1, 0), hi - 1)),
+                    ("dh0", (0, N))):
+        inside = torch.zeros(x[n].shape[0], dtype=torch.bool)
+        inside[span[0]:span[1]] = True
+        assert x[n][inside].isnan().all() and not x[n][~inside].isnan().any(), n
+    assert all(plan.buffers[n][i, :, :int(length[lo + i])].isnan().all() for n in ("gc", "b")
+               for i in range(hi - lo))
+    assert plan.buffers["S"].isnan().all() and plan.buffers["dS"].isnan().all()
+
+    plan, x = register()
+    for n, v in x.items():  # what the kernels would write: every element distinct
+        v.copy_(torch.arange(v.numel(), dtype=torch.float32).view(v.shape) + 1000 * len(n))
+    buf = plan.buffers
+    for i, c in enumerate(range(lo, hi)):
+        for h in range(H):
+            assert torch.equal(buf["S"][i, h], x["S"][c, h])
+            dS = x["dh0"][int(seq[c]), h] if int(t[c]) == 0 else x["dSn"][c - 1, h]
+            assert torch.equal(buf["dS"][i, h], dS), (c, h)
+            for r in range(C):
+                want_gc = x["gc"][int(start[c]) + r, h] if r < int(length[c]) else torch.zeros(K)
+                want_b = x["b"][int(start[c]) + r, h] if r < int(length[c]) else torch.tensor(0.)
+                assert torch.equal(buf["gc"][i, h, r], want_gc), (c, h, r)
+                assert torch.equal(buf["b"][i, h, r], want_b), (c, h, r)
