@@ -178,7 +178,8 @@ def _table(results):
     for r in results:
         print(f"{r['name']:<28} {f(r.get('ours_fwd_ms')):>9} {f(r.get('fla_fwd_ms')):>9} {f(r.get('ratio_fwd')):>6} "
               f"{f(r.get('ours_fwdbwd_ms')):>9} {f(r.get('fla_fwdbwd_ms')):>9} {f(r.get('ratio_fwdbwd')):>6} "
-              f"{f(r.get('taps_ratio')):>6} {f(r.get('taps_read_ratio')):>6} {f(r.get('ours_peak_mem_gib')):>9} {f(r.get('fla_peak_mem_gib')):>8}")
+              f"{f(r.get('taps_ratio')):>6} {f(r.get('taps_read_ratio')):>6} {f(r.get('ours_peak_mem_gib')):>9} "
+              f"{f(r.get('fla_peak_mem_gib')):>8}")
 
 
 if __name__ == "__main__":

@@ -150,19 +150,24 @@ ALIAS_TAPS = {"gc": "token", "gT": "chunk", "b": "token", "INV": "chunk", "Mqk":
 
 @dataclass(frozen=True)
 class TapWindow:
-    """The tap window's chunks on the host: first token, valid rows, sequence, and whether each is its
-    sequence's first chunk."""
+    """The tap window's chunks on the host: first token, valid rows, sequence, whether each is its
+    sequence's first chunk; ``dense``: every chunk full and right after the previous one (token-major
+    rows then lie as the registry's chunk rows)."""
 
     start: torch.Tensor   # [hi-lo] int64
     length: torch.Tensor  # [hi-lo] int64
     seq: torch.Tensor     # [hi-lo] int64
     first: torch.Tensor   # [hi-lo] bool
+    any_first: bool
+    dense: bool
 
     @staticmethod
-    def of(lo: int, hi: int, start, length, seq, t) -> "TapWindow":
+    def of(lo: int, hi: int, C: int, start, length, seq, t) -> "TapWindow":
         """From the per-chunk tables of ``chunk_layout`` (``start, length, seq, t``, any device)."""
-        cut = [x[lo:hi].to("cpu", torch.int64) for x in (start, length, seq, t)]
-        return TapWindow(cut[0], cut[1], cut[2], cut[3] == 0)
+        start, length, seq, t = (x[lo:hi].to("cpu", torch.int64) for x in (start, length, seq, t))
+        n = start.numel()
+        dense = n > 0 and bool((length == C).all()) and torch.equal(start, start[0] + C * torch.arange(n))
+        return TapWindow(start, length, seq, t == 0, bool((t == 0).any()), dense)
 
     def token_span(self) -> tuple[int, int]:
         """Flattened tokens ``[t0, t1)`` of the window's rows (chunks are in token order)."""
@@ -194,6 +199,7 @@ class TapPlan:
     window: TapWindow | None = None
     _sources: dict = field(default_factory=dict)  # aliased tap -> the kernels' tensor(s) holding it
     _read: dict | None = None
+    _tables: dict = field(default_factory=dict)  # the window's index tables on the device (_dev)
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -228,13 +234,14 @@ class TapPlan:
 
     def bind_window(self, start, length, seq, t) -> None:
         """The chunk tables of ``chunk_layout`` (host), so that ``alias`` needs no read-back."""
-        self.window = TapWindow.of(self.lo, self.hi, start, length, seq, t)
+        self.window = TapWindow.of(self.lo, self.hi, self.shape[1], start, length, seq, t)
 
     def _window(self, chunks: KernelChunks) -> TapWindow:
         if self.window is None:  # read back from the device (a caller that did not bind the tables)
             seq = chunks.chunk_seq.long()
             t = torch.arange(chunks.n_chunks, device=seq.device) - chunks.seq_chunk_base.long()[seq]
-            self.window = TapWindow.of(self.lo, self.hi, chunks.chunk_start, chunks.chunk_len, seq, t)
+            self.window = TapWindow.of(self.lo, self.hi, self.shape[1], chunks.chunk_start, chunks.chunk_len, seq,
+                                       t)
         return self.window
 
     def alias(self, chunks: KernelChunks, **tensors) -> None:
@@ -258,22 +265,29 @@ class TapPlan:
             self._sources[name] = x
             self._read = None
 
+    def _dev(self, name: str, host: torch.Tensor, device) -> torch.Tensor:
+        """A host index table of the window on ``device``, copied once, without waiting for the GPU."""
+        key = (name, str(device))
+        if key not in self._tables:
+            cuda = torch.device(device).type == "cuda"
+            self._tables[key] = host.pin_memory().to(device, non_blocking=True) if cuda else host.to(device)
+        return self._tables[key]
+
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         heads = self.selection.head_list(self.shape[0])
         if heads == tuple(range(self.shape[0])):
             return x
-        return x.index_select(1, torch.tensor(heads, device=x.device))
+        return x.index_select(1, self._dev("heads", torch.tensor(heads), x.device))
 
     def _read_alias(self, name: str) -> torch.Tensor:
         """Aliased tap ``name`` as ``[hi-lo, n_sel, *shape]``: a view of the kernels' tensor where the
         layouts agree, else gathered (padding rows 0); NaN if its stage did not run."""
         H, C, K, V = self.shape
         n, lo, hi = self.hi - self.lo, self.lo, self.hi
-        dims = REGISTRY[name].dims(C, K, V)
         x = self._sources.get(name)
         if x is None or n <= 0:
-            dev = self.head_slot.device
-            return torch.full((max(n, 0), self.n_sel, *dims), float("nan"), device=dev)
+            dims = REGISTRY[name].dims(C, K, V)
+            return torch.full((max(n, 0), self.n_sel, *dims), float("nan"), device=self.head_slot.device)
         kind, win = ALIAS_TAPS[name], self.window
         if kind == "chunk":
             return self._heads(x[lo:hi])
@@ -281,23 +295,23 @@ class TapPlan:
             dSn, dh0, ext = x
             if ext is not None:  # [dh0, dSn...]: dS of chunk c at c
                 return self._heads(ext[lo:hi])
-            if not bool(win.first.any()):
+            if not win.any_first:
                 return self._heads(dSn[lo - 1:hi - 1])
             dev = dSn.device
-            out = dSn[(torch.arange(lo, hi) - 1).clamp(min=0).to(dev)]
-            out[win.first.to(dev)] = dh0[win.seq[win.first].to(dev)]
+            out = dSn.index_select(0, self._dev("prev", (torch.arange(lo, hi) - 1).clamp(min=0), dev))
+            first = win.first.nonzero().flatten()
+            out.index_copy_(0, self._dev("first", first, dev),
+                            dh0.index_select(0, self._dev("first_seq", win.seq[first], dev)))
             return self._heads(out)
         rest = tuple(x.shape[2:])
-        t0 = int(win.start[0])
-        if bool((win.length == C).all()) and torch.equal(win.start, t0 + C * torch.arange(n)):
+        if win.dense:  # full chunks one after another: the window's rows as they lie
+            t0 = int(win.start[0])
             return self._heads(x[t0:t0 + n * C].view(n, C, H, *rest).transpose(1, 2))
         r = torch.arange(C)
-        rows = win.start[:, None] + r
-        valid = (r < win.length[:, None]).to(x.device)
-        out = x[rows.clamp(max=x.shape[0] - 1).to(x.device)]  # [n, C, H, *rest]
-        out = torch.where(valid.view(n, C, *([1] * (out.dim() - 2))), out, torch.zeros((), dtype=out.dtype,
-                                                                                         device=out.device))
-        return self._heads(out.transpose(1, 2))
+        rows = (win.start[:, None] + r).clamp(max=x.shape[0] - 1).flatten()
+        out = x.reshape(x.shape[0], -1).index_select(0, self._dev("rows", rows, x.device)).view(n, C, -1)
+        pad = self._dev("pad", (r[None, :] >= win.length[:, None])[:, :, None], x.device)
+        return self._heads(out.masked_fill_(pad, 0.).view(n, C, H, *rest).transpose(1, 2))
 
     @property
     def buffers(self) -> dict[str, torch.Tensor]:
