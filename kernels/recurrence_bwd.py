@@ -227,7 +227,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
     # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order
     alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
-    store_dh0 = has_h0 or alias_dS
+    store_dh0 = has_h0 or alias_dS or bool(knob("RECB_STORE_DH0", 0))  # the knob: timing the store alone
     ext = None
     if alias_dS and chunks.n_seqs == 1:
         ext = torch.empty(chunks.n_chunks + 1, H, K, V, device=dev, dtype=torch.float32)
