@@ -160,18 +160,10 @@ def recurrence_bwd_kernel(
     b_gT = tl.load(gT + (c_last * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c0 < c1), other=0.)
     if TAP_DS:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
         slot = tl.load(head_slot + i_h)
-    # with STORE_DH0 one step more, over no rows: its store of the arriving dS, the sequence's dh0, is the
-    # store every step makes (a store after the loop cost 0.18 ms of 0.60 on the varlen batch at H32:
-    # registers, 8 B of spill at 32 columns; docs/gpu/round20/call3)
-    n_steps = c1 - c0
-    if STORE_DH0:
-        n_steps += 1
-    for i in range(n_steps):
+    for i in range(c1 - c0):
         c = c1 - 1 - i
         bos = bos0 + (c - c0).to(tl.int64) * C
         n = tl.minimum(eos - bos, C)
-        if STORE_DH0:
-            n = tl.where(c >= c0, n, 0)
         m_t = o_t < n
         m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
@@ -181,11 +173,7 @@ def recurrence_bwd_kernel(
         m_prev = (o_t * 0 + c > c0)[:, None] & m_v[None, :]
         b_dU0_prev = tl.load(dU + o_tv_prev, mask=m_prev, other=0.)
         b_gT_prev = tl.load(gT + o_ck - H * K + o_k, mask=m_k & (o_k * 0 + c > c0), other=0.)
-        if STORE_DH0:
-            tl.store(tl.where(c >= c0, dSn + o_ck * V, dh0 + (i_n * H + i_h).to(tl.int64) * K * V) + o_kv, b_dS,
-                     mask=m_kv)
-        else:
-            tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
+        tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
         b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
@@ -199,8 +187,10 @@ def recurrence_bwd_kernel(
         if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
             b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
         if TAP_DS:
-            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & (c >= c0):
+            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0):
                 tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
+    if STORE_DH0:
+        tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
