@@ -121,7 +121,7 @@ def recurrence_bwd_kernel(
     gT,              # [NC, H, K] fp32
     dht,             # [N, H, K, V] fp32 (math layout), read if USE_DHT
     dSn,             # [NC, H, K, V] fp32 out: dS⁺, the gradient arriving from the next chunk
-    dh0,             # [N, H, K, V] fp32 out (math layout), written if STORE_DH0
+    dh0,             # [N, H, K, V] fp32 out (math layout), written if STORE_DH0 (and not DH0_SLOT)
     chunk_start, chunk_len,  # [NC] int32
     seq_chunk_base,  # [N+1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
@@ -130,9 +130,12 @@ def recurrence_bwd_kernel(
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
     fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     H, K, V,         # sizes
+    n_seqs,          # N (DH0_SLOT)
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
+    DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
+                                 # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -160,10 +163,15 @@ def recurrence_bwd_kernel(
     b_gT = tl.load(gT + (c_last * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c0 < c1), other=0.)
     if TAP_DS:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
         slot = tl.load(head_slot + i_h)
-    for i in range(c1 - c0):
+    n_steps = c1 - c0
+    if DH0_SLOT:
+        n_steps += 1
+    for i in range(n_steps):
         c = c1 - 1 - i
         bos = bos0 + (c - c0).to(tl.int64) * C
         n = tl.minimum(eos - bos, C)
+        if DH0_SLOT:
+            n = tl.where(c >= c0, n, 0)
         m_t = o_t < n
         m_tk = m_t[:, None] & m_k[None, :]
         m_tv = m_t[:, None] & m_v[None, :]
@@ -173,7 +181,11 @@ def recurrence_bwd_kernel(
         m_prev = (o_t * 0 + c > c0)[:, None] & m_v[None, :]
         b_dU0_prev = tl.load(dU + o_tv_prev, mask=m_prev, other=0.)
         b_gT_prev = tl.load(gT + o_ck - H * K + o_k, mask=m_k & (o_k * 0 + c > c0), other=0.)
-        tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
+        if DH0_SLOT:
+            c_st = tl.where(c >= c0, c, i_n - n_seqs)  # the slot the arriving dS goes to
+            tl.store(dSn + (c_st * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
+        else:
+            tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
         b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
@@ -187,9 +199,9 @@ def recurrence_bwd_kernel(
         if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
             b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
         if TAP_DS:
-            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0):
+            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
                 tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
-    if STORE_DH0:
+    if STORE_DH0 and not DH0_SLOT:
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
 
 
@@ -225,20 +237,25 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     V = do.shape[-1]
     dev = qd.device
     # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
-    # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order
+    # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order.
+    # RECB_DH0_SLOT=1 (not yet timed on the GPU; default 0): dh0 always just before dSn, stored by the loop
+    # (the kernel's DH0_SLOT), which the sm_90 build of Triton 3.6 compiles without the 8 B spill of the
+    # store after the loop at 32 columns
     alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
     store_dh0 = has_h0 or alias_dS or bool(knob("RECB_STORE_DH0", 0))  # the knob: timing the store alone
+    dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 0))
+    N, NC = chunks.n_seqs, chunks.n_chunks
     ext = None
-    if alias_dS and chunks.n_seqs == 1:
-        ext = torch.empty(chunks.n_chunks + 1, H, K, V, device=dev, dtype=torch.float32)
-        dh0, dSn = ext[:1], ext[1:]
+    if dh0_slot or (alias_dS and N == 1):
+        ext = torch.empty(N + NC, H, K, V, device=dev, dtype=torch.float32)
+        dh0, dSn = ext[:N], ext[N:]
     else:
-        dSn = torch.empty(chunks.n_chunks, H, K, V, device=dev, dtype=torch.float32)
-        dh0 = torch.empty(chunks.n_seqs, H, K, V, device=dev, dtype=torch.float32) if store_dh0 else None
-    if chunks.n_seqs == 0:
+        dSn = torch.empty(NC, H, K, V, device=dev, dtype=torch.float32)
+        dh0 = torch.empty(N, H, K, V, device=dev, dtype=torch.float32) if store_dh0 else None
+    if N == 0:
         return dSn, dh0 if has_h0 else None
     if alias_dS:
-        tap_plan.alias(chunks, dS=(dSn, dh0, ext))
+        tap_plan.alias(chunks, dS=(dSn, dh0, ext if N == 1 else None))
     BK = block_size(K)
     # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
     # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16 (docs/gpu/round15/call3)
@@ -260,8 +277,8 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_plan.get("dS") if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
         tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
         tap_plan.n_sel if tap else 0, fault_chunk,
-        H, K, V, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, FAULT=fault, **LAUNCH,
+        H, K, V, N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
+        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, FAULT=fault, DH0_SLOT=dh0_slot, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:
         return dSn, None

@@ -251,6 +251,30 @@ def test_backward_tap_buffers_are_nan_filled_by_the_k_pass(name, window, monkeyp
         assert torch.equal(plans["kpass"][n].view(torch.int32), plans["up_front"][n].view(torch.int32)), n
 
 
+@pytest.mark.parametrize("name,precision", [("varlen_short", "fp32"), ("basic", "fp32"), ("no_state", "bf16")])
+@pytest.mark.parametrize("alias", ("1", "0"))
+def test_dh0_slot_keeps_the_bits(name, precision, alias, monkeypatch):
+    """RECB_DH0_SLOT=1 (dh0 stored by one more step of the reverse recurrence into the slot just before
+    dSn) against the store after the loop: the same bits of every gradient, dh0 included, and of the dS
+    tap, aliased (read from dSn and dh0) or stored by the kernel, where the extra step, at the previous
+    sequence's last chunk, must store no tap (varlen_short: every chunk starts a sequence)."""
+    inputs, cfg, res, chunks, saved = reference_case(get_case(name))
+    B, T, H, K, V = inputs.shape
+    monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
+    runs = {}
+    for slot in ("0", "1"):
+        monkeypatch.setenv("KDADBG_RECB_DH0_SLOT", slot)
+        plan = TapPlan.build(TapSelection(names=("dS", "dU")), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
+        runs[slot] = run_bwd(saved, chunks, inputs, cfg, precision, tap_plan=plan), plan.buffers
+    (g0, t0), (g1, t1) = runs["0"], runs["1"]
+    assert g0.keys() == g1.keys() and ("dh0" in g0) == (inputs.h0 is not None)
+    for n in g0:
+        assert torch.equal(g0[n].view(torch.int32), g1[n].view(torch.int32)), n
+    for n in t0:
+        assert not t1[n].isnan().any(), n
+        assert torch.equal(t0[n].contiguous().view(torch.int32), t1[n].contiguous().view(torch.int32)), n
+
+
 def _forward():
     try:
         from kdadbg_kernels.chunk import kda_forward
