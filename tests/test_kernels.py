@@ -212,6 +212,10 @@ def test_dense_chunk_table_built_on_device_matches_spec_numbering(B, T, C):
     assert KernelChunks.build(B, T + 1, None, C, DEVICE) is not got
 
 
+def bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().view(torch.int32)
+
+
 @pytest.mark.parametrize("name,precision,window,heads", [
     pytest.param("varlen_short", "fp32", None, None, id="varlen_short-every_chunk_a_sequence_start"),
     pytest.param("no_state", "bf16", (0, 3), None, id="no_state-bf16-dS0_from_dh0_without_h0"),
@@ -242,10 +246,6 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
         assert a.shape == s.shape and a.shape[:2] == (plan_a.hi - plan_a.lo, plan_a.n_sel), n
         assert not a.isnan().any(), n
         assert torch.equal(bits(a), bits(s)), n
-
-
-def bits(t: torch.Tensor) -> torch.Tensor:
-    return t.contiguous().view(torch.int32)
 
 
 @pytest.mark.parametrize("B,T,cu,window", [
