@@ -19,6 +19,15 @@ PRECISIONS = ("fp32", "bf16")
 LAUNCH = dict(enable_fp_fusion=False)
 
 
+def to_device(host: torch.Tensor, device) -> torch.Tensor:
+    """``host`` on ``device`` without waiting for the GPU: on CUDA from pinned memory (a pageable copy makes
+    the host wait for the GPU's queued work; round 15's taps-on profile at H16 T16384 had one such copy per
+    call and 0.84 ms more wall than kernel time per fwd+bwd)."""
+    if torch.device(device).type == "cuda":
+        return host.pin_memory().to(device, non_blocking=True)
+    return host.to(device)
+
+
 def chunk_layout(B: int, T: int, cu_seqlens: torch.Tensor | None, chunk_size: int):
     """The chunk numbering of spec §9, as CPU int64 tensors.
 
@@ -71,14 +80,11 @@ class KernelChunks:
             return _dense_chunks(B, T, chunk_size, torch.device(device))
         bos, lens, base, seq, t, start, length = chunk_layout(B, T, cu_seqlens, chunk_size)
         NC, N = int(base[-1]), len(lens)
-        # one host-to-device copy of the whole table, from pinned memory without waiting for the GPU
+        # one host-to-device copy of the whole table
         n_per = (lens + chunk_size - 1) // chunk_size
         order = torch.sort(-n_per.to(torch.int64), stable=True).indices
         table = torch.cat([start, length, seq, base, order]).to(torch.int32)
-        if torch.device(device).type == "cuda":
-            table = table.pin_memory().to(device, non_blocking=True)
-        else:
-            table = table.to(device)
+        table = to_device(table, device)
         start, length, seq, base, order = torch.split(table, [NC, NC, NC, N + 1, N])
         return KernelChunks(chunk_size, start, length, seq, base, NC, N, int(n_per.max()) if N else 0, order)
 
@@ -207,11 +213,7 @@ class TapPlan:
         slot = torch.full((H,), -1, dtype=torch.int32)
         for i, h in enumerate(sel.head_list(H)):
             slot[h] = i
-        # from pinned memory without waiting: a pageable copy makes the host wait for the GPU's queued
-        # work (round 15's taps-on profile at H16 T16384 had this one copy per call and 0.84 ms more
-        # wall than kernel time per fwd+bwd)
-        cuda = torch.device(device).type == "cuda"
-        slot = slot.pin_memory().to(device, non_blocking=True) if cuda else slot.to(device)
+        slot = to_device(slot, device)
         aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
         stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
         later = tuple(n for n in stored.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
@@ -269,8 +271,7 @@ class TapPlan:
         """A host index table of the window on ``device``, copied once, without waiting for the GPU."""
         key = (name, str(device))
         if key not in self._tables:
-            cuda = torch.device(device).type == "cuda"
-            self._tables[key] = host.pin_memory().to(device, non_blocking=True) if cuda else host.to(device)
+            self._tables[key] = to_device(host, device)
         return self._tables[key]
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
