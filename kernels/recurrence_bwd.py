@@ -135,7 +135,8 @@ def recurrence_bwd_kernel(
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
-                                 # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT)
+                                 # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
+                                 # default 1)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -238,12 +239,13 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     dev = qd.device
     # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
     # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order.
-    # RECB_DH0_SLOT=1 (not yet timed on the GPU; default 0): dh0 always just before dSn, stored by the loop
-    # (the kernel's DH0_SLOT), which the sm_90 build of Triton 3.6 compiles without the 8 B spill of the
-    # store after the loop at 32 columns
+    # RECB_DH0_SLOT (default 1): dh0 just before dSn, stored by one more step of the loop (the kernel's
+    # DH0_SLOT), which the sm_90 build of Triton 3.6 compiles without the 8 B spill of the store after the
+    # loop (RECB_DH0_SLOT=0) at 32 columns: on the varlen batch at H32 the pass with dh0 took 0.614 ms
+    # against 0.776 with the store after the loop and 0.611 without dh0 (docs/gpu/round21/call1)
     alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
     store_dh0 = has_h0 or alias_dS or bool(knob("RECB_STORE_DH0", 0))  # the knob: timing the store alone
-    dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 0))
+    dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 1))
     N, NC = chunks.n_seqs, chunks.n_chunks
     ext = None
     if dh0_slot or (alias_dS and N == 1):
