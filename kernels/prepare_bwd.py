@@ -335,43 +335,6 @@ def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_
     return b_ec * mm_x3(b_AT, b_qI * b_er, DOT, SPLIT), b_ec * mm_x3(b_bLT, b_kI * b_er, DOT, SPLIT)
 
 
-@triton.jit
-def _tame(b_g, m_k, SPREAD: tl.constexpr):
-    """(taps only) Whether the dqd/dkd taps may come from the P loop's sums: in every column gc spans at
-    most ``SPREAD`` (so no decay factor e^(gc_i - gc_j) of the sums falls below e^-SPREAD, far above
-    fp32's smallest normal, e^-87) and |gc| <= 80 (e^(-gc) finite). ``b_g``: [C, BK], padding rows
-    carrying the chunk total."""
-    b_g = tl.where(m_k[None, :], b_g, 0.)
-    spread = tl.max(tl.max(b_g, axis=0) - tl.min(b_g, axis=0), axis=0)
-    return (spread <= SPREAD) & (tl.max(tl.abs(b_g)) <= 80.)
-
-
-@triton.jit
-def _t_sums(o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, m_tk, o_tk, H, K,
-            C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr, BLOCKED: tl.constexpr):
-    """(taps only; where gc is not ``_tame``) ``dMqk ki`` and ``dL ki`` [C, BK] from anchored products
-    of their own: block J's product times e^(-a) at its anchor a, so a value overflows only where it
-    does itself (``scale_exp_cols``)."""
-    b_Tq = tl.zeros([C, BK], dtype=tl.float32)
-    b_Tl = tl.zeros([C, BK], dtype=tl.float32)
-    if BLOCKED:
-        for J in tl.range(0, C // 16, num_stages=1):
-            _, _, t_q, t_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
-                                      C, DOT, SPLIT, True)
-            b_Tq += t_q
-            b_Tl += t_l
-    else:
-        o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
-        b_dd = tl.load(dMqk + o_cc0 + o_t * (C + 1))
-        b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
-        b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
-        for I in tl.range(0, C // 16, num_stages=1):
-            _, _, t_q, t_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, tl.load(dL + o_cc), DOT, SPLIT, True)
-            b_Tq += t_q
-            b_Tl += t_l
-    return b_Tq, b_Tl
-
-
 @triton.jit(do_not_specialize=["c0"])
 def chunk_bwd_dqkg_kernel(
     qn, kn,          # [BT, H, K] fp32
@@ -405,7 +368,6 @@ def chunk_bwd_dqkg_kernel(
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
     FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
-    TAP_SPREAD: tl.constexpr = 40.,  # dqd/dkd taps from the P loop's sums where gc's spread is at most this
 ):
     if FILL:  # first: its arguments then hold no register through the loops
         _fill_nan(fill, fill_n)
@@ -435,35 +397,41 @@ def chunk_bwd_dqkg_kernel(
     # (qn dMqk_ii kn - kn dMqk_ii qn). Two passes (P, then Q) so that fewer tiles are live at once.
     o_cc0 = o_ch * C * C
     b_dd = tl.load(dMqk + o_cc0 + o_t * (C + 1))
-    # taps dqd, dkd: T = dMqk ki and dL ki. Where gc is tame (_tame), T is the P loop's sums times
-    # e^(-gc): the P loop is then the taps-off one (in-loop tap products made it 1.7x as long in sm_90
-    # code). Elsewhere the end of the kernel stores them again from products of their own (_t_sums).
+    # taps dqd, dkd: dMs ki and dL ki (T), from the same anchored products times e^(-a)
     TAP_T: tl.constexpr = TAP_DQD or TAP_DKD
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
+    b_Tq = tl.zeros([C, BK], dtype=tl.float32)
+    b_Tl = tl.zeros([C, BK], dtype=tl.float32)
     if BLOCKED:
         for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-            d_q, d_l, _, _ = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
-                                      C, DOT, SPLIT, False)
+            d_q, d_l, t_q, t_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
+                                          C, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
+            if TAP_T:
+                b_Tq += t_q
+                b_Tl += t_l
     else:
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
         b_dL = tl.load(dL + o_cc)
         for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):
-            d_q, d_l, _, _ = _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT, SPLIT, False)
+            d_q, d_l, t_q, t_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
+            if TAP_T:
+                b_Tq += t_q
+                b_Tl += t_l
 
     idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
     if on:  # stored here, so that T is not live through the Q loop
-        b_Ex = tl.exp(-b_gc)
-        if TAP_DQD:  # P·[i] is E_i sum_j dMs[i,j] ki_j: dMqk ki is P e^(-gc) with the diagonal added
-            b_Tq = b_Ex * (b_Pq + b_dd[:, None] * b_kn)
+        if TAP_DQD:
+            # dMqk ki from the P loop's products anchored at a block's first row: exp(-gc_j) = exp(-a)
+            # exp(a - gc_j), applied to the product, so it overflows only where the value itself does
             _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
         if TAP_DKD:
-            b_dkd = b_b[:, None] * (b_Ex * b_Pl - tl.load(dcS + o_tk, mask=m_tk, other=0.))
+            b_dkd = b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.))
             _store_tap(t_dkd, idx, b_dkd, o_t, o_k, m_k, K, C)
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
@@ -541,18 +509,6 @@ def chunk_bwd_dqkg_kernel(
     if on:  # last: the tap-only reductions follow the taps-off code's (layout_check.py)
         if TAP_DGT:
             tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
-        if TAP_T:
-            b_g = tl.where(m_t[:, None], tl.load(gc + o_tk, mask=m_tk, other=0.), b_gT[None, :])
-            if not _tame(b_g, m_k, TAP_SPREAD):
-                tl.debug_barrier()  # the stores above, maybe by other threads, land first
-                b_Tq, b_Tl = _t_sums(o_t, b_g, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, m_tk, o_tk,
-                                     H, K, C, BK, DOT, SPLIT, BLOCKED)
-                if TAP_DQD:
-                    _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
-                if TAP_DKD:
-                    b_bt = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
-                    b_dkd = b_bt[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.))
-                    _store_tap(t_dkd, idx, b_dkd, o_t, o_k, m_k, K, C)
 
 
 @triton.jit
@@ -703,9 +659,6 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16, docs/gpu/round16/call3); fp32 mode keeps
             # the [C, C] products, as accurate as before (with blocks its ddt_bias error doubled on the H200)
             BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1),
-            # dqd/dkd taps from the P loop's sums where gc spans at most this in every column (_tame);
-            # -1 has every program form them from products of its own (tests)
-            TAP_SPREAD=float(knob("DQKG_TAP_SPREAD", 40)),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
             SCAN=0 if K % BK3 else DOT, **LAUNCH,

@@ -136,7 +136,7 @@ def recurrence_bwd_kernel(
     FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
-                                 # default 1)
+                                 # default 1 at BV >= 32)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -239,14 +239,18 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     dev = qd.device
     # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
     # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order.
-    # RECB_DH0_SLOT (default 1): dh0 just before dSn, stored by one more step of the loop (the kernel's
-    # DH0_SLOT), which the sm_90 build of Triton 3.6 compiles without the 8 B spill of the store after the
-    # loop (RECB_DH0_SLOT=0) at 32 columns: on the varlen batch at H32 the pass with dh0 took 0.614 ms
-    # against 0.776 with the store after the loop and 0.611 without dh0 (docs/gpu/round21/call1)
     alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
     store_dh0 = has_h0 or alias_dS or bool(knob("RECB_STORE_DH0", 0))  # the knob: timing the store alone
-    dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 1))
     N, NC = chunks.n_seqs, chunks.n_chunks
+    # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
+    # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16 (docs/gpu/round15/call3)
+    BV = state_block_v("RECB_BV", N * H, K, V, dev, per_sm=6)
+    # RECB_DH0_SLOT (default 1 at 32 columns or more): dh0 just before dSn, stored by one more step of the
+    # loop (the kernel's DH0_SLOT). At 32 columns the sm_90 build of Triton 3.6 spills 8 B with the store
+    # after the loop, not with this: on the varlen batch at H32 the pass took 0.614 ms with dh0 so stored,
+    # 0.776 with the store after the loop, 0.611 without dh0 (docs/gpu/round21/call1). At 16 columns
+    # neither spills and the extra step cost: 0.390 against 0.373 ms at H16 T16384 (round21/call2)
+    dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 1 if BV >= 32 else 0))
     ext = None
     if dh0_slot or (alias_dS and N == 1):
         ext = torch.empty(N + NC, H, K, V, device=dev, dtype=torch.float32)
@@ -259,9 +263,6 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if alias_dS:
         tap_plan.alias(chunks, dS=(dSn, dh0, ext if N == 1 else None))
     BK = block_size(K)
-    # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
-    # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16 (docs/gpu/round15/call3)
-    BV = state_block_v("RECB_BV", chunks.n_seqs * H, K, V, dev, per_sm=6)
     # per stage the kr, qd, w and dO tiles (bf16 on the GPU's bf16 mode, else fp32); besides, the dS
     # operand and two [C, BV] tiles. Three stages: 0.36 ms at H16 T16384, two 0.51, four 0.39
     # (docs/gpu/round15/call2)
