@@ -143,11 +143,6 @@ class FwdSaved:
 # buffers are NaN-filled by the K pass's programs over the chunks outside the tap window (FILL), a
 # pass bound by its arithmetic, where the stores cost little; with no such chunks, by a fill in line
 KPASS_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
-# The forward's stored taps (token kernel, intra/inverse kernel, output pass; knob TAPS_FILL_INTRA,
-# default 1): their buffers are views of a second flat tensor, which the intra/inverse kernel's launch
-# over the chunks outside the tap window NaN-fills (one-warp programs, far from the memory's bandwidth),
-# run before the window's token and intra/inverse launches; with no such chunks, a fill in line
-INTRA_FILL_TAPS = ("qd", "kd", "ki", "kr", "L", "vcorr")
 
 # Taps that are tensors the kernels write whether taps are on or off: the forward's saved tensors and the
 # backward's intermediates, with the layout of each (``token``: [BT, H, *d]; ``chunk``: [NC, H, *shape];
@@ -192,10 +187,9 @@ class TapPlan:
     """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
 
     Every buffer starts NaN-filled before a kernel writes it. Those of ``KPASS_FILL_TAPS`` are views of
-    one flat tensor (``unfilled``) that the backward fills, those of ``INTRA_FILL_TAPS`` of another
-    (``unfilled_fwd``) that the forward fills (knobs ``TAPS_FILL_KPASS``, ``TAPS_FILL_INTRA``, default 1;
-    0 fills them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if
-    no pass has. The taps in ``aliased`` (``ALIAS_TAPS``) have no buffer of their own: ``buffers`` reads
+    one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_KPASS``, default 1; 0 fills
+    them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if no
+    backward has. The taps in ``aliased`` (``ALIAS_TAPS``) have no buffer of their own: ``buffers`` reads
     them from the kernels' tensors, NaN-filled over the window before the kernels wrote them.
     """
 
@@ -212,7 +206,6 @@ class TapPlan:
     _sources: dict = field(default_factory=dict)  # aliased tap -> the kernels' tensor(s) holding it
     _read: dict | None = None
     _tables: dict = field(default_factory=dict)  # the window's index tables on the device (_dev)
-    unfilled_fwd: torch.Tensor | None = None  # flat fp32 holding the INTRA_FILL_TAPS buffers, not yet NaN
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -223,11 +216,9 @@ class TapPlan:
         slot = to_device(slot, device)
         aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
         stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
-        groups = (KPASS_FILL_TAPS if knob("TAPS_FILL_KPASS", 1) else (),
-                  INTRA_FILL_TAPS if knob("TAPS_FILL_INTRA", 1) else ())
-        bufs, (flat, flat_fwd) = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, groups)
-        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat, aliased, (H, C, K, V),
-                       unfilled_fwd=flat_fwd)
+        later = tuple(n for n in stored.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
+        bufs, flat = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, later)
+        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat, aliased, (H, C, K, V))
 
     def has(self, name: str) -> bool:
         """Whether a kernel stores tap ``name`` (selected and not aliased)."""
@@ -235,16 +226,12 @@ class TapPlan:
 
     def get(self, name: str) -> torch.Tensor:
         """Tap ``name``'s buffer for a kernel to write: NaN-filled, or one of ``unfilled``'s views,
-        which the forward or the backward fills before any kernel writes them (``take_unfilled``)."""
+        which the backward's K pass fills before any kernel writes them (``take_unfilled``)."""
         return self._buffers[name]
 
-    def take_unfilled(self, forward: bool = False) -> torch.Tensor | None:
-        """The backward's (or with ``forward`` the forward's) flat tensor still to be NaN-filled (None if
-        none), which the caller now fills."""
-        if forward:
-            flat, self.unfilled_fwd = self.unfilled_fwd, None
-        else:
-            flat, self.unfilled = self.unfilled, None
+    def take_unfilled(self) -> torch.Tensor | None:
+        """The flat tensor still to be NaN-filled (None if none), which the caller now fills."""
+        flat, self.unfilled = self.unfilled, None
         return flat
 
     def bind_window(self, start, length, seq, t) -> None:
@@ -332,9 +319,9 @@ class TapPlan:
         """Every selected tap, ``[hi-lo, n_sel_heads, *shape]``, NaN where nothing was written (the
         stored buffers filled here if the backward did not run; aliased taps read from the kernels'
         tensors)."""
-        for flat in (self.take_unfilled(), self.take_unfilled(forward=True)):
-            if flat is not None:
-                flat.fill_(float("nan"))
+        flat = self.take_unfilled()
+        if flat is not None:
+            flat.fill_(float("nan"))
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}

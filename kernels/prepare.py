@@ -26,7 +26,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, chunk_launches, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, fill_nan, gate_act, mm_tf32, sigmoid, store_rn
+from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -253,21 +253,17 @@ def kda_fwd_intra_solve_kernel(
     t_L, t_INV, t_Mqk,  # tap buffers [hi-lo, n_sel, BC, BC]
     head_slot, tap_lo, tap_hi, n_sel,
     c0,              # first chunk of this launch (common.chunk_launches)
-    fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
     H: tl.constexpr,
     K: tl.constexpr,
     BC: tl.constexpr,
     BK: tl.constexpr,
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
-    FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's forward buffers), shared by the programs
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
     then ``INV = (I + L)^-1``: each diagonal block by forward substitution in exact fp32, and below the
     diagonal ``INV_sj = -INV_ss sum_{j <= m < s} L_sm INV_mj`` (block forward substitution)."""
-    if FILL:  # first: its arguments then hold no register through the loops
-        fill_nan(fill, fill_n)
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     NB: tl.constexpr = BC // 16
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -446,21 +442,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "
                          "and 4 switched parts of the intra and inverse kernels, which are now one kernel")
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
-    lim = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn, chunks)
-    (t_L, t_inv, t_M), lim_plan, (store_lim, present_lim) = lim[0], lim[1:5], lim[5:]
-    # the tap plan's forward buffers (INTRA_FILL_TAPS): NaN-filled by the first intra/inverse launch over
-    # chunks outside the tap window, so those launch first, each chunk range's token launch before its
-    # intra/inverse one; with no such chunks, here in line
-    fill = tap_plan.take_unfilled(forward=True) if tap_plan is not None else None
-    launches = chunk_launches(tap_plan, NC)
-    launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    if fill is not None and all(w for _, _, w in launches):
-        fill.fill_(float("nan"))
-        fill = None
-    for c0, c1, taps in launches:
+    # K blocks of 64 (32 before): the forward's prepare 1.423 -> 1.405 ms at H32 T16384; for the WY
+    # products blocks of 32 (64 before, when w and u were fp32): 1.423 -> 1.323 (docs/gpu/round17/call5)
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
-        # K blocks of 64 (32 before): the forward's prepare 1.423 -> 1.405 ms at H32 T16384; for the WY
-        # products blocks of 32 (64 before, when w and u were fp32): 1.423 -> 1.323 (docs/gpu/round17/call5)
         kda_fwd_token_kernel[(c1 - c0, H)](
             q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
             qn, kn, gc, krT, qn if qd is None else qd, b, gT, chunks.chunk_start, chunks.chunk_len,
@@ -471,15 +456,14 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
         )
-        fill_here, fill = (fill, None) if not taps else (None, fill)
+    (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
+                                                                             chunks)
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
             qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_inv, t_M,
-            *lim_plan, c0, INV if fill_here is None else fill_here,
-            0 if fill_here is None else fill_here.numel(), H=H, K=K, BC=C,
-            BK=knob("PREP_SOLVE_BK", block_size(K, 16)), BF16=bf16, STORE_TAPS=store_lim and taps,
-            TAP_L=taps and present_lim["L"], TAP_INV=taps and present_lim["INV"],
-            TAP_MQK=taps and present_lim["Mqk"], FILL=fill_here is not None, **LAUNCH,
-            num_warps=knob("PREP_SOLVE_WARPS", 1),
+            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
+            BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
+            TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
     if not ablate & 8:
         kda_fwd_wu_kernel[(NC, H, 2)](

@@ -39,7 +39,7 @@ from . import faults
 from .common import LAUNCH, chunk_launches
 from .tuning import block_size, knob
 from .recurrence_bwd import dot_mode, mm, mm_tf32, tap_index
-from .tlmath import fill_nan, store_rn, truncate_mantissa
+from .tlmath import store_rn, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -370,7 +370,7 @@ def chunk_bwd_dqkg_kernel(
     FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
 ):
     if FILL:  # first: its arguments then hold no register through the loops
-        fill_nan(fill, fill_n)
+        _fill_nan(fill, fill_n)
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
@@ -512,6 +512,19 @@ def chunk_bwd_dqkg_kernel(
 
 
 @triton.jit
+def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
+    """This program's share of NaN-filling ``fill[0:fill_n]``: one contiguous slice per program."""
+    n_prog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+    per = tl.cdiv(tl.cdiv(fill_n, n_prog), FB) * FB
+    start = pid.to(tl.int64) * per
+    nan = tl.full([FB], float("nan"), dtype=tl.float32)
+    for off in range(0, per, FB):
+        o = start + off + tl.arange(0, FB)
+        tl.store(fill + o, nan, mask=o < fill_n)
+
+
+@triton.jit
 def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
     """``dx_out`` rows from ``dx`` (fp32) rows: r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>,
     r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself)."""
@@ -609,9 +622,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         tap_plan.alias(chunks, dMqk=dMqk, dL=dL, dkr=dkr)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
     bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
-    # the tap plan's unfilled buffers (FILL_LATER_TAPS), if the forward's intra pass has not filled them:
-    # NaN-filled by the first K pass launch over chunks outside the tap window, which therefore run first;
-    # with none, here in line
+    # the tap plan's unfilled buffers (KPASS_FILL_TAPS): NaN-filled by the first K pass launch over
+    # chunks outside the tap window, which therefore run first; with none, here in line
     fill = tap_plan.take_unfilled() if tap_plan is not None else None
     launches = chunk_launches(tap_plan, NC)
     launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]

@@ -113,26 +113,20 @@ def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K:
 
 
 def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                              device, groups: tuple[tuple[str, ...], ...], dtype=torch.float32):
-    """As ``alloc_tap_buffers``, but the selected taps named in each of ``groups`` are views of one flat
-    tensor per group (each view starting on a 256-byte boundary) left unfilled, for the caller to NaN-fill
-    before any kernel writes them. Returns ``(buffers, flats)``, one flat per group, None for a group with
-    no selected tap."""
+                              device, group: tuple[str, ...], dtype=torch.float32):
+    """As ``alloc_tap_buffers``, but the selected taps named in ``group`` are views of one flat tensor
+    (each starting on a 256-byte boundary) left unfilled, for the caller to NaN-fill before any kernel
+    writes them. Returns ``(buffers, flat)``, ``flat`` None when no selected tap is in ``group``."""
     lo, hi = sel.chunk_range(n_chunks)
     nh = len(sel.head_list(n_heads))
     shapes = {n: (hi - lo, nh, *REGISTRY[n].dims(C, K, V)) for n in sel.names}
     align = 256 // torch.empty(0, dtype=dtype).element_size()
-    bufs, flats = {}, []
-    for group in groups:
-        offsets, total = {}, 0
-        for n in sel.names:
-            if n in group and n not in bufs:
-                offsets[n] = total
-                total += -(-_numel(shapes[n]) // align) * align
-        flat = torch.empty(total, dtype=dtype, device=device) if offsets else None
-        bufs.update({n: flat[o:o + _numel(shapes[n])].view(shapes[n]) for n, o in offsets.items()})
-        flats.append(flat)
+    offsets, total = {}, 0
     for n in sel.names:
-        if n not in bufs:
-            bufs[n] = torch.full(shapes[n], float("nan"), dtype=dtype, device=device)
-    return {n: bufs[n] for n in sel.names}, flats
+        if n in group:
+            offsets[n] = total
+            total += -(-_numel(shapes[n]) // align) * align
+    flat = torch.empty(total, dtype=dtype, device=device) if offsets else None
+    bufs = {n: flat[offsets[n]:offsets[n] + _numel(shapes[n])].view(shapes[n]) if n in offsets
+            else torch.full(shapes[n], float("nan"), dtype=dtype, device=device) for n in sel.names}
+    return bufs, flat

@@ -119,15 +119,3 @@ def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr):
     else:
         return b_g
 
-
-@triton.jit
-def fill_nan(fill, fill_n, FB: tl.constexpr = 512):
-    """This program's share of NaN-filling ``fill[0:fill_n]``: one contiguous slice per program."""
-    n_prog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-    per = tl.cdiv(tl.cdiv(fill_n, n_prog), FB) * FB
-    start = pid.to(tl.int64) * per
-    nan = tl.full([FB], float("nan"), dtype=tl.float32)
-    for off in range(0, per, FB):
-        o = start + off + tl.arange(0, FB)
-        tl.store(fill + o, nan, mask=o < fill_n)

@@ -18,7 +18,7 @@ from kdadbg.metrics import compare
 from kdadbg.reference import run_reference
 from kdadbg.tolerances import TOLERANCES
 from kdadbg_kernels.chunk import kda_forward
-from kdadbg_kernels.common import INTRA_FILL_TAPS, TapPlan, chunk_layout
+from kdadbg_kernels.common import TapPlan, chunk_layout
 from kdadbg_kernels.taps import REGISTRY, TapSelection
 
 FWD_TAPS = tuple(n for n, t in REGISTRY.items() if t.stage.startswith("fwd"))
@@ -45,14 +45,14 @@ def n_chunks(inputs: KDAInputs, C: int) -> int:
     return int(chunk_layout(B, T, inputs.cu_seqlens, C)[2][-1])
 
 
-def run_fwd(inputs: KDAInputs, cfg, precision="fp32", taps: TapSelection | None = None, plan: TapPlan | None = None):
-    """kda_forward on a dump's tensors; ``ht`` returned in the dump's state layout. ``plan``: a tap plan
-    built by the caller (instead of one for ``taps``)."""
+def run_fwd(inputs: KDAInputs, cfg, precision="fp32", taps: TapSelection | None = None):
+    """kda_forward on a dump's tensors; ``ht`` returned in the dump's state layout."""
     inputs = inputs.to(DEVICE)
     B, T, H, K, V = inputs.shape
     h0 = inputs.h0
     if h0 is not None and cfg.state_layout == "vk":
         h0 = h0.transpose(-1, -2)
+    plan = None
     if taps is not None:
         plan = TapPlan.build(taps, n_chunks(inputs, cfg.chunk_size), H, cfg.chunk_size, K, V, inputs.q.device)
     o, ht, saved, chunks = kda_forward(
@@ -221,38 +221,6 @@ def test_tap_selection_writes_exactly_the_selected_slots(precision):
         assert torch.equal(bits(buf), bits(full.buffers[name][2:5, 1:2])), name
     for name in FWD_TAPS:
         assert not torch.isnan(full.buffers[name]).any(), f"{name}: unwritten elements with every slot selected"
-
-
-@pytest.mark.parametrize("name, window", (("basic", (2, 5)), ("chunk64_varlen", (1, 2)), ("varlen_short", None)))
-@pytest.mark.parametrize("precision", ["fp32", "bf16"])
-def test_forward_tap_buffers_are_nan_filled_by_the_intra_pass(name, window, precision, monkeypatch):
-    """The forward's stored tap buffers (INTRA_FILL_TAPS, one flat tensor) start as garbage (1.0 here)
-    and are NaN-filled by the intra/inverse kernel's launch over the chunks outside the tap window, run
-    before the window's launches (in line when the window holds every chunk): with every head's slot
-    cleared, so that no kernel writes a tap, every element of them is NaN afterwards; with the slots, every
-    tap and output has the bits of a run with the buffers filled up front (TAPS_FILL_INTRA=0)."""
-    inputs, cfg = make_inputs(small(name))
-    B, T, H, K, V = inputs.shape
-    sel = TapSelection(names=FWD_TAPS, chunks=window)
-    runs = {}
-    for mode in ("intra", "intra_no_slots", "up_front"):
-        monkeypatch.setenv("KDADBG_TAPS_FILL_INTRA", "0" if mode == "up_front" else "1")
-        plan = TapPlan.build(sel, n_chunks(inputs, cfg.chunk_size), H, cfg.chunk_size, K, V, DEVICE)
-        assert (plan.unfilled_fwd is None) == (mode == "up_front")
-        if plan.unfilled_fwd is not None:
-            plan.unfilled_fwd.fill_(1.0)
-        if mode == "intra_no_slots":
-            plan.head_slot.fill_(-1)
-        o, ht, *_ = run_fwd(inputs, cfg, precision, plan=plan)
-        assert plan.unfilled_fwd is None
-        runs[mode] = o, ht, plan.buffers
-    group = [n for n in runs["intra"][2] if n in INTRA_FILL_TAPS]
-    assert set(group) == set(INTRA_FILL_TAPS)
-    assert all(runs["intra_no_slots"][2][n].isnan().all() for n in group)
-    (o, ht, taps), (o_u, ht_u, taps_u) = runs["intra"], runs["up_front"]
-    assert torch.equal(bits(o), bits(o_u)) and torch.equal(bits(ht), bits(ht_u))
-    for n in taps:
-        assert torch.equal(bits(taps[n]), bits(taps_u[n])), n
 
 
 def test_tap_selection_empty_range_and_head_order():
