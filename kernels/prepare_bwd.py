@@ -38,7 +38,7 @@ import triton.language as tl
 from . import faults
 from .common import LAUNCH, chunk_launches
 from .tuning import block_size, knob
-from .recurrence_bwd import dot_mode, mm, mm_tf32, tap_index
+from .recurrence_bwd import dot_mode, mm, mm_tf32, slot_index, tap_index
 from .tlmath import store_rn, truncate_mantissa
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
@@ -251,6 +251,12 @@ def _store_tap(t, idx, x, o_t, o_k, m_k, K, C: tl.constexpr):
 
 
 @triton.jit
+def _store_last_row(p, x, o_t, m_k, C: tl.constexpr):
+    """Store row ``C - 1`` of ``x`` [C, BK] at ``p`` [C, BK] (every row's pointers the same row's)."""
+    tl.store(p, x, mask=(o_t == C - 1)[:, None] & m_k[None, :])
+
+
+@triton.jit
 def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc):
     """(taps only) dMqk's diagonal term ``dd_i kn_i e^(a - gc_i)`` on the rows ``m_r`` of one 16-row
     block anchored at ``a``, 0 elsewhere: added to the block's anchored product before its e^(-a), so
@@ -372,6 +378,11 @@ def chunk_bwd_dqkg_kernel(
     if FILL:  # first: its arguments then hold no register through the loops
         _fill_nan(fill, fill_n)
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
+    ANY_TAP: tl.constexpr = TAP_DKR or TAP_DQD or TAP_DKD or TAP_DKI or TAP_DGT or TAP_DGC
+    if ANY_TAP:  # the head's tap slot, loaded once: each tap's index is formed from it at its store
+        slot = tl.load(head_slot + i_h)
+    else:
+        slot = -1
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     first = i_k == 0
@@ -424,7 +435,7 @@ def chunk_bwd_dqkg_kernel(
                 b_Tq += t_q
                 b_Tl += t_l
 
-    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
+    idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
     if on:  # stored here, so that T is not live through the Q loop
         if TAP_DQD:
             # dMqk ki from the P loop's products anchored at a block's first row: exp(-gc_j) = exp(-a)
@@ -459,12 +470,13 @@ def chunk_bwd_dqkg_kernel(
             b_Ql += d_l
 
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
-    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
-    if TAP_DKI and on:  # E from gc reloaded: the E formed first would stay live through the Q loop
-        b_Et = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))
+    idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
+    if TAP_DKI and on:  # E from gc masked as its load was (0 on padding rows): not the E formed first,
+        # which would then stay live through the Q loop; a reload of gc waited on memory (round 22)
+        b_Et = tl.exp(tl.where(m_tk, b_gc, 0.))
         _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_Et, o_t, o_k, m_k, K, C)
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
-    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
+    idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DKR and on:
         _store_tap(t_dkr, idx, b_dkrv, o_t, o_k, m_k, K, C)
     b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
@@ -473,15 +485,23 @@ def chunk_bwd_dqkg_kernel(
     if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
         b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
-    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)  # again: not live from above
+    idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DGC and on:
         _store_tap(t_dgc, idx, b_dgx - b_dkrr, o_t, o_k, m_k, K, C)
 
     # dγ[i] = sum_{r >= i} dgc[r] + dgT with dgT = eT⊙rowsum(dS⁺⊙S) + sum_r kr⊙dkr[r]; the kr path
     # enters dgc[r] as -kr⊙dkr[r], so it is summed as the prefix r < i rather than total - suffix
     b_dgTs = tl.load(dgTs + o_ch * K + o_k, mask=m_k, other=0.)
-    b_dgam = (row_sums(b_dgx, o_t, 1, SCAN) + row_sums(b_dkrr, o_t, 0, SCAN)
-              + (tl.exp(b_gT) * b_dgTs)[None, :])
+    b_sx = row_sums(b_dgx, o_t, 1, SCAN)
+    b_dkrs = row_sums(b_dkrr, o_t, 0, SCAN)
+    b_dgam = b_sx + b_dkrs + (tl.exp(b_gT) * b_dgTs)[None, :]
+    if TAP_DGT:
+        # sum_r kr⊙dkr[r] as the prefix sum's last row plus that row (0 on padding rows), stored from the
+        # threads that hold the row: no reduction of its own, and kr⊙dkr is not live past the scan
+        idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
+        if on:
+            _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None], (tl.exp(b_gT) * b_dgTs)[None, :] + (b_dkrs + b_dkrr),
+                            o_t, m_k, C)
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
         b_dg = b_dgam
@@ -504,11 +524,6 @@ def chunk_bwd_dqkg_kernel(
         tl.store(dA_part + o_ch * K + o_k, b_dA, mask=m_k)
         tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
     store_rn(dg + o_tk, b_dg, m_tk)
-
-    idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
-    if on:  # last: the tap-only reductions follow the taps-off code's (layout_check.py)
-        if TAP_DGT:
-            tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
 
 
 @triton.jit

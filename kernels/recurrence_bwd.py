@@ -59,7 +59,12 @@ def dot_mode(precision: str) -> int:
 @triton.jit
 def tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel):
     """Flat ``[hi-lo, n_sel]`` index of (chunk c, head i_h) in a tap buffer, and whether to write it."""
-    slot = tl.load(head_slot + i_h)
+    return slot_index(c, tl.load(head_slot + i_h), tap_lo, tap_hi, n_sel)
+
+
+@triton.jit
+def slot_index(c, slot, tap_lo, tap_hi, n_sel):
+    """``tap_index`` from the head's slot ``head_slot[i_h]`` already loaded."""
     on = (c >= tap_lo) & (c < tap_hi) & (slot >= 0)
     idx = tl.where(on, (c - tap_lo) * n_sel + slot, 0).to(tl.int64)
     return idx, on

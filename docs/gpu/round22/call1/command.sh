@@ -1,4 +1,4 @@
-# Round 22, call 1: PREPARED in the twelfth session, NOT YET RUN. From the repo root on the device
+# Round 22, call 1 (thirteenth session; prepared in the twelfth). From the repo root on the device
 # machine, no carry. Where the K pass's tap variant spends its extra time: its launch over the 64-chunk
 # window took 0.591 ms against about 0.433 for a quarter of the taps-off pass at H16 T16384
 # (round21/call2), and neither its in-loop tap products (round 21, call 2) nor its stores' bytes (0.027 ms
@@ -14,7 +14,8 @@ echo "ncu: ${NCU:-none}"; [ -n "$NCU" ] && "$NCU" --version | tail -1
 mkdir -p /tmp/kdadbg_path && ln -sfn "$PWD/kernels" /tmp/kdadbg_path/kdadbg_kernels
 export PYTHONPATH="$PWD:$PWD/benchmarks:/tmp/kdadbg_path" PYTHONUNBUFFERED=1
 S="--section SpeedOfLight --section LaunchStats --section Occupancy --section SchedulerStats
-   --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis"
+   --section WarpStateStats --section MemoryWorkloadAnalysis --section ComputeWorkloadAnalysis
+   --section SourceCounters --section InstructionStats"
 for w in 0 64; do
     # shellcheck disable=SC2086
     timeout 240 "$NCU" --clock-control none -k regex:chunk_bwd_dqkg_kernel --launch-count 2 $S --csv \
