@@ -251,6 +251,29 @@ def _store_tap(t, idx, x, o_t, o_k, m_k, K, C: tl.constexpr):
 
 
 @triton.jit
+def _tame(b_gc, m_k):
+    """(taps only) Whether the dqd/dkd taps may come from the P loop's sums times e^(-gc): in every column
+    of ``b_gc`` [C, BK] gc spans at most 40 (no decay factor e^(gc_i - gc_j) of the sums falls below
+    e^-40, far above fp32's smallest normal, e^-87) and |gc| <= 80 (e^(-gc) finite). NaN is not tame."""
+    b_g = tl.where(m_k[None, :], b_gc, 0.)
+    hi, lo = tl.max(b_g, axis=0), tl.min(b_g, axis=0)
+    bad = tl.where((hi - lo <= 40.) & (tl.maximum(hi, -lo) <= 80.), 0, 1)
+    return tl.max(bad, axis=0) == 0
+
+
+@triton.jit
+def _store_dqd_dkd(t_dqd, t_dkd, idx, b_Tq, b_Tl, b_b, dOS, dcS, o_tk, m_tk, o_t, o_k, m_k, K,
+                   C: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr):
+    """The dqd and dkd taps from ``T = dMqk ki`` and ``dL ki``: ``dqd = dO S^T + dMqk ki``,
+    ``dkd = b (dL ki - dvcorr S^T)``."""
+    if TAP_DQD:
+        _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
+    if TAP_DKD:
+        _store_tap(t_dkd, idx, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), o_t, o_k, m_k,
+                   K, C)
+
+
+@triton.jit
 def _store_last_row(p, x, o_t, m_k, C: tl.constexpr):
     """Store row ``C - 1`` of ``x`` [C, BK] at ``p`` [C, BK] (every row's pointers the same row's)."""
     tl.store(p, x, mask=(o_t == C - 1)[:, None] & m_k[None, :])
@@ -297,14 +320,13 @@ def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
 
 @triton.jit
 def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
-             DOT: tl.constexpr, SPLIT: tl.constexpr, TAP: tl.constexpr):
+             DOT: tl.constexpr, SPLIT: tl.constexpr):
     """Columns j of block J of P[i] = sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs (the strict lower
     dMqk) and dL; A's [C, 16] column block comes from memory. Anchored at a = gc[16 J], the block's first
     row and largest gc: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with it, e^(a-gc_j) <=
     e^(15 |gamma|max) on its columns. (Anchored at its last row instead, the bounds swap; on the CPU that
-    was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) With ``TAP``, also block J's
-    share of ``dL ki`` and ``dMqk ki`` (for the dkd and dqd taps): the same anchored products (for
-    dMqk, one with its diagonal) times e^(-a)."""
+    was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) Also returns, for the dqd and
+    dkd taps, A's block ``b_dM``, the operand ``b_kc``, dL's product, the anchor and the block's columns."""
     b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
     b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
     r = J * 16 + tl.arange(0, 16)
@@ -315,11 +337,7 @@ def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
     b_A = tl.where(o_t[:, None] > r[None, :], b_dM, 0.)
     b_mq = mm_x3(b_A, b_kc, DOT, SPLIT)
     b_ml = mm_x3(tl.load(dL + p_A), b_kc, DOT, SPLIT)
-    t_q, t_l = 0., 0.
-    if TAP:  # dMqk with its diagonal: a product of its own (single tf32 in the bf16 modes)
-        t_q = scale_exp_cols(mm_tf32(tl.where(o_t[:, None] >= r[None, :], b_dM, 0.), b_kc, DOT), -b_a[None, :])
-        t_l = scale_exp_cols(b_ml, -b_a[None, :])
-    return b_er * b_mq, b_er * b_ml, t_q, t_l
+    return b_er * b_mq, b_er * b_ml, b_dM, b_kc, b_ml, b_a, r
 
 
 @triton.jit
@@ -374,6 +392,7 @@ def chunk_bwd_dqkg_kernel(
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
     FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
+    TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
 ):
     if FILL:  # first: its arguments then hold no register through the loops
         _fill_nan(fill, fill_n)
@@ -408,21 +427,27 @@ def chunk_bwd_dqkg_kernel(
     # (qn dMqk_ii kn - kn dMqk_ii qn). Two passes (P, then Q) so that fewer tiles are live at once.
     o_cc0 = o_ch * C * C
     b_dd = tl.load(dMqk + o_cc0 + o_t * (C + 1))
-    # taps dqd, dkd: dMs ki and dL ki (T), from the same anchored products times e^(-a)
+    # taps dqd, dkd: T = dMqk ki and dL ki, stored before the Q loop so that T is not live through it
     TAP_T: tl.constexpr = TAP_DQD or TAP_DKD
     b_Pq = tl.zeros([C, BK], dtype=tl.float32)
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
     b_Tq = tl.zeros([C, BK], dtype=tl.float32)
     b_Tl = tl.zeros([C, BK], dtype=tl.float32)
+    tame = False
+    if TAP_T and BLOCKED and TAP_TAME:
+        tame = _tame(b_gc, m_k)
     if BLOCKED:
         for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
-            d_q, d_l, t_q, t_l = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
-                                          C, DOT, SPLIT, TAP_T)
+            d_q, d_l, b_dM, b_kc, b_ml, b_a, r = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h,
+                                                          o_k, m_k, H, K, C, DOT, SPLIT)
             b_Pq += d_q
             b_Pl += d_l
             if TAP_T:
-                b_Tq += t_q
-                b_Tl += t_l
+                if not tame:  # block J's share of T: the anchored products times e^(-a); dMqk with its
+                    # diagonal is a product of its own (single tf32 in the bf16 modes)
+                    b_Tq += scale_exp_cols(mm_tf32(tl.where(o_t[:, None] >= r[None, :], b_dM, 0.), b_kc, DOT),
+                                           -b_a[None, :])
+                    b_Tl += scale_exp_cols(b_ml, -b_a[None, :])
     else:
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
@@ -434,16 +459,17 @@ def chunk_bwd_dqkg_kernel(
             if TAP_T:
                 b_Tq += t_q
                 b_Tl += t_l
-
-    idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
-    if on:  # stored here, so that T is not live through the Q loop
-        if TAP_DQD:
-            # dMqk ki from the P loop's products anchored at a block's first row: exp(-gc_j) = exp(-a)
-            # exp(a - gc_j), applied to the product, so it overflows only where the value itself does
-            _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
-        if TAP_DKD:
-            b_dkd = b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.))
-            _store_tap(t_dkd, idx, b_dkd, o_t, o_k, m_k, K, C)
+    if TAP_T:
+        # elsewhere T from the P loop's products anchored at a block's first row: exp(-gc_j) = exp(-a)
+        # exp(a - gc_j), applied to the product, so it overflows only where the value itself does
+        idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
+        if on:
+            if tame:
+                b_Ex = tl.exp(-b_gc)
+                b_Tq = b_Ex * (b_Pq + b_dd[:, None] * b_kn)
+                b_Tl = b_Ex * b_Pl
+            _store_dqd_dkd(t_dqd, t_dkd, idx, b_Tq, b_Tl, b_b, dOS, dcS, o_tk, m_tk, o_t, o_k, m_k, K, C,
+                           TAP_DQD, TAP_DKD)
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
     b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
@@ -495,9 +521,11 @@ def chunk_bwd_dqkg_kernel(
     b_sx = row_sums(b_dgx, o_t, 1, SCAN)
     b_dkrs = row_sums(b_dkrr, o_t, 0, SCAN)
     b_dgam = b_sx + b_dkrs + (tl.exp(b_gT) * b_dgTs)[None, :]
-    if TAP_DGT:
-        # sum_r kr⊙dkr[r] as the prefix sum's last row plus that row (0 on padding rows), stored from the
-        # threads that hold the row: no reduction of its own, and kr⊙dkr is not live past the scan
+    if TAP_DGT and SCAN != 0:
+        # sum_r kr⊙dkr[r] as the scan's last row plus that row (0 on padding rows), stored from the threads
+        # that hold the row: no reduction of its own, and kr⊙dkr is not live past the scan. Not with the
+        # fixed-order product (SCAN 0): a second use of its result kept Triton from folding the add that
+        # follows into the product's accumulator, and dg changed in its last bits (round 22, call 3)
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
             _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None], (tl.exp(b_gT) * b_dgTs)[None, :] + (b_dkrs + b_dkrr),
@@ -524,6 +552,11 @@ def chunk_bwd_dqkg_kernel(
         tl.store(dA_part + o_ch * K + o_k, b_dA, mask=m_k)
         tl.store(ddt_part + o_ch * K + o_k, tl.sum(b_dg, axis=0), mask=m_k)
     store_rn(dg + o_tk, b_dg, m_tk)
+
+    if TAP_DGT and SCAN == 0:
+        idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
+        if on:  # last: the tap-only reduction follows the taps-off code's (layout_check.py)
+            tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
 
 
 @triton.jit
@@ -673,7 +706,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16, docs/gpu/round16/call3); fp32 mode keeps
             # the [C, C] products, as accurate as before (with blocks its ddt_bias error doubled on the H200)
-            BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1),
+            BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
             SCAN=0 if K % BK3 else DOT, **LAUNCH,

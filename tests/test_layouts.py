@@ -1,5 +1,6 @@
 """The kernels compiled for sm_90, no GPU needed. Taps must not change how a reduction adds: every
-``tl.sum``/``tl.cumsum`` keeps its register layout with taps on (``benchmarks/layout_check.py``). No
+``tl.sum``/``tl.cumsum`` keeps its register layout with taps on, and every product that Triton gave an
+accumulator keeps it (``benchmarks/layout_check.py``). No
 launch may need more shared memory than an H200 grants (``benchmarks/kernel_resources.py``). No
 state-pass step may wait on a load (``benchmarks/loop_check.py``).
 
@@ -16,7 +17,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from layout_check import reductions  # noqa: E402
+from layout_check import accumulating_dots, moved, reductions, source  # noqa: E402
 from loop_check import loop_bodies, waited_loads  # noqa: E402
 
 
@@ -58,10 +59,44 @@ def test_reductions_parses_ops_shapes_and_spelled_out_layouts():
     assert moved[0] != r[0] and moved[1:] == r[1:]
 
 
+def test_reductions_are_matched_by_source_line():
+    """A reduction keeps its layout where taps on has, at its source line, only layouts that taps off has
+    there; a line only taps on has is tap-only code (the K pass's _tame comes before its loops)."""
+    defs = {"#loc3": 'loc("/k/prepare_bwd.py":300:20)', "#loc4": 'loc("/k/prepare_bwd.py":500:9)',
+            "#loc7": "loc(callsite(#loc8 at #loc4))", "#loc8": 'loc("b_a"(#loc3))'}
+    assert source("#loc7", defs) == "prepare_bwd.py:300:20" and source("#loc9", defs) == "?"
+    a, b = "#blocked<A>", "#blocked<B>"
+    off = [("reduce axis 0", "16x32xf32", a, "p.py:300:20"), ("scan axis 0", "64x32xf32", a, "p.py:410:5")]
+    tap = ("reduce axis 0", "64x32xf32", b, "p.py:120:8")
+    assert moved(off, [tap, off[0], off[0], off[1]]) == []            # a tap-only line, a helper used twice
+    assert moved(off, [off[0], off[1][:2] + (b, off[1][3])]) == ["scan axis 0 of 64x32xf32 at p.py:410:5: "
+                                                                 "#blocked<A> -> #blocked<B>"]
+    assert moved(off, [off[0]]) == ["scan axis 0 of 64x32xf32 at p.py:410:5: taps on has no such reduction"]
+
+
+DOTS = """
+    %cst_7 = arith.constant dense<0.000000e+00> : tensor<64x32xf32, #mma>
+    %s = tt.dot %m, %x, %cst_7 : tensor<64x64xf32, #dot0> * tensor<64x32xf32, #dot1> -> tensor<64x32xf32, #mma> loc(#loc9)
+    %r = tt.dot %m, %y, %s : tensor<64x64xf32, #dot0> * tensor<64x32xf32, #dot1> -> tensor<64x32xf32, #mma> loc(#loc10)
+    %w = ttng.warp_group_dot %a, %b, %r {inputPrecision = 0 : i32, isAsync = true} : tensor<64x16xf32, #dot0> * !ttg.memdesc<16x32xf32, #shared, #smem> -> tensor<64x32xf32, #mma> loc(#loc11)
+"""
+
+
+def test_accumulating_dots_lists_the_products_that_carry_an_add():
+    """Round 22: taps in fp32 mode used the K pass's prefix product a second time, Triton then no longer
+    folded the add after it into its accumulator, and dg changed in its last bits on the H200."""
+    d = accumulating_dots(DOTS)
+    assert [x.split()[0] for x in d] == ["tt.dot", "ttng.warp_group_dot"]
+    assert d[0] == "tt.dot tensor<64x64xf32, > * tensor<64x32xf32, > -> tensor<64x32xf32, >"
+    unfolded = DOTS.replace("%y, %s :", "%y, %cst_7 :")
+    assert accumulating_dots(unfolded) == d[1:]
+
+
 @pytest.mark.parametrize("chunk,K,V", [(16, 72, 40), (64, 128, 128), (32, 8, 12)])  # K = 8: padded dot blocks
 def test_taps_keep_every_reduction_layout(chunk, K, V):
     p = run_script("layout_check.py", "--chunk-size", str(chunk), "--K", str(K), "--V", str(V))
-    assert p.returncode == 0 and "taps leave every reduction's layout unchanged" in p.stdout, p.stdout + p.stderr
+    assert p.returncode == 0 and "taps leave every reduction's layout and every product's accumulator unchanged" \
+        in p.stdout, p.stdout + p.stderr
 
 
 @pytest.mark.parametrize("precision,K,taps", [("bf16", 128, True), ("fp32", 256, False)])
