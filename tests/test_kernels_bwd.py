@@ -195,17 +195,16 @@ def test_block_products_at_fp32_tolerance(name, monkeypatch):
 
 def tame_programs(gc, chunks, BK=32):
     """Per (chunk, head, K block of BK) of ``gc`` [NC, H, C, K], whether the K pass finds it tame (its
-    ``_tame``): padding rows carry the chunk's last valid row, every column spans at most 40, |gc| <= 80."""
+    ``_tame``): padding rows carry the chunk's last valid row, |gc| <= 20."""
     NC, H, C, K = gc.shape
     last = (chunks.chunk_len.long().cpu() - 1).clamp(min=0)
     g = torch.where(torch.arange(C)[None, None, :, None] < (last + 1)[:, None, None, None], gc,
                     gc[torch.arange(NC), :, last][:, :, None, :])
     g = torch.nn.functional.pad(g, (0, -K % BK)).reshape(NC, H, C, -1, BK)
-    spread = g.amax(2) - g.amin(2)
-    return ((spread <= 40) & (g.abs().amax(2) <= 80)).all(-1)  # [NC, H, K blocks]
+    return (g.abs().amax(2) <= 20).all(-1)  # [NC, H, K blocks]
 
 
-@pytest.mark.parametrize("name", ("gate_softplus", "t65", "chunk64_varlen", "k72_v40"))
+@pytest.mark.parametrize("name", ("gate_softplus", "t65", "chunk64_varlen", "k72_v40", "chunk64_strong"))
 def test_dqd_dkd_taps_from_the_p_loop_sums_where_gc_is_tame(name, monkeypatch):
     """With block products (the bf16 modes' default; forced here in fp32 mode, where the CPU holds them
     to fp32 bars) the K pass forms the dqd/dkd taps from its P loop's sums times e^(-gc) in the programs
@@ -217,7 +216,8 @@ def test_dqd_dkd_taps_from_the_p_loop_sums_where_gc_is_tame(name, monkeypatch):
     inputs, cfg, res, chunks, saved = reference_case(_case(name))
     B, T, H, K, V = inputs.shape
     tame = tame_programs(res.taps["gc"], chunks)
-    assert tame.any() and not tame.all() or name == "gate_softplus" and tame.all(), tame
+    # both forms in one run, except where every program is tame (mild gates) or none is (gc to -320)
+    assert {"gate_softplus": tame.all(), "chunk64_strong": not tame.any()}.get(name, tame.any() and not tame.all())
     runs = {}
     for flag in ("1", "0"):
         monkeypatch.setenv("KDADBG_DQKG_TAP_TAME", flag)
