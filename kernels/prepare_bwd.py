@@ -25,8 +25,9 @@ Taps: dU, dvcorr, dMqk, dL in the V pass, dkr, dqd, dkd, dki, dgT, dgc in the K 
 finish kernel. dqd, dkd, dki are their definitional values, ``dMqk ki`` and ``dL ki`` taken from the
 P loop's anchored products (per 16-column block in the bf16 modes, per 16-row block in fp32 mode) times
 ``exp(−a)``, so that no product meets an overflowed ``exp(−gc)``; where the true value exceeds fp32
-(chunk 32/64 with strong gates) the tap is inf. ``dki = (E⁻⊙dki) ⊙ E`` is
-always finite. No gradient reads them.
+(chunk 32/64 with strong gates) the tap is inf. In the bf16 modes a program whose ``|gc| <= 20``
+(``_tame``) takes them from the P loop's sums times ``exp(−gc)`` instead (``DQKG_TAP_TAME``).
+``dki = (E⁻⊙dki) ⊙ E`` is always finite. No gradient reads them.
 """
 
 from __future__ import annotations
@@ -527,8 +528,8 @@ def chunk_bwd_dqkg_kernel(
         # follows into the product's accumulator, and dg changed in its last bits (round 22, call 3)
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
-            _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None], (tl.exp(b_gT) * b_dgTs)[None, :] + (b_dkrs + b_dkrr),
-                            o_t, m_k, C)
+            _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None],
+                            (tl.exp(b_gT) * b_dgTs)[None, :] + (b_dkrs + b_dkrr), o_t, m_k, C)
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
         b_dg = b_dgam
