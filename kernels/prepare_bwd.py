@@ -262,18 +262,6 @@ def _tame(b_gc, m_k):
 
 
 @triton.jit
-def _store_dqd_dkd(t_dqd, t_dkd, idx, b_Tq, b_Tl, b_b, dOS, dcS, o_tk, m_tk, o_t, o_k, m_k, K,
-                   C: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr):
-    """The dqd and dkd taps from ``T = dMqk ki`` and ``dL ki``: ``dqd = dO S^T + dMqk ki``,
-    ``dkd = b (dL ki - dvcorr S^T)``."""
-    if TAP_DQD:
-        _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
-    if TAP_DKD:
-        _store_tap(t_dkd, idx, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), o_t, o_k, m_k,
-                   K, C)
-
-
-@triton.jit
 def _store_last_row(p, x, o_t, m_k, C: tl.constexpr):
     """Store row ``C - 1`` of ``x`` [C, BK] at ``p`` [C, BK] (every row's pointers the same row's)."""
     tl.store(p, x, mask=(o_t == C - 1)[:, None] & m_k[None, :])
@@ -468,8 +456,11 @@ def chunk_bwd_dqkg_kernel(
                 b_Ex = tl.exp(-b_gc)
                 b_Tq = b_Ex * (b_Pq + b_dd[:, None] * b_kn)
                 b_Tl = b_Ex * b_Pl
-            _store_dqd_dkd(t_dqd, t_dkd, idx, b_Tq, b_Tl, b_b, dOS, dcS, o_tk, m_tk, o_t, o_k, m_k, K, C,
-                           TAP_DQD, TAP_DKD)
+            if TAP_DQD:  # dO S^T + dMqk ki
+                _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
+            if TAP_DKD:  # b (dL ki - dvcorr S^T)
+                _store_tap(t_dkd, idx, b_b[:, None] * (b_Tl - tl.load(dcS + o_tk, mask=m_tk, other=0.)), o_t, o_k,
+                           m_k, K, C)
     b_Eq = b_E * tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Pq   # E⊙dqd without the dMqk diagonal
     store_rn(dq + o_tk, scale * (b_Eq + b_dd[:, None] * b_kn), m_tk)
     b_dgx = scale * b_qn * b_Eq                                   # dgc without the kr path (q part)
