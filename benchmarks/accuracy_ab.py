@@ -38,9 +38,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
 
     import kdadbg_kernels
-    from kdadbg.backend import run_kernels
+    from kdadbg.impls.ours import run_kernels
     from kdadbg.cases import Case, make_inputs
-    from kdadbg.metrics import compare
+    from kdadbg.compare import compare
     from kdadbg.reference import run_reference
     from kdadbg.tapsfile import outputs_that_apply
     from kdadbg.tolerances import TOLERANCES

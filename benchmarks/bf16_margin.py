@@ -31,9 +31,9 @@ def main(argv=None):
     a = ap.parse_args(argv)
     if a.device == "cpu":
         os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
-    from kdadbg.backend import run_kernels
+    from kdadbg.impls.ours import run_kernels
     from kdadbg.cases import BY_NAME, KERNEL_CASES, make_inputs
-    from kdadbg.metrics import ABS_PASS, compare
+    from kdadbg.compare import ABS_PASS, compare
     from kdadbg.reference import run_reference
     from kdadbg.tapsfile import outputs_that_apply
     from kdadbg.tolerances import TOLERANCES

@@ -46,11 +46,6 @@ class Layout(str, Enum):
     kv = "kv"
 
 
-class Source(str, Enum):
-    reference = "reference"
-    kernel = "kernel"
-
-
 class Precision(str, Enum):
     fp32 = "fp32"
     bf16 = "bf16"
@@ -102,15 +97,28 @@ def config_options(func):
     return wrapper
 
 
+IMPL_HELP = ("Implementation under test: ours (our Triton kernels, default), reference (the float64 "
+             "reference: a self-check), PATH.py:FUNCTION or MODULE:FUNCTION (fla's chunk_kda calling "
+             "convention; README, 'Debugging your own kernel').")
+ImplOption = Annotated[Optional[str], typer.Option("--impl", help=IMPL_HELP, show_default=False)]
+TracebackOption = Annotated[bool, typer.Option("--traceback", help="Show the whole traceback when the "
+                                               "implementation raises.")]
+
+
 def command(*args, **kwargs):
-    """``app.command`` that turns a ``KdadbgError`` into one red stderr line and its exit code."""
+    """``app.command`` that turns a ``KdadbgError`` into one red stderr line and its exit code (with
+    ``--traceback``, an implementation's exception is printed whole first)."""
     def deco(func):
         @functools.wraps(func)
         def wrapper(*a, **k):
             try:
                 return func(*a, **k)
             except KdadbgError as e:
-                report.print_error(_err(), str(e))
+                detail = getattr(e, "detail", None)
+                if detail and k.get("traceback"):
+                    _err().print(detail, highlight=False, markup=False, soft_wrap=True)
+                report.print_error(_err(), str(e) + (" (--traceback shows it whole)" if detail and
+                                                     not k.get("traceback") else ""))
                 raise typer.Exit(e.exit_code) from None
         return app.command(*args, **kwargs)(wrapper)
     return deco
@@ -179,7 +187,10 @@ def taps(
     dump: Annotated[Optional[Path], typer.Argument(help="Dump file to run.", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Taps file to write.", show_default=False)]
     = None,
-    source: Annotated[Source, typer.Option("--source", help="What computes the taps.")] = Source.reference,
+    source: Annotated[str, typer.Option("--source", "--impl", help="What computes the taps: reference (the "
+                                        "float64 reference, default), ours (our kernels; 'kernel' works too), "
+                                        "PATH.py:FUNCTION or MODULE:FUNCTION (as --impl of run).")]
+    = "reference",
     tap_names: Annotated[Optional[str], typer.Option("--taps", help="Comma-separated tap or stage names, all or "
                                                      "none (default all; see --list).")] = None,
     chunks: Annotated[Optional[str], typer.Option("--chunks", help="Global chunk range A:B (half-open, either "
@@ -192,13 +203,14 @@ def taps(
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the taps of the registry and exit.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    traceback: TracebackOption = False,
     overrides: dict = None,
 ):
     """Export outputs, gradients and per-chunk taps of a dump to a taps file (safetensors).
 
     Each tap is stored as \\[chunks, heads, *per-chunk shape] with padding rows 0 (README: taps file layout).
-    --source reference: the float64 chunked reference (float64 taps); --source kernel: our Triton
-    kernels at --precision (float32 taps).
+    --source reference: the float64 chunked reference (float64 taps); --source ours: our Triton
+    kernels at --precision (float32 taps); --source PATH.py:FUNCTION: any implementation (--impl).
     Exit 1 when an exported value is NaN or Inf.
     Example: kdadbg taps sample_inputs/basic.safetensors -o basic.taps.safetensors --taps dS,dgc --chunks 0:4
     """
@@ -213,7 +225,7 @@ def taps(
     names = parse_tap_names(tap_names)
     chunk_range, head_list = parse_chunk_range(chunks), parse_heads(heads)
     with report.progress_display(_err()) as progress:
-        info = export_taps(dump, out, source=source.value, names=names, chunks=chunk_range, heads=head_list,
+        info = export_taps(dump, out, source=source, names=names, chunks=chunk_range, heads=head_list,
                            device=device.value, overrides=overrides, force=force,
                            allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value)
     if json_:
@@ -228,6 +240,7 @@ def taps(
 @config_options
 def run(
     dump: Annotated[Path, typer.Argument(help="Dump file to run.", show_default=False)],
+    impl: ImplOption = None,
     device: Annotated[Device, typer.Option("--device", help="Where to compute (auto: cuda if present, else the "
                                            "CPU under the Triton interpreter).")] = Device.auto,
     precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands: fp32 (IEEE, the "
@@ -241,9 +254,11 @@ def run(
                                                  "(float32 safetensors) to this file.")] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save files if they exist.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    traceback: TracebackOption = False,
     overrides: dict = None,
 ):
-    """Run our kernels forward + backward and the float64 reference on a dump, and compare.
+    """Run an implementation (--impl, default our kernels) forward + backward and the float64 reference
+    on a dump, and compare.
 
     One row per output and gradient: shape, max abs error and where, fla's ratio
     RMS(ref-x)/(RMS(ref)+1e-8), cosine, NaN/Inf count, tolerance, verdict.
@@ -256,15 +271,17 @@ def run(
     from .dump import load_dump
     from .export import resolve_device
     from .fileio import atomic_write_text
+    from .impls import resolve_impl
     from .run import check
 
     for path in (json_file, save):
         if path is not None and path.exists() and not force:
             raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
+    implementation = resolve_impl(impl, precision.value)
     inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
     dev = resolve_device(device.value)
     with report.progress_display(_err()) as progress:
-        result = check(inputs, config, dump=str(dump), precision=precision.value, device=dev, tol_overrides=tol,
+        result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
                        progress=progress, save=None if save is None else str(save), force=force)
     report.render_run(_out(), result)
     if json_file is not None:
@@ -279,29 +296,24 @@ class GateUnits(str, Enum):
     log2 = "log2"
 
 
-def _drop_option(func, name: str):
-    """Remove one config override from a ``config_options`` command (diff's --state-layout means theirs)."""
-    sig = inspect.signature(func)
-    func.__signature__ = sig.replace(parameters=[p for p in sig.parameters.values() if p.name != name])
-    func.__annotations__.pop(name, None)
-    return func
+_THEIRS = "Conventions of a taps file's taps (--against, or B of diff A B)"
 
 
 @command("diff")
-@functools.partial(_drop_option, name="state_layout")
 @config_options
 def diff(
     files: Annotated[list[Path], typer.Argument(help="DUMP, or two taps files A B (A plays the reference).",
                                                 show_default=False)],
+    impl: ImplOption = None,
     against: Annotated[Optional[Path], typer.Option("--against", help="Diff this taps file (another "
-                                                    "implementation's) against the reference instead of our "
-                                                    "kernels.", show_default=False)] = None,
-    their_layout: Annotated[Layout, typer.Option("--state-layout", help="Layout of their S/dS taps: kv (the "
-                                                 "registry's [K,V]) or vk ([V,K], transposed first).")]
-    = Layout.kv,
-    gate_units: Annotated[GateUnits, typer.Option("--gate-units", help="Units of their gc/gT/dgc/dgT: ln or "
-                                                  "log2 (gc, gT times ln2; dgc, dgT divided by ln2).")]
-    = GateUnits.ln,
+                                                    "implementation's results) against the reference: the "
+                                                    "implementation 'a taps file'.", show_default=False)] = None,
+    their_layout: Annotated[Layout, typer.Option("--taps-state-layout", help="Layout of the file's S/dS taps: kv "
+                                                 "(the registry's [K,V]) or vk ([V,K], transposed first).",
+                                                 rich_help_panel=_THEIRS)] = Layout.kv,
+    gate_units: Annotated[GateUnits, typer.Option("--taps-gate-units", help="Units of the file's gc/gT/dgc/dgT: "
+                                                  "ln or log2 (gc, gT times ln2; dgc, dgT divided by ln2).",
+                                                  rich_help_panel=_THEIRS)] = GateUnits.ln,
     device: Annotated[Device, typer.Option("--device", help="Where to compute (auto: cuda if present, else the "
                                            "CPU under the Triton interpreter).")] = Device.auto,
     precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands, and the tolerance "
@@ -326,11 +338,13 @@ def diff(
                                                  "chunk.", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    traceback: TracebackOption = False,
     overrides: dict = None,
 ):
-    """Find the first chunk and stage where the kernels leave the float64 reference.
+    """Find the first chunk and stage where an implementation (--impl, default our kernels; --against a
+    taps file) leaves the float64 reference.
 
-    Per tap x chunk x head: fla's ratio, max abs error and where, cosine and NaN/Inf count, in a grid in dataflow order.
+    Per tap and per output/gradient row x chunk x head: fla's ratio, max abs error and where, cosine and NaN/Inf count, in a grid in dataflow order.
     Cells over tolerance are DRIFT (within 10x the float32 or bf16 reference's own error) or BUG.
     The first divergence is rerun on a window seeded from the reference: introduced there, or inherited.
     Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input.
@@ -340,16 +354,17 @@ def diff(
     from . import diffreport
     from .diff import diff_paths, write_plot
     from .fileio import atomic_write_text
+    from .impls import TapsSpec
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
     for path in (json_file, plot):
         if path is not None and path.exists() and not force:
             raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
     with report.progress_display(_err()) as progress:
-        result = diff_paths(files, against=against, overrides=overrides, device=device.value,
+        result = diff_paths(files, impl=impl, against=against, overrides=overrides, device=device.value,
                             precision=precision.value, names=parse_tap_names(tap_names),
                             chunks=parse_chunk_range(chunks), heads=parse_heads(heads),
-                            state_layout=their_layout.value, gate_units=gate_units.value, tol_overrides=tol,
+                            spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
                             window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
                             progress=progress)
     out = _out()

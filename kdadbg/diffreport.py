@@ -13,7 +13,7 @@ from rich.text import Text
 
 from kdadbg_kernels.taps import STAGES
 
-STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red"}
+STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta"}
 
 
 def short(x: float | None) -> str:
@@ -45,6 +45,7 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
     render_header(console, res)
     if res.cells:
         render_grid(console, res, max_columns)
+        render_head_quantities(console, res)
         render_heads(console, res)
     render_first(console, res)
     render_nonfinite(console, res)
@@ -52,17 +53,22 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
     render_repeat(console, res)
     for note in res.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
+    n = res.counts()
+    labels = ", ".join(f"{n[k.lower()]} {k}" for k in ("OK", "DRIFT", "BUG", "UNREP") if n[k.lower()])
+    console.print(f"compared {n['cells']} cells ({n['tap_cells']} tap, {n['row_cells']} output/gradient row; "
+                  f"{n['elements']} elements): {labels or 'none'}", soft_wrap=True, highlight=False)
     verdict = "[green]pass[/green]" if res.passed else "[bold red]fail[/bold red]"
     console.print(f"verdict: {verdict}", highlight=False)
 
 
 def render_header(console: Console, res) -> None:
-    what = {"kernels": "our kernels vs the float64 reference",
-            "against": f"{escape(str(res.files.get('theirs')))} vs the float64 reference",
-            "files": f"{escape(str(res.files.get('theirs')))} vs {escape(str(res.files.get('reference')))}"}[res.mode]
+    if res.mode == "files":
+        what = f"{escape(str(res.files.get('theirs')))} vs {escape(str(res.files.get('reference')))}"
+    else:
+        what = f"--impl {escape(res.sources[0])} ({escape(res.impl.get('kind', ''))}) vs the float64 reference"
     chunks = f"chunks {res.chunks[0]}:{res.chunks[-1] + 1}" if res.chunks else "no chunks"
     extra = ""
-    if res.mode != "kernels" and res.files:
+    if res.files:
         extra = f", theirs converted: state layout {res.files['state_layout']}, gates {res.files['gate_units']}"
     src = f"{escape(res.dump)}: " if res.dump else ""
     console.print(f"[bold]kdadbg diff[/bold] {src}{what}; precision {res.precision}"
@@ -89,15 +95,29 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
             if stage is not None:
                 t.add_section()
             stage = row["stage"]
-        cells = [Text(" " + short(c["ratio"]), style=STYLE[c["label"]]) for c in row["cells"]]
+        cells = [Text(" ·") if c is None else
+                 Text(" " + ("unrep" if c["label"] == "UNREP" else short(c["ratio"])), style=STYLE[c["label"]])
+                 for c in row["cells"]]
         m = mins[row["tap"]]
         worst = "BUG" if m["bug"] else ("DRIFT" if m["drift"] else "OK")
-        t.add_row(row["tap"], *cells, "  " + short(m["tol"]), Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
+        name = row["tap"] if row["kind"] == "tap" else f"[italic]{row['tap']}[/italic]"
+        t.add_row(name, *cells, "  " + short(m["tol"]), Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
-    console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare); "
-                  "[green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
-                  "[bold red]BUG[/bold red] beyond it; min tol: the tolerance every cell of the tap would "
-                  "pass (its worst ratio)", soft_wrap=True, highlight=False)
+    console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare; [italic]italic[/italic]: "
+                  "the implementation's outputs and gradients per chunk, ht at a sequence's last chunk, dh0 at its "
+                  "first); [green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
+                  "[bold red]BUG[/bold red] beyond it, [magenta]unrep[/magenta] a value float32 cannot hold (not a "
+                  "divergence), · not compared; min tol: the tolerance every cell would pass (its worst ratio)",
+                  soft_wrap=True, highlight=False)
+
+
+def render_head_quantities(console: Console, res) -> None:
+    cells = res.per_head_quantities()
+    if not cells:
+        return
+    parts = [Text.assemble(f"{c['tap']} head {c['head']} ", (short(c["ratio"]), STYLE[c["label"]]))
+             for c in cells]
+    console.print(Text("per-head gradients (every chunk): ").append(Text(", ").join(parts)), soft_wrap=True)
 
 
 def render_heads(console: Console, res) -> None:
@@ -117,6 +137,8 @@ def render_heads(console: Console, res) -> None:
 
 
 def _where(d: dict) -> str:
+    if d.get("chunk") is None:
+        return f"{d['tap']}{list(d['index'])}" if d.get("index") else d["tap"]
     parts = [f"seq {d['seq']}", f"chunk {d['chunk_in_seq']} of it"]
     if d.get("row") is not None:
         parts.append(f"row {d['row']} (token {d['token']})")
@@ -130,13 +152,16 @@ def _where(d: dict) -> str:
 
 def render_first(console: Console, res) -> None:
     first = res.first_divergence
-    kname, rname = res.sources if res.mode != "files" else ("B", "A")
+    kname, rname = (escape(res.sources[0]), "reference") if res.mode != "files" else ("B", "A")
     if first is None:
-        console.print("[green]no divergence[/green]: every compared cell is within its tolerance", highlight=False)
+        n = res.counts()
+        console.print(f"[green]no divergence[/green]: every compared cell is within its tolerance ({n['cells']} "
+                      f"cells, {n['elements']} elements)", highlight=False)
         return
     style = STYLE[first["label"]]
-    console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) chunk "
-                  f"{first['chunk']}, head {first['head']}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
+    where = "every chunk" if first["chunk"] is None else f"chunk {first['chunk']}"
+    console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) {where}"
+                  f", head {first['head']}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
                   f" ([{style}]{first['label']}[/{style}]"
                   f"{', noise floor ' + num(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
@@ -157,7 +182,7 @@ def render_first(console: Console, res) -> None:
                           f"tolerance (ratio {num(o['ratio'])}); the error was carried in", soft_wrap=True,
                           highlight=False)
         else:
-            console.print(f"  origin unknown: {escape(o.get('reason', ''))}", soft_wrap=True, highlight=False)
+            console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
     for a in res.amplification:
         steps = []
         for i, (c, r) in enumerate(zip(a["chunks"], a["ratios"])):
@@ -195,12 +220,19 @@ def render_nonfinite(console: Console, res) -> None:
 
 def render_missing(console: Console, res) -> None:
     m = res.missing or {}
-    labels = {"taps": "taps missing from theirs", "chunks": "chunks missing from theirs",
-              "heads": "heads not compared", "not_written": "taps the kernels did not write (all NaN)",
+    labels = {"taps": "taps it does not provide", "chunks": "chunks missing from its taps",
+              "heads": "heads missing from its taps", "not_written": "taps it did not write (all NaN)",
               "not_in_reference_file": "taps missing from the reference file"}
     for key, label in labels.items():
         if m.get(key):
             console.print(f"[yellow]{label}[/yellow]: {', '.join(str(x) for x in m[key])}", soft_wrap=True,
+                          highlight=False)
+    if res.not_provided:
+        why = {}
+        for n, w in res.not_provided.items():
+            why.setdefault(w, []).append(n)
+        for w, names in why.items():
+            console.print(f"[yellow]not provided[/yellow] ({escape(w)}): {', '.join(names)}", soft_wrap=True,
                           highlight=False)
 
 

@@ -16,7 +16,6 @@ from .errors import KdadbgError
 from .selection import resolve_selection
 from .tapsfile import chunk_rows, outputs_that_apply, taps_metadata, write_taps_file
 
-SOURCES = ("reference", "kernel")
 DEVICES = ("auto", "cpu", "cuda")
 
 Progress = Callable[[str, int, int], None]
@@ -33,36 +32,12 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def _reference(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str, precision: str,
-               progress: Progress | None) -> tuple[dict, dict]:
-    """float64 outputs and the selected taps ``[n_sel_chunks, n_sel_heads, ...]``."""
-    from .reference import run_reference
-
-    res = run_reference(inputs, config, taps=sel.names, device=device, dtype=torch.float64, progress=progress)
-    lo, hi = sel.chunk_range(res.chunks.n_chunks)
-    heads = torch.tensor(sel.head_list(inputs.shape[2]), dtype=torch.long, device=device)
-    return res.outputs, {n: t[lo:hi].index_select(1, heads) for n, t in res.taps.items()}
-
-
-def _kernel(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str, precision: str,
-            progress: Progress | None) -> tuple[dict, dict]:
-    """Our kernels' float32 outputs and tap buffers (already selected by the kernels)."""
-    from .backend import check_tap_memory, kernel_taps
-
-    check_tap_memory(inputs, config, sel, device)  # a refusal comes before any progress line
-    if progress:
-        progress("kernels (forward+backward)", 0, 1)
-    outputs, buffers = kernel_taps(inputs, config, precision, device, sel)
-    if progress:
-        progress("kernels (forward+backward)", 1, 1)
-    return outputs, buffers
-
-
 def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | None = None,
                 chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
                 device: str = "auto", overrides: dict | None = None, force: bool = False,
                 allow_nonfinite: bool = False, progress: Progress | None = None, precision: str = "fp32") -> dict:
-    """Run ``source`` on the dump ``dump`` and write the taps file ``out``; returns a summary.
+    """Run the implementation ``source`` (``reference``, ``ours``/``kernel``, ``PATH.py:FN``, ... as
+    ``--impl`` takes) on the dump ``dump`` and write the taps file ``out``; returns a summary.
 
     ``names``: taps to export (None = all); ``chunks``: half-open global chunk range, either end
     None; ``heads``: head indices (None = all); ``overrides``: config values that beat the dump's.
@@ -70,8 +45,11 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     """
     from kdadbg_kernels.taps import TAP_NAMES
 
-    if source not in SOURCES:
-        raise KdadbgError(f"--source: expected one of {', '.join(SOURCES)}, found {source!r}")
+    from .impls import check_supported, resolve_impl
+
+    impl = resolve_impl(source, precision)
+    if impl.kind == "taps file":
+        raise KdadbgError(f"--source {source}: a taps file already is one; taps runs an implementation")
     names = TAP_NAMES if names is None else tuple(names)
     if Path(out).exists() and not force:
         raise KdadbgError(f"{out}: already exists; refusing to overwrite (use --force)")
@@ -81,21 +59,36 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
     dev = resolve_device(device)
 
-    run = _reference if source == "reference" else _kernel
-    outputs, taps = run(inputs, config, sel, dev, precision, progress)
+    check_supported(impl, inputs, config, str(dump))
+    if impl.kind == "ours":
+        from .impls.ours import check_tap_memory
+        check_tap_memory(inputs, config, sel, dev)  # a refusal comes before any progress line
+    if progress:
+        progress(f"{impl.name} (forward+backward)", 0, 1)
+    run = impl.run(inputs, config, device=dev, taps=sel)
+    if progress:
+        progress(f"{impl.name} (forward+backward)", 1, 1)
 
     lo, hi = sel.chunk_range(table.n_chunks)
     head_list = list(sel.head_list(H))
-    picked = {name: taps[name].detach().to("cpu") for name in sel.names}
+    picked = {}
+    for name in sel.names:   # the rows the implementation wrote, NaN elsewhere
+        if name in run.taps:
+            t = run.taps[name].detach().to("cpu")
+            if run.tap_chunks != list(range(lo, hi)) or run.tap_heads != head_list:
+                full = torch.full((hi - lo, len(head_list), *t.shape[2:]), float("nan"), dtype=t.dtype)
+                for i, c in enumerate(run.tap_chunks):
+                    for j, h in enumerate(run.tap_heads):
+                        full[c - lo, head_list.index(h)] = t[i, j]
+                t = full
+            picked[name] = t
     applies = outputs_that_apply(inputs, config)
-    missing = [n for n in applies if n not in outputs]
-    if missing:
-        raise RuntimeError(f"source {source} returned no {missing}")
-    outs = {n: outputs[n].detach().to("cpu") for n in applies}
+    outs = {n: run.outputs[n].detach().to("cpu") for n in applies if n in run.outputs}
     path = write_taps_file(out, outs, picked, chunk_rows(table, lo, hi), head_list,
-                           taps_metadata(source, dump, config, precision if source == "kernel" else None),
-                           force=force)
+                           taps_metadata(impl.name, dump, config, impl.precision if impl.kind != "reference"
+                                         else None), force=force)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
-    return {"out": str(path), "dump": str(dump), "source": source, "device": dev, "config": config.as_dict(),
-            "taps": list(sel.names), "chunks": [lo, hi], "n_chunks": table.n_chunks, "heads": head_list,
+    return {"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,
+            "config": config.as_dict(), "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]
+            + [n for n in applies if n not in outs], "chunks": [lo, hi], "n_chunks": table.n_chunks, "heads": head_list,
             "outputs": list(applies), "nonfinite": nonfinite, "bytes": path.stat().st_size}

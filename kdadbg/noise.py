@@ -10,7 +10,11 @@ A cell over its tolerance is then labelled
   in ratio units, so that a floor of 0 does not turn a rounding-level ratio into a bug), or when
   it is non-finite and the floor run is non-finite in the same cell (an overflow the precision
   itself cannot avoid);
-* ``BUG`` otherwise.
+* ``BUG`` otherwise;
+* ``UNREP`` (never a divergence, never a failure) when the compared precision cannot hold the value
+  at all: a tap carrying ``exp(-gc)`` (``ki``, ``dqd``, ``dkd``) in a chunk where ``-gc`` exceeds
+  ln(max float32) ≈ 88.7 (real gates reach it: fla's softplus init at chunk 64 sums to about -100).
+  Such a cell is counted and shown with its reason; it cannot find a bug, so it never leads.
 
 ``K_DRIFT = 10`` follows the flash-attention rule "kernel error <= k × same-dtype naive error +
 rounding floor": a kernel may round differently from the reference model (other summation
@@ -19,12 +23,16 @@ orders, tf32 or fp16 tiles) but not by an order of magnitude more.
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from .config import KDAConfig, KDAInputs
 
-OK, DRIFT, BUG = 0, 1, 2
-LABELS = ("OK", "DRIFT", "BUG")
+OK, DRIFT, BUG, UNREP = 0, 1, 2, 3
+LABELS = ("OK", "DRIFT", "BUG", "UNREP")
+EXP_LIMIT_FP32 = math.log(torch.finfo(torch.float32).max)   # ≈ 88.72: exp overflows float32 beyond it
+EXP_NEG_GC_TAPS = ("ki", "dqd", "dkd")                      # taps whose definition carries exp(-gc)
 K_DRIFT = 10.0
 DRIFT_ABS = 1e-6
 
@@ -32,12 +40,13 @@ DOT_DTYPES = {"fp32": None, "bf16": torch.bfloat16}
 
 
 def floor_reference(inputs: KDAInputs, config: KDAConfig, precision: str, names, device="cpu"):
-    """The chunked reference in float32 (bf16 dot operands for ``bf16``): taps ``[n_chunks, H, *shape]``."""
+    """The chunked reference in float32 (bf16 dot operands for ``bf16``): ``(outputs, taps)``, taps
+    ``[n_chunks, H, *shape]``, outputs in the dump's shapes."""
     from .reference import run_reference
 
     res = run_reference(inputs, config, taps=names, device=device, dtype=torch.float32,
                         dot_dtype=DOT_DTYPES[precision])
-    return res.taps
+    return res.outputs, res.taps
 
 
 def classify(passed: torch.Tensor, ratio: torch.Tensor, nonfinite: torch.Tensor,

@@ -331,7 +331,7 @@ _PEAK_OVER_TAPS = 2.5
 
 def _check_memory(n_chunks, H, C, K, V, dtype, device) -> None:
     """Refuse up front a run that cannot fit (every intermediate is computed, whatever is tapped)."""
-    from .backend import free_bytes
+    from .memory import free_bytes
 
     need = _PEAK_OVER_TAPS * TapSelection().nbytes(n_chunks, H, C, K, V, itemsize=dtype.itemsize)
     free = free_bytes(str(torch.device(device).type))

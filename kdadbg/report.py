@@ -143,15 +143,19 @@ def progress_display(console: Console):
 def render_run(console: Console, result) -> None:
     """The ``kdadbg run`` table: one row per output and gradient, then the verdict."""
     cfg = result.config
-    t = Table(title=f"{escape(result.dump)}: kernels ({result.precision}, {result.device}) vs float64 reference",
-              title_justify="left")
+    t = Table(title=f"{escape(result.dump)}: --impl {escape(result.impl.get('name', '?'))} ({result.precision}, "
+                    f"{result.device}) vs float64 reference", title_justify="left")
     for col in ("tensor", "shape", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
         t.add_column(col, justify="left" if col in ("tensor", "shape", "at", "verdict") else "right")
     for r in result.tensors:
         verdict = "[green]pass[/green]" if r.passed else "[bold red]FAIL[/bold red]"
         t.add_row(r.name, _shape(r.shape), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
                   f"{r.cosine:.8f}", str(r.nonfinite), _num(r.tol), verdict)
+    for name, why in result.not_provided.items():
+        t.add_row(name, "-", "-", "-", "-", "-", "-", "-", f"[yellow]not provided[/yellow] ({escape(why)})")
     console.print(t)
+    for note in result.notes:
+        console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
     console.print(f"config: chunk_size={cfg.chunk_size} gate={cfg.gate} lower_bound={cfg.lower_bound} "
                   f"scale={cfg.scale:.6g} qk_l2norm={cfg.qk_l2norm} beta_sigmoid={cfg.beta_sigmoid} "
                   f"state_layout={cfg.state_layout}", soft_wrap=True, highlight=False)
@@ -161,5 +165,6 @@ def render_run(console: Console, result) -> None:
         console.print(f"[bold red]FAIL[/bold red]: {', '.join(failed)} over tolerance ({times}); "
                       f"`kdadbg diff` locates the first diverging chunk and stage", soft_wrap=True)
     else:
-        console.print(f"[bold green]PASS[/bold green]: {len(result.tensors)} tensors within tolerance ({times})",
-                      soft_wrap=True)
+        extra = f"; {len(result.not_provided)} not provided" if result.not_provided else ""
+        console.print(f"[bold green]PASS[/bold green]: {len(result.tensors)} tensors within tolerance "
+                      f"({result.elements} elements compared{extra}; {times})", soft_wrap=True)

@@ -8,7 +8,7 @@ import torch
 
 from conftest import DEVICE, gpu
 from kdadbg.cases import get_case, make_inputs, with_size
-from kdadbg.metrics import compare
+from kdadbg.compare import compare
 from kdadbg.reference import run_reference
 from kdadbg.tolerances import TOLERANCES
 from kdadbg_kernels import TapSelection, chunk_kda

@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from conftest import DEVICE, GOLDEN, gpu
 from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.config import KDAInputs, parse_config
-from kdadbg.metrics import compare
+from kdadbg.compare import compare
 from kdadbg.reference import run_reference
 from kdadbg.tolerances import TOLERANCES
 from kdadbg_kernels.chunk import kda_forward

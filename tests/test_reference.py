@@ -219,10 +219,10 @@ def test_reference_on_cuda_matches_cpu():
 
 
 def test_run_that_cannot_fit_is_refused_up_front(monkeypatch):
-    from kdadbg import backend
+    from kdadbg import memory
     from kdadbg.errors import KdadbgError
 
     inputs, cfg = make_inputs(get_case("tail"))
-    monkeypatch.setattr(backend, "free_bytes", lambda device: 1000)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: 1000)
     with pytest.raises(KdadbgError, match=r"GiB needed for 2 chunks x 3 heads"):
         run_reference(inputs, cfg)

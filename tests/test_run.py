@@ -109,13 +109,14 @@ def test_taps_from_the_kernels_match_the_reference(dump, tmp_path):
 def test_tap_selection_too_large_is_refused_up_front(dump, tmp_path, monkeypatch):
     """A selection whose buffers would not fit is refused before any work, with its size and how
     to narrow it; a narrower one goes through."""
-    from kdadbg import backend
+    from kdadbg import memory
+    from kdadbg.impls import ours
 
     inputs, cfg = load_dump(dump)
     from kdadbg_kernels.taps import TapSelection
 
-    need = backend.check_tap_memory(inputs, cfg, TapSelection(), DEV)
-    monkeypatch.setattr(backend, "free_bytes", lambda device: need)   # only half of it may be used
+    need = ours.check_tap_memory(inputs, cfg, TapSelection(), DEV)
+    monkeypatch.setattr(memory, "free_bytes", lambda device: need)   # only half of it may be used
     out = tmp_path / "k.safetensors"
     r = kdadbg("taps", dump, "-o", out, "--source", "kernel", "--device", DEV)
     assert_one_error_line(r, "GiB", "--chunks A:B")

@@ -1,4 +1,4 @@
-"""Run our Triton kernels on a dump's inputs.
+"""``--impl ours``: our Triton kernels (``kernels/``), forward + backward with taps written by the kernels.
 
 Without a GPU the kernels run under the Triton interpreter on CPU tensors. The interpreter is
 chosen when ``@triton.jit`` decorates, i.e. when the kernel modules are first imported, so
@@ -14,10 +14,13 @@ import torch
 
 from kdadbg_kernels.taps import TapSelection
 
-from .config import KDAConfig, KDAInputs
-from .errors import KdadbgError
+from .. import memory
+from ..config import KDAConfig, KDAInputs
+from ..errors import KdadbgError
+from .base import Implementation, ImplRun
 
 PRECISIONS = ("fp32", "bf16")
+MAX_HEAD_DIM = 256   # kernels/chunk.py's limit, known here without importing the kernels (a test keeps them equal)
 
 
 def kernels_module(device: str):
@@ -37,23 +40,16 @@ def kernels_module(device: str):
     return chunk
 
 
-def free_bytes(device: str) -> int:
-    """Memory free for new allocations on ``device`` (the CPU: available physical memory)."""
-    if device == "cuda":
-        return int(torch.cuda.mem_get_info()[0])
-    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-
-
 def check_tap_memory(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, device: str,
                      headroom: float = 0.5) -> int:
     """Refuse, before any work, a tap selection whose float32 buffers would take more than
     ``headroom`` of the free memory; returns the bytes it needs."""
-    from .chunks import chunk_table
+    from ..chunks import chunk_table
 
     B, T, H, K, V = inputs.shape
     n_chunks = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks
     need = sel.nbytes(n_chunks, H, config.chunk_size, K, V)
-    free = free_bytes(device)
+    free = memory.free_bytes(device)
     if need > headroom * free:
         lo, hi = sel.chunk_range(n_chunks)
         raise KdadbgError(
@@ -87,8 +83,35 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     return outputs, buffers, plan
 
 
-def kernel_taps(inputs: KDAInputs, config: KDAConfig, precision: str, device: str, sel: TapSelection):
-    """``(outputs, tap buffers)`` of our kernels for the selection ``sel``: the runner ``diff`` and
-    ``taps --source kernel`` share."""
-    outputs, buffers, _ = run_kernels(inputs, config, precision, device, taps=sel)
-    return outputs, buffers
+class Ours(Implementation):
+    """Our kernels at ``precision`` (``fp32``: IEEE dot operands, the debugging mode; ``bf16``: bf16
+    operands with fp32 accumulation, as in training). Float64 dumps run in float32 (said in a note)."""
+
+    kind = "ours"
+    provides_taps = True
+
+    def __init__(self, precision: str = "fp32"):
+        if precision not in PRECISIONS:
+            raise KdadbgError(f"--precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}")
+        self.precision = precision
+        self.name = "ours"
+
+    def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
+        if not (1 <= shapes["K"] <= MAX_HEAD_DIM and 1 <= shapes["V"] <= MAX_HEAD_DIM):
+            return False, f"our kernels take head dims K, V in [1, {MAX_HEAD_DIM}], found K={shapes['K']}, " \
+                          f"V={shapes['V']} (the float64 reference takes any: --impl reference)"
+        return True, ""
+
+    def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
+        notes = []
+        if inputs.q.dtype == torch.float64:
+            inputs = inputs.to(dtype=torch.float32)
+            notes.append("float64 inputs run in float32 (our kernels take float32, bfloat16 and float16)")
+        outputs, buffers, _ = run_kernels(inputs, config, self.precision, device, taps=taps)
+        if taps is None:
+            return ImplRun(outputs, notes=notes)
+        B, T, H, K, V = inputs.shape
+        from ..chunks import chunk_table
+
+        lo, hi = taps.chunk_range(chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks)
+        return ImplRun(outputs, buffers, list(range(lo, hi)), list(taps.head_list(H)), notes=notes)

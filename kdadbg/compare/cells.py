@@ -1,0 +1,175 @@
+"""Cells: one quantity (a tap or an output row, :mod:`.quantities`) over chunk rows × heads, with its
+metrics (:func:`.metrics.cell_metrics`) and its label (OK / DRIFT / BUG / UNREP, :mod:`kdadbg.noise`).
+
+:func:`output_rows` cuts whole outputs and gradients into per-chunk rows, so that whole tensors,
+output rows and taps all go through :func:`compare_cells`, the one comparison path.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from .. import noise
+from ..chunks import ChunkTable
+from .metrics import cell_metrics, passes
+from .quantities import ORDER, QUANTITIES, ChunkInfo, valid_mask
+
+
+@dataclass
+class Cells:
+    """Metrics of one quantity over ``chunks`` (rows) × ``heads`` (columns); every tensor is ``[R, Hs]``.
+
+    ``chunks`` are global chunk ids (a sequence's last chunk for ``ht``, its first for ``dh0``), or
+    ``[None]`` for per-head quantities.
+    """
+
+    name: str
+    chunks: list
+    heads: list[int]
+    dims: tuple[int, ...]
+    tol: float
+    ratio: torch.Tensor
+    max_abs: torch.Tensor
+    index: torch.Tensor          # flat index of the worst element within the cell
+    cosine: torch.Tensor
+    nonfinite: torch.Tensor
+    count: torch.Tensor          # elements compared
+    kernel: torch.Tensor         # value at the worst element
+    reference: torch.Tensor
+    floor: torch.Tensor | None = None
+    label: torch.Tensor | None = None
+    unrep_reason: list | None = None   # [R] reason per chunk row where a cell is UNREP
+
+    @property
+    def quantity(self):
+        return QUANTITIES[self.name]
+
+    @property
+    def stage(self) -> str:
+        return self.quantity.stage
+
+    @property
+    def failing(self) -> torch.Tensor:
+        """Over tolerance (DRIFT or BUG); UNREP cells never fail."""
+        return (self.label == noise.DRIFT) | (self.label == noise.BUG)
+
+
+def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = None) -> Cells:
+    """Label every cell OK / DRIFT / BUG against the noise floor's metrics of the same cells (``floor``),
+    and UNREP where ``unrep`` ([R, Hs] bool) says the compared precision cannot hold the value."""
+    passed = passes(cells.ratio, cells.max_abs, cells.nonfinite, cells.tol)
+    if floor is not None:
+        cells.floor = floor["ratio"]
+        label = noise.classify(passed, cells.ratio, cells.nonfinite, floor["ratio"], floor["nonfinite"])
+    else:
+        label = noise.classify(passed, cells.ratio, cells.nonfinite)
+    if unrep is not None:
+        label = torch.where(unrep & (label != noise.OK), torch.tensor(noise.UNREP, dtype=torch.int8), label)
+    cells.label = label
+    return cells
+
+
+def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], chunks: dict[str, list],
+                  heads: list[int], info: ChunkInfo, tols: dict[str, float],
+                  floor: dict[str, torch.Tensor] | None = None, unrep: dict | None = None) -> dict[str, Cells]:
+    """Cells of every quantity present in both sides, in dataflow order; each side
+    ``[len(chunks[name]), len(heads), *shape]``. ``unrep``: name -> ([R, Hs] bool, [R] reasons)."""
+    out = {}
+    for name in ORDER:
+        if name not in cand or name not in ref:
+            continue
+        ids = chunks[name]
+        lengths = torch.tensor([info.length[c] if c is not None else 0 for c in ids], dtype=torch.long)
+        dims = tuple(cand[name].shape[2:])
+        mask = valid_mask(name, lengths, dims)
+        met = cell_metrics(cand[name], ref[name], mask)
+        cells = Cells(name, list(ids), list(heads), dims, tols[name], **met)
+        fl = None
+        if floor is not None and name in floor:
+            fm = cell_metrics(floor[name], ref[name], mask)
+            # an output that overflows where the float64 reference is finite is a bug, whatever the floor
+            fl = {"ratio": fm["ratio"], "nonfinite": fm["nonfinite"] if cells.quantity.is_tap else None}
+        u = None
+        if unrep is not None and name in unrep:
+            u, cells.unrep_reason = unrep[name]
+        out[name] = judge(cells, fl, u)
+    return out
+
+
+# outputs and gradients as per-chunk rows
+
+
+def _state_kv(t: torch.Tensor, layout: str) -> torch.Tensor:
+    return t.transpose(-1, -2) if layout == "vk" else t
+
+
+def output_rows(outputs: dict[str, torch.Tensor], ct: ChunkTable, layout: str, chunks: list[int],
+                heads: list[int]) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
+    """Outputs and gradients in dump shapes -> per-cell tensors ``[R, Hs, *shape]`` (float64, padding
+    rows 0) and the chunk id of each row: token rows for the chunks in ``chunks``; ``ht`` at each
+    sequence's last chunk and ``dh0`` at its first (states in math layout ``[K,V]``), for sequences whose
+    chunk lies in ``chunks``; ``dA_log``/``ddt_bias`` one row per head (chunk ``None``)."""
+    idx, valid = ct.token_index()
+    sel = torch.tensor(chunks, dtype=torch.long)
+    idx, valid = idx[sel], valid[sel]
+    hsel = torch.tensor(heads, dtype=torch.long)
+    rows, ids = {}, {}
+    want = set(chunks)
+    for name, t in outputs.items():
+        q = QUANTITIES.get(name)
+        if q is None:
+            continue
+        t = t.detach()
+        hs = hsel.to(t.device)
+        if q.kind == "row":
+            flat = t.reshape(-1, *t.shape[2:]).index_select(1, hs)           # [B*T, Hs, *]
+            x = flat[idx.reshape(-1).to(t.device)].reshape(len(chunks), ct.chunk_size, *flat.shape[1:])
+            x = x * valid.to(t.device).reshape(len(chunks), ct.chunk_size, *([1] * (flat.ndim - 1)))
+            rows[name] = x.movedim(1, 2).to(torch.float64)                   # [R, Hs, C, *]
+            ids[name] = list(chunks)
+        elif q.kind == "seq":
+            base = ct.seq_chunk_base
+            at = [(n, int(base[n + 1]) - 1 if name == "ht" else int(base[n])) for n in range(ct.n_seqs)
+                  if int(base[n + 1]) > int(base[n])]
+            at = [(n, c) for n, c in at if c in want]
+            if not at:
+                continue
+            ns = torch.tensor([n for n, _ in at], dtype=torch.long, device=t.device)
+            rows[name] = _state_kv(t, layout).index_select(0, ns).index_select(1, hs).to(torch.float64)
+            ids[name] = [c for _, c in at]
+        else:  # per head
+            x = t.reshape(t.shape[0], -1) if t.ndim > 1 else t.reshape(-1, 1)
+            x = x.index_select(0, hs).to(torch.float64)
+            rows[name] = (x[None] if name == "ddt_bias" else x[None, :, 0])    # [1, Hs, K] / [1, Hs]
+            ids[name] = [None]
+    return rows, ids
+
+
+def unrepresentable(ref_taps: dict[str, torch.Tensor], names, rows_of: dict[str, list], heads: list[int],
+                    info: ChunkInfo) -> dict[str, tuple[torch.Tensor, list]]:
+    """Cells whose values float32 cannot hold: taps that carry ``exp(-gc)`` (``ki``, ``dqd``, ``dkd``) in a
+    chunk where ``-gc`` exceeds ln(max float32) ≈ 88.7 for that head. ``ref_taps['gc']``:
+    ``[n_chunks, H, C, K]`` (every chunk and head). Returns name -> (``[R, Hs]`` bool, ``[R]`` reason)."""
+    if "gc" not in ref_taps:
+        return {}
+    gc = ref_taps["gc"]
+    lim = noise.EXP_LIMIT_FP32
+    out = {}
+    for name in names:
+        if name not in noise.EXP_NEG_GC_TAPS or name not in rows_of:
+            continue
+        ids = rows_of[name]
+        sel = torch.tensor(ids, dtype=torch.long, device=gc.device)
+        g = gc.index_select(0, sel).index_select(1, torch.tensor(heads, dtype=torch.long, device=gc.device))
+        lengths = torch.tensor([info.length[c] for c in ids], device=gc.device)
+        valid = (torch.arange(g.shape[2], device=gc.device)[None, :] < lengths[:, None])[:, None, :, None]
+        worst = torch.where(valid, -g.to(torch.float64), torch.tensor(-math.inf, dtype=torch.float64,
+                                                                        device=gc.device)).amax(dim=(2, 3))
+        hit = (worst > lim).cpu()
+        reasons = [f"exp(-gc) reaches e^{float(w.max()):.4g} > float32's max e^{lim:.4g}" if bool(h.any())
+                   else None for w, h in zip(worst.cpu(), hit)]
+        out[name] = (hit, reasons)
+    return out

@@ -1,0 +1,103 @@
+"""The one error metric, in float64, for whole tensors and for every chunk × head cell alike.
+
+``ratio`` is flash-linear-attention's ``RMS(ref - x) / (RMS(ref) + 1e-8)`` over the compared
+elements; a comparison passes when it is finite and ``ratio <= tol`` or ``max|ref - x| <= 1e-6``
+(fla's rule). A NaN/Inf on one side only makes the ratio and max abs infinite and counts in
+``nonfinite``; the worst element is then the first such one, else the largest error. Elements
+non-finite on both sides (from NaN inputs) agree and are left out of ``count``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+
+import torch
+
+ABS_PASS = 1e-6
+
+
+def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+    """Metrics of every ``[R, Hs]`` cell: ``x``, ``ref`` ``[R, Hs, *dims]``, ``mask`` broadcastable to them.
+
+    Returns ``ratio, max_abs, index`` (flat index of the worst element within the cell), ``cosine``,
+    ``nonfinite``, ``count`` (elements compared) and both values at the worst element, as CPU tensors
+    ``[R, Hs]``. Computed on ``ref``'s device (large GPU taps stay there).
+    """
+    dev = ref.device
+    x, ref = x.detach().to(dev, torch.float64), ref.detach().to(dev, torch.float64)
+    R, Hs = x.shape[0], x.shape[1]
+    m = mask.to(dev).expand(x.shape).reshape(R, Hs, -1)
+    xf, rf = x.reshape(R, Hs, -1), ref.reshape(R, Hs, -1)
+    zero = torch.zeros((), dtype=torch.float64, device=dev)
+    inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
+    fx, fr = torch.isfinite(xf), torch.isfinite(rf)
+    both = m & ~fx & ~fr          # non-finite on both sides (NaN inputs): agreed, not compared
+    bad = m & (fx ^ fr)           # non-finite on one side only
+    m = m & ~both
+    good = m & ~bad
+    count = m.sum(-1)
+    n = count.clamp(min=1)
+    err = torch.where(good, xf - rf, zero)
+    r0 = torch.where(good, rf, zero)
+    x0 = torch.where(good, xf, zero)
+    nonfinite = bad.sum(-1)
+    ratio = (err.pow(2).sum(-1) / n).sqrt() / ((r0.pow(2).sum(-1) / n).sqrt() + 1e-8)
+    score = torch.where(bad, inf, err.abs())
+    score = torch.where(m, score, torch.tensor(-1.0, dtype=torch.float64, device=dev))
+    arg = score.argmax(-1) if score.shape[-1] else torch.zeros((R, Hs), dtype=torch.long, device=dev)
+    pick = (lambda t: t.gather(-1, arg[..., None])[..., 0]) if score.shape[-1] else (lambda t: zero.expand(R, Hs))
+    max_abs = pick(err.abs())
+    den = x0.norm(dim=-1) * r0.norm(dim=-1)
+    same = (x0.norm(dim=-1) == r0.norm(dim=-1)).to(torch.float64)
+    cosine = torch.where(den > 0, (x0 * r0).sum(-1) / torch.where(den > 0, den, 1.0), same)
+    out = {"ratio": torch.where(nonfinite > 0, inf, ratio), "max_abs": torch.where(nonfinite > 0, inf, max_abs),
+           "index": arg, "cosine": cosine, "nonfinite": nonfinite, "count": count,
+           "kernel": pick(xf), "reference": pick(rf)}
+    return {k: v.cpu() for k, v in out.items()}
+
+
+def passes(ratio, max_abs, nonfinite, tol):
+    """fla's rule on metrics (floats or tensors): finite and within ``tol``, or max abs error <= 1e-6."""
+    return (nonfinite == 0) & ((max_abs <= ABS_PASS) | (ratio <= tol))
+
+
+@dataclass
+class Compare:
+    """One whole tensor against the reference (``kdadbg run``)."""
+
+    name: str
+    shape: tuple[int, ...]
+    max_abs: float
+    max_index: tuple[int, ...]
+    ratio: float
+    cosine: float
+    nonfinite: int
+    kernel: float       # value of x at max_index
+    reference: float    # value of ref at max_index
+    count: int = 0      # elements compared
+    tol: float | None = None
+    passed: bool | None = None
+
+    def judge(self, tol: float) -> "Compare":
+        self.tol = tol
+        self.passed = bool(passes(self.ratio, self.max_abs, self.nonfinite, tol))
+        return self
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["shape"], d["max_index"] = list(self.shape), list(self.max_index)
+        return d
+
+
+def compare(name: str, x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor | None = None) -> Compare:
+    """Compare ``x`` to ``ref`` (same shape) over the elements where ``mask`` (broadcastable) is true:
+    the whole tensor as one cell of :func:`cell_metrics`."""
+    if tuple(x.shape) != tuple(ref.shape):
+        raise ValueError(f"{name}: shape {tuple(x.shape)} != reference {tuple(ref.shape)}")
+    shape = tuple(ref.shape)
+    m = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape)
+    met = cell_metrics(x.reshape(1, 1, -1), ref.reshape(1, 1, -1), m.reshape(1, 1, -1))
+    v = {k: t[0, 0].item() for k, t in met.items()}
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(v["index"])), shape)) if ref.numel() else ()
+    return Compare(name, shape, float(v["max_abs"]), index, float(v["ratio"]), float(v["cosine"]),
+                   int(v["nonfinite"]), float(v["kernel"]), float(v["reference"]), int(v["count"]))

@@ -1,0 +1,265 @@
+"""``DiffResult``: the cells of one comparison and the questions asked of them (first divergence, first
+BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema 2)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import noise
+from ..config import KDAConfig
+from .cells import Cells
+from .quantities import ORDER, QUANTITIES, ChunkInfo, dataflow_key
+
+SCHEMA = 2
+MAX_JSON_CELLS = 200_000          # beyond this, --json lists only the cells over tolerance
+
+
+@dataclass
+class DiffResult:
+    mode: str                      # impl | files
+    sources: tuple[str, str]       # (candidate, reference) names
+    precision: str
+    device: str | None
+    dump: str | None
+    config: KDAConfig | None
+    info: ChunkInfo
+    chunks: list[int]
+    heads: list[int]
+    cells: dict[str, Cells]
+    impl: dict = field(default_factory=dict)
+    drift_fails: bool = False
+    missing: dict = field(default_factory=dict)
+    not_provided: dict = field(default_factory=dict)
+    origin: dict | None = None
+    amplification: list[dict] = field(default_factory=list)
+    exponents: list[dict] = field(default_factory=list)
+    repeat: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    files: dict = field(default_factory=dict)
+    nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
+
+    # -- counting ---------------------------------------------------------------------------------
+
+    def counts(self) -> dict:
+        """Cells and elements compared, split into taps and output rows, and cells per label."""
+        out = {"cells": 0, "tap_cells": 0, "row_cells": 0, "elements": 0,
+               **{lab.lower(): 0 for lab in noise.LABELS}}
+        for c in self.cells.values():
+            compared = c.count > 0
+            n = int(compared.sum())
+            out["cells"] += n
+            out["tap_cells" if c.quantity.is_tap else "row_cells"] += n
+            out["elements"] += int(c.count.sum())
+            for i, lab in enumerate(noise.LABELS):
+                out[lab.lower()] += int(((c.label == i) & compared).sum())
+        return out
+
+    # -- searching --------------------------------------------------------------------------------
+
+    def order(self) -> list[tuple[str, int]]:
+        """(name, row) pairs in dataflow order; ``row`` indexes ``self.cells[name].chunks``."""
+        pairs = [(n, r) for n, c in self.cells.items() for r in range(len(c.chunks))]
+        return sorted(pairs, key=lambda p: dataflow_key(p[0], self.cells[p[0]].chunks[p[1]], self.info))
+
+    def _first_cell(self, pick, head: int | None = None) -> tuple[str, int] | None:
+        """(name, row) of the first cell in dataflow order where ``pick(cells)`` ([R, Hs] bool) holds."""
+        best = None
+        for name, cells in self.cells.items():
+            hit = pick(cells)
+            if head is not None:
+                if head not in cells.heads:
+                    continue
+                hit = hit[:, cells.heads.index(head)][:, None]
+            rows = hit.any(1).nonzero().flatten().tolist()
+            if rows:
+                key, r = min((dataflow_key(name, cells.chunks[r], self.info), r) for r in rows)
+                if best is None or key < best[0]:
+                    best = (key, name, r)
+        return None if best is None else (best[1], best[2])
+
+    def _first(self, pick) -> dict | None:
+        found = self._first_cell(pick)
+        if found is None:
+            return None
+        name, r = found
+        cells = self.cells[name]
+        score = torch.where(pick(cells)[r], cells.ratio[r].nan_to_num(posinf=1e300),
+                            torch.tensor(-1.0, dtype=torch.float64))
+        return self.locate(name, r, cells.heads[int(score.argmax())])
+
+    def _fails(self, cells: Cells) -> torch.Tensor:
+        return cells.label == noise.BUG if not self.drift_fails else cells.failing
+
+    @property
+    def first_divergence(self) -> dict | None:
+        """The first cell over its tolerance in dataflow order (DRIFT or BUG; never UNREP), or None."""
+        return self._first(lambda c: c.failing)
+
+    @property
+    def first_bug(self) -> dict | None:
+        return self._first(lambda c: c.label == noise.BUG)
+
+    @property
+    def first_nonfinite(self) -> dict | None:
+        return self._first(lambda c: (c.nonfinite > 0) & (c.label != noise.UNREP))
+
+    @property
+    def passed(self) -> bool:
+        if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
+            return False
+        return not any(bool(self._fails(c).any()) for c in self.cells.values())
+
+    def locate(self, name: str, r: int, head: int) -> dict:
+        """Everything about one cell (``r``: its row in ``cells[name].chunks``) and its worst element."""
+        cells = self.cells[name]
+        chunk = cells.chunks[r]
+        h = cells.heads.index(head)
+        q = QUANTITIES[name]
+        index = [int(i) for i in torch.unravel_index(cells.index[r, h], cells.dims)] if cells.dims else []
+        row = next((index[a] for a in q.row_dims), None)
+        d = {"tap": name, "kind": q.kind, "stage": q.stage, "chunk": chunk, "head": head,
+             "seq": None if chunk is None else self.info.seq[chunk],
+             "chunk_in_seq": None if chunk is None else self.info.t[chunk], "row": row,
+             "token": None if row is None or chunk is None else self.info.start[chunk] + row,
+             "index": index, "axes": list(q.shape),
+             "ratio": float(cells.ratio[r, h]), "max_abs": float(cells.max_abs[r, h]),
+             "cosine": float(cells.cosine[r, h]), "nonfinite": int(cells.nonfinite[r, h]),
+             "count": int(cells.count[r, h]),
+             "kernel": float(cells.kernel[r, h]), "reference": float(cells.reference[r, h]),
+             "tol": cells.tol, "floor": None if cells.floor is None else float(cells.floor[r, h]),
+             "label": noise.LABELS[int(cells.label[r, h])]}
+        for axis, sym in enumerate(q.shape):
+            if sym in ("K", "V"):
+                d[sym.lower()] = index[axis]
+        return d
+
+    def min_tolerance(self) -> dict[str, dict]:
+        """Per quantity: the smallest tolerance every compared cell would pass (its worst ratio) and where."""
+        out = {}
+        for name, cells in self.cells.items():
+            r = torch.where(cells.label == noise.UNREP, torch.tensor(0.0, dtype=torch.float64), cells.ratio)
+            flat = int(torch.nan_to_num(r, nan=math.inf).argmax())
+            i, j = divmod(flat, r.shape[1])
+            out[name] = {"tol": cells.tol, "min_tol": float(r.max()), "chunk": cells.chunks[i],
+                         "head": cells.heads[j], "drift": int((cells.label == noise.DRIFT).sum()),
+                         "bug": int((cells.label == noise.BUG).sum()),
+                         "unrep": int((cells.label == noise.UNREP).sum())}
+        return out
+
+    # -- views ------------------------------------------------------------------------------------
+
+    def grid(self, max_columns: int = 24) -> dict:
+        """The quantity × chunk grid (per-head quantities apart), chunks bucketed into at most
+        ``max_columns`` columns; each cell is the worst (label, then ratio) over the bucket's chunks and
+        every head, or None where nothing was compared."""
+        n = len(self.chunks)
+        per = max(1, math.ceil(n / max(1, max_columns)))
+        buckets = [self.chunks[i:i + per] for i in range(0, n, per)]
+        rows = []
+        for name in (t for t in ORDER if t in self.cells and QUANTITIES[t].kind != "head"):
+            cells = self.cells[name]
+            pos = {c: r for r, c in enumerate(cells.chunks)}
+            out = []
+            for b in buckets:
+                rs = [pos[c] for c in b if c in pos]
+                if not rs:
+                    out.append(None)
+                    continue
+                lab = cells.label[rs].to(torch.float64)
+                rank = torch.where(lab == noise.UNREP, torch.tensor(0.5, dtype=torch.float64), lab)
+                score = rank * 1e300 + torch.nan_to_num(cells.ratio[rs], posinf=1e299)
+                flat = int(score.argmax())
+                i, j = divmod(flat, len(cells.heads))
+                r = rs[i]
+                out.append({"label": noise.LABELS[int(cells.label[r, j])], "ratio": float(cells.ratio[r, j]),
+                            "nonfinite": int(cells.nonfinite[rs].sum()), "chunk": cells.chunks[r],
+                            "head": cells.heads[j]})
+            rows.append({"tap": name, "stage": cells.stage, "kind": cells.quantity.kind, "cells": out})
+        cols = [(b[0], b[-1]) for b in buckets]
+        return {"columns": cols, "rows": rows, "bucket": per}
+
+    def per_head_quantities(self) -> list[dict]:
+        """``dA_log``/``ddt_bias`` cells: one per head."""
+        out = []
+        for name in ("dA_log", "ddt_bias"):
+            if name in self.cells:
+                c = self.cells[name]
+                for j, h in enumerate(c.heads):
+                    out.append(self.locate(name, 0, h))
+        return out
+
+    def per_head(self) -> list[dict]:
+        """Per head: worst ratio per stage, failing cells, and the first failing (name, chunk)."""
+        out = []
+        for h in self.heads:
+            worst, fails = {}, 0
+            for name, cells in self.cells.items():
+                if h not in cells.heads:
+                    continue
+                jj = cells.heads.index(h)
+                ok = cells.label[:, jj] != noise.UNREP
+                if bool(ok.any()):
+                    worst[cells.stage] = max(worst.get(cells.stage, 0.0), float(cells.ratio[ok, jj].max()))
+                fails += int(self._fails(cells)[:, jj].sum())
+            found = self._first_cell(lambda c: c.failing, head=h)
+            first = None if found is None else {"tap": found[0], "chunk": self.cells[found[0]].chunks[found[1]]}
+            out.append({"head": h, "worst": worst, "failing": fails, "first": first})
+        return out
+
+    def as_json(self) -> dict:
+        """The ``--json`` document (schema 2; README, section "kdadbg diff")."""
+        first = self.first_divergence
+        if first is not None:
+            first = {**first, "origin": (self.origin or {}).get("verdict")}
+        n_cells = sum(c.ratio.numel() for c in self.cells.values())
+        truncated = n_cells > MAX_JSON_CELLS
+        cells = []
+        for name, r in self.order():
+            c = self.cells[name]
+            for j, h in enumerate(c.heads):
+                lab = int(c.label[r, j])
+                if truncated and lab == noise.OK:
+                    continue
+                chunk = c.chunks[r]
+                idx = [int(i) for i in torch.unravel_index(c.index[r, j], c.dims)] if c.dims else []
+                cells.append({"tap": name, "kind": c.quantity.kind, "stage": c.stage, "chunk": chunk, "head": h,
+                              "seq": None if chunk is None else self.info.seq[chunk],
+                              "ratio": _num(c.ratio[r, j]), "max_abs": _num(c.max_abs[r, j]), "index": idx,
+                              "cosine": _num(c.cosine[r, j]), "nonfinite": int(c.nonfinite[r, j]),
+                              "count": int(c.count[r, j]), "tol": c.tol,
+                              "floor": None if c.floor is None else _num(c.floor[r, j]),
+                              "label": noise.LABELS[lab],
+                              **({"reason": c.unrep_reason[r]} if lab == noise.UNREP and c.unrep_reason else {})})
+        return {
+            "schema": SCHEMA, "verdict": "pass" if self.passed else "fail", "mode": self.mode,
+            "impl": self.impl, "sources": {"candidate": self.sources[0], "reference": self.sources[1]},
+            "dump": self.dump, "files": self.files, "precision": self.precision, "device": self.device,
+            "config": None if self.config is None else self.config.as_dict(),
+            "chunks": self.chunks, "heads": self.heads, "drift_fails": self.drift_fails,
+            "compared": self.counts(), "not_provided": self.not_provided,
+            "nonfinite_inputs": self.nonfinite_inputs,
+            "first_divergence": jsonable(first), "first_bug": jsonable(self.first_bug),
+            "first_nonfinite": jsonable(self.first_nonfinite),
+            "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
+            "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
+            "exponents": jsonable(self.exponents), "repeat": jsonable(self.repeat), "notes": self.notes,
+            "noise": {"k": noise.K_DRIFT, "abs": noise.DRIFT_ABS}, "cells_truncated": truncated, "cells": cells,
+        }
+
+
+def _num(x) -> float | None:
+    v = float(x)
+    return v if math.isfinite(v) else None  # JSON has no Infinity/NaN (as in run --json)
+
+
+def jsonable(x):
+    if isinstance(x, dict):
+        return {k: jsonable(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [jsonable(v) for v in x]
+    if isinstance(x, float):
+        return _num(x)
+    return x

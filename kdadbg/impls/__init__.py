@@ -1,0 +1,68 @@
+"""Implementations under test and their registry (``--impl NAME``).
+
+=====================  =========================================================================
+NAME                   what runs
+=====================  =========================================================================
+``ours`` (default)     our Triton kernels at ``--precision`` (:mod:`.ours`)
+``reference``          the float64 reference itself: a self-check that must pass exactly
+``PATH.py:FUNCTION``   a function in a file, fla's ``chunk_kda`` convention (:mod:`.function`)
+``MODULE:FUNCTION``    an importable one, e.g. ``fla.ops.kda:chunk_kda``, ``kdadbg_kernels:chunk_kda``
+a taps file            another implementation's results (``diff --against FILE``; :mod:`.tapsfile`)
+=====================  =========================================================================
+
+Adapters register further names with :func:`register` (a factory taking ``precision``).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+from ..errors import KdadbgError
+from .base import Implementation, ImplError, ImplRun, TapsSpec, check_supported, convert_taps, shapes_of
+
+REGISTRY: dict[str, Callable[[str], Implementation]] = {}
+
+
+def register(name: str, factory: Callable[[str], Implementation]) -> None:
+    REGISTRY[name] = factory
+
+
+def _ours(precision: str) -> Implementation:
+    from .ours import Ours
+    return Ours(precision)
+
+
+def _reference(precision: str) -> Implementation:
+    from .reference import Reference
+    return Reference(precision)
+
+
+register("ours", _ours)
+register("reference", _reference)
+
+
+def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec | None = None) -> Implementation:
+    """The implementation ``spec`` names (None: ours). A path to a taps file is one too."""
+    from .function import Function, load_callable
+    from .tapsfile import TapsFile
+
+    spec = "ours" if spec is None else str(spec).strip()
+    if spec in ("kernel", "kernels"):
+        spec = "ours"
+    if spec in REGISTRY:
+        return REGISTRY[spec](precision)
+    if ":" in spec and not Path(spec).is_file():
+        obj = load_callable(spec)
+        if isinstance(obj, Implementation):
+            return obj
+        return Function(obj, spec, precision)
+    if Path(spec).is_file():
+        return TapsFile(spec, taps_spec or TapsSpec(), precision)
+    known = ", ".join(REGISTRY)
+    raise KdadbgError(f"--impl {spec}: expected one of {known}, PATH.py:FUNCTION, MODULE:FUNCTION or a taps file "
+                      f"(found no such name or file)")
+
+
+__all__ = ["Implementation", "ImplError", "ImplRun", "TapsSpec", "check_supported", "convert_taps", "register",
+           "resolve_impl", "shapes_of", "REGISTRY"]

@@ -1,0 +1,164 @@
+"""The implementation under test: one protocol, whatever computes the outputs (our kernels, the
+reference, a taps file, fla, FlashKDA, a user's function).
+
+An :class:`Implementation` answers ``supports(config, shapes)`` before any work and ``run(...)`` with
+an :class:`ImplRun`: outputs and gradients in the dump's shapes (what it does not provide is absent
+and listed in ``not_provided``) and, optionally, taps in the registry's layout and units. Taps in
+another convention come with a :class:`TapsSpec` and are converted by :func:`convert_taps`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import torch
+
+from kdadbg_kernels.taps import REGISTRY, TapSelection
+
+from ..config import KDAConfig, KDAInputs
+from ..errors import EXIT_NUMERIC, KdadbgError
+
+LN2 = math.log(2.0)
+STATE_TAPS = ("S", "dS")
+GATE_TAPS = ("gc", "gT")          # log-decay: ×ln2 from log2 units
+GATE_GRAD_TAPS = ("dgc", "dgT")   # gradients w.r.t. it: ÷ln2 from log2 units
+
+
+class ImplError(KdadbgError):
+    """The implementation under test raised: one line naming it and the exception, exit 1."""
+
+    exit_code = EXIT_NUMERIC
+
+    def __init__(self, message: str, detail: str | None = None):
+        super().__init__(message)
+        self.detail = detail   # the whole traceback, shown with --traceback
+
+
+@dataclass(frozen=True)
+class TapsSpec:
+    """Conventions of an implementation's taps, converted to the registry's by :func:`convert_taps`.
+
+    state_layout: ``kv`` (the registry's ``[K,V]``) or ``vk`` (``[V,K]``: transposed); gate_units:
+    ``ln`` or ``log2`` (``G2 = Gn / ln2``: ``gc, gT`` times ln2, ``dgc, dgT`` divided by ln2, since
+    ``dl/dG2 = ln2 · dl/dGn``); chunks, heads: the global chunk ids and heads of the taps' two leading
+    axes (None: every chunk, every head of the call).
+    """
+
+    state_layout: str = "kv"
+    gate_units: str = "ln"
+    chunks: tuple[int, ...] | None = None
+    heads: tuple[int, ...] | None = None
+
+    def __post_init__(self):
+        if self.state_layout not in ("kv", "vk"):
+            raise KdadbgError(f"taps state layout: expected kv or vk, found {self.state_layout!r}")
+        if self.gate_units not in ("ln", "log2"):
+            raise KdadbgError(f"taps gate units: expected ln or log2, found {self.gate_units!r}")
+
+
+def convert_taps(taps: dict[str, torch.Tensor], spec: TapsSpec) -> dict[str, torch.Tensor]:
+    """Taps in ``spec``'s conventions -> the registry's (float64)."""
+    out = {}
+    for name, t in taps.items():
+        t = t.detach().to(torch.float64)
+        if spec.state_layout == "vk" and name in STATE_TAPS:
+            t = t.transpose(-1, -2)
+        if spec.gate_units == "log2" and name in GATE_TAPS:
+            t = t * LN2
+        if spec.gate_units == "log2" and name in GATE_GRAD_TAPS:
+            t = t / LN2
+        out[name] = t.contiguous()
+    return out
+
+
+@dataclass
+class ImplRun:
+    """What one call of an implementation gave.
+
+    outputs: ``o, ht, dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias`` as they apply, in the dump's
+        shapes (``ht``/``dh0`` in its state layout); a name absent here is not provided.
+    taps: registry name -> ``[len(tap_chunks), len(tap_heads), *per-chunk shape]``, registry layout
+        and units, NaN where the implementation wrote nothing.
+    not_provided: output name -> why (e.g. ``"forward only"``).
+    """
+
+    outputs: dict[str, torch.Tensor]
+    taps: dict[str, torch.Tensor] = field(default_factory=dict)
+    tap_chunks: list[int] = field(default_factory=list)
+    tap_heads: list[int] = field(default_factory=list)
+    not_provided: dict[str, str] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+class Implementation:
+    """Base of every implementation; subclasses set ``name`` and override ``run`` (and ``supports``).
+
+    ``takes_initial_state``: it can run a window of chunks seeded with a state and the gradient of its
+    final state (what ``diff`` needs to tell an error made here from one carried in); ``provides_taps``:
+    it can write taps; ``precision``: the tolerance table and noise floor it is judged by.
+    """
+
+    name: str = "implementation"
+    kind: str = "implementation"
+    takes_initial_state: bool = True
+    provides_taps: bool = False
+    precision: str = "fp32"
+
+    def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
+        """``(False, why)`` when this implementation cannot run a dump of this config and these sizes
+        (``shapes``: B, T, H, K, V, N, varlen, dtype, has_h0, has_dht)."""
+        return True, ""
+
+    def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None
+            ) -> ImplRun:
+        raise NotImplementedError
+
+    def describe(self) -> dict:
+        """The JSON ``impl`` object."""
+        return {"name": self.name, "kind": self.kind, "precision": self.precision}
+
+
+def shapes_of(inputs: KDAInputs) -> dict:
+    """What ``supports`` gets to judge a dump by."""
+    B, T, H, K, V = inputs.shape
+    return {"B": B, "T": T, "H": H, "K": K, "V": V, "N": inputs.n_seqs, "varlen": inputs.cu_seqlens is not None,
+            "dtype": str(inputs.q.dtype).removeprefix("torch."), "has_h0": inputs.h0 is not None,
+            "has_dht": inputs.dht is not None}
+
+
+def check_supported(impl: Implementation, inputs: KDAInputs, config: KDAConfig, where: str = "") -> None:
+    """Refuse an unsupported dump before any work: one line, exit 2."""
+    ok, why = impl.supports(config, shapes_of(inputs))
+    if not ok:
+        raise KdadbgError(f"{where + ': ' if where else ''}--impl {impl.name}: cannot run this dump: {why}")
+
+
+def select_taps(taps: dict[str, torch.Tensor], have_chunks: list[int], have_heads: list[int],
+                want_chunks: list[int], want_heads: list[int]) -> tuple[dict, list[int], list[int]]:
+    """The taps' rows and heads in ``want_*`` that the implementation wrote: ``(taps, chunks, heads)``."""
+    rows = [c for c in want_chunks if c in have_chunks]
+    heads = [h for h in want_heads if h in have_heads]
+    if not rows or not heads:
+        return {}, rows, heads
+    out = {}
+    for n, t in taps.items():
+        ri = torch.tensor([have_chunks.index(c) for c in rows], dtype=torch.long, device=t.device)
+        hi = torch.tensor([have_heads.index(h) for h in heads], dtype=torch.long, device=t.device)
+        out[n] = t.index_select(0, ri).index_select(1, hi)
+    return out, rows, heads
+
+
+def check_tap_shapes(where: str, taps: dict[str, torch.Tensor], n_rows: int, n_heads: int, C: int, K: int, V: int,
+                     state_layout: str = "kv") -> None:
+    """Taps must be ``[n_rows, n_heads, *per-chunk shape]`` (states ``[V,K]`` in the ``vk`` layout)."""
+    for n, t in taps.items():
+        if n not in REGISTRY:
+            raise KdadbgError(f"{where}: tap {n!r}: not a registry tap (kdadbg taps --list)")
+        shape = REGISTRY[n].dims(C, K, V)
+        if state_layout == "vk" and n in STATE_TAPS:
+            shape = shape[::-1]
+        want = (n_rows, n_heads, *shape)
+        if tuple(t.shape) != want:
+            raise KdadbgError(f"{where}: tap {n!r}: expected shape [{','.join(map(str, want))}] (chunks, heads, "
+                              f"per-chunk), found [{','.join(map(str, t.shape))}]")

@@ -1,0 +1,248 @@
+"""``--impl PATH.py:FUNCTION`` or ``--impl MODULE:FUNCTION``: any function with fla's ``chunk_kda``
+calling convention (README, "Debugging your own kernel")::
+
+    fn(q, k, v, g, beta, *, scale, initial_state, output_final_state, cu_seqlens, chunk_size,
+       use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, lower_bound, A_log,
+       dt_bias, state_v_first, **kw) -> (o, final_state) or (o, final_state, taps)
+
+kdadbg builds the keyword arguments from the dump's config, leaving out those the function does not
+accept (by its signature) when their value is the neutral one, and refusing with one line the dump
+that needs one it cannot take. Leaves (``q k v g beta``, ``initial_state``, ``A_log``, ``dt_bias``)
+are passed on the chosen device in the dump's dtypes, requiring grad; kdadbg then gets every gradient
+itself with ``torch.autograd.grad((o, ht), leaves, (do, dht))``. ``taps`` is a dict in the registry's
+layout and units, or ``(dict, TapsSpec)`` in the function's own conventions.
+
+The function may carry attributes: ``supports(config, shapes) -> (ok, why)``, ``forward_only = True``,
+``taps_spec = TapsSpec(...)``. A module attribute that is an :class:`~.base.Implementation` instance
+is used as it is.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+import traceback
+from pathlib import Path
+
+import torch
+
+from kdadbg_kernels.taps import TapSelection
+
+from ..chunks import chunk_table
+from ..config import KDAConfig, KDAInputs
+from ..errors import KdadbgError
+from .base import Implementation, ImplError, ImplRun, TapsSpec, check_tap_shapes, convert_taps, select_taps
+from .tapsfile import checked_outputs
+
+GRAD_OF = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial_state": "dh0",
+           "A_log": "dA_log", "dt_bias": "ddt_bias"}
+
+
+def load_callable(spec: str):
+    """``PATH.py:NAME`` (a file, imported under a private module name) or ``MODULE:NAME`` (importable)."""
+    target, sep, attr = spec.rpartition(":")
+    if not sep or not target or not attr:
+        raise KdadbgError(f"--impl {spec}: expected ours, reference, a registered name, PATH.py:FUNCTION or "
+                          f"MODULE:FUNCTION")
+    if target.endswith(".py"):
+        path = Path(target)
+        if not path.is_file():
+            raise KdadbgError(f"--impl {spec}: {target}: no such file")
+        name = f"kdadbg_user_impl_{abs(hash(str(path.resolve())))}"
+        mod_spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(mod_spec)
+        sys.modules[name] = module
+        sys.path.insert(0, str(path.resolve().parent))
+        try:
+            mod_spec.loader.exec_module(module)
+        except Exception as e:
+            raise ImplError(f"--impl {spec}: importing {target} raised {type(e).__name__}: {e}",
+                            detail=traceback.format_exc()) from None
+        finally:
+            sys.path.remove(str(path.resolve().parent))
+    else:
+        try:
+            module = importlib.import_module(target)
+        except ImportError as e:
+            raise KdadbgError(f"--impl {spec}: cannot import module {target!r}: {e}") from None
+    if not hasattr(module, attr):
+        found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
+        raise KdadbgError(f"--impl {spec}: {target} has no {attr!r} (it has: {', '.join(found) or 'nothing callable'})")
+    obj = getattr(module, attr)
+    if not (callable(obj) or isinstance(obj, Implementation)):
+        raise KdadbgError(f"--impl {spec}: {attr!r} is a {type(obj).__name__}, not a function")
+    return obj
+
+
+def call_kwargs(fn, inputs: KDAInputs, config: KDAConfig, h0, name: str) -> tuple[dict, bool]:
+    """Keyword arguments for ``fn`` from the dump's config: ``(kwargs, state_v_first passed)``."""
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    var_kw = not params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+    K = inputs.shape[3]
+    gate = config.gate != "none"
+    wanted = {  # name: (value, neutral: leaving it out means the same)
+        "scale": (config.scale, abs(config.scale - K ** -0.5) <= 1e-12 * K ** -0.5),
+        "initial_state": (h0, h0 is None),
+        "output_final_state": (True, False),
+        "cu_seqlens": (inputs.cu_seqlens, inputs.cu_seqlens is None),
+        "chunk_size": (config.chunk_size, True),
+        "use_qk_l2norm_in_kernel": (config.qk_l2norm, not config.qk_l2norm),
+        "use_gate_in_kernel": (gate, not gate),
+        "use_beta_sigmoid_in_kernel": (config.beta_sigmoid, not config.beta_sigmoid),
+        "lower_bound": (config.lower_bound if config.gate == "lower_bound" else None, config.gate != "lower_bound"),
+        "A_log": (inputs.A_log, not gate),
+        "dt_bias": (inputs.dt_bias, not gate),
+        "state_v_first": (config.state_layout == "vk", True),   # if not accepted, states go as [K,V]
+    }
+    kwargs, missing = {}, []
+    for key, (value, neutral) in wanted.items():
+        if var_kw or key in params:
+            kwargs[key] = value
+        elif not neutral and key != "output_final_state":
+            missing.append(f"{key}={_show(value)}")
+    required = [p.name for i, p in enumerate(params.values())
+                if i >= 5 and p.default is inspect.Parameter.empty
+                and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+                and p.name not in kwargs]
+    if missing:
+        raise KdadbgError(f"--impl {name}: the dump needs {', '.join(missing)}, but the function takes no such "
+                          f"argument")
+    if required:
+        raise KdadbgError(f"--impl {name}: the function requires {', '.join(required)}, which kdadbg cannot give "
+                          f"(it passes q, k, v, g, beta and fla's chunk_kda keywords)")
+    return kwargs, "state_v_first" in kwargs
+
+
+def _show(v) -> str:
+    if isinstance(v, torch.Tensor):
+        return "a tensor"
+    return repr(v)
+
+
+class Function(Implementation):
+    kind = "function"
+
+    def __init__(self, fn, name: str, precision: str = "fp32"):
+        self.fn, self.name, self.precision = fn, name, precision
+        self.forward_only = bool(getattr(fn, "forward_only", False))
+        self.taps_spec = getattr(fn, "taps_spec", None)
+        try:
+            params = inspect.signature(fn).parameters
+            var_kw = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+            self.takes_initial_state = var_kw or ("initial_state" in params and "output_final_state" in params)
+        except (TypeError, ValueError):
+            self.takes_initial_state = True
+
+    def describe(self) -> dict:
+        return {**super().describe(), "function": f"{getattr(self.fn, '__module__', '?')}."
+                                                  f"{getattr(self.fn, '__qualname__', repr(self.fn))}"}
+
+    def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
+        check = getattr(self.fn, "supports", None)
+        if check is None:
+            return True, ""
+        ok, why = check(config, shapes)
+        return bool(ok), str(why)
+
+    def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
+        x = inputs.to(device)
+        leaves = {n: getattr(x, n).detach().clone().requires_grad_(not self.forward_only)
+                  for n in ("q", "k", "v", "g", "beta")}
+        h0 = None
+        if x.h0 is not None:
+            h0 = x.h0.detach().clone()
+        kwargs, vfirst = call_kwargs(self.fn, x, config, h0, self.name)
+        if h0 is not None and not vfirst and config.state_layout == "vk":   # the function takes [K,V]
+            h0 = h0.transpose(-1, -2).contiguous()
+        if h0 is not None:
+            leaves["initial_state"] = h0.requires_grad_(not self.forward_only)
+            kwargs["initial_state"] = leaves["initial_state"]
+        for n in ("A_log", "dt_bias"):
+            if n in kwargs and kwargs[n] is not None:
+                leaves[n] = kwargs[n].detach().clone().requires_grad_(not self.forward_only)
+                kwargs[n] = leaves[n]
+        try:
+            with torch.enable_grad():
+                ret = self.fn(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"], **kwargs)
+        except KdadbgError:
+            raise
+        except Exception as e:
+            raise ImplError(f"--impl {self.name}: raised {type(e).__name__}: {e}", detail=traceback.format_exc()) \
+                from None
+        o, ht, their_taps = self._unpack(ret)
+        flip = config.state_layout == "vk" and not vfirst    # returned states are [K,V]; the dump's are [V,K]
+        outputs = {"o": o}
+        if ht is not None:
+            outputs["ht"] = ht.transpose(-1, -2) if flip else ht
+        outputs = checked_outputs(f"--impl {self.name}", {k: v.detach() for k, v in outputs.items()}, inputs, config)
+        not_provided = {}
+        if ht is None:
+            not_provided["ht"] = "the function returned no final state"
+        grads = self._gradients(o, ht, leaves, x, config, flip, not_provided)
+        outputs.update(checked_outputs(f"--impl {self.name}", grads, inputs, config))
+        run = ImplRun(outputs, not_provided=not_provided)
+        if their_taps is not None and taps is not None:
+            self._add_taps(run, their_taps, inputs, config, taps)
+        return run
+
+    def _unpack(self, ret):
+        if not isinstance(ret, (tuple, list)) or len(ret) not in (2, 3):
+            raise KdadbgError(f"--impl {self.name}: expected (o, final_state) or (o, final_state, taps), found "
+                              f"{type(ret).__name__}{'' if not isinstance(ret, (tuple, list)) else f' of {len(ret)}'}")
+        o, ht = ret[0], ret[1]
+        if not isinstance(o, torch.Tensor):
+            raise KdadbgError(f"--impl {self.name}: output 'o': expected a tensor, found {type(o).__name__}")
+        if ht is not None and not isinstance(ht, torch.Tensor):
+            raise KdadbgError(f"--impl {self.name}: output 'final_state': expected a tensor or None, found "
+                              f"{type(ht).__name__}")
+        return o, ht, (ret[2] if len(ret) == 3 else None)
+
+    def _gradients(self, o, ht, leaves, x: KDAInputs, config: KDAConfig, flip: bool, not_provided: dict) -> dict:
+        names = [GRAD_OF[n] for n in leaves if n not in ("A_log", "dt_bias") or config.gate != "none"]
+        if self.forward_only or o.grad_fn is None:
+            why = "forward only" if self.forward_only else "o has no autograd graph (forward only)"
+            not_provided.update({g: why for g in names})
+            return {}
+        outs, grads_in = [o], [x.do.to(o.dtype)]
+        if ht is not None and ht.grad_fn is not None:
+            dht = x.dht if x.dht is not None else torch.zeros_like(ht)
+            dht = dht.transpose(-1, -2) if (flip and x.dht is not None) else dht
+            outs.append(ht)
+            grads_in.append(dht.to(ht.dtype))
+        wrt = {n: t for n, t in leaves.items() if GRAD_OF[n] in names}
+        try:
+            got = torch.autograd.grad(outs, list(wrt.values()), grads_in, allow_unused=True)
+        except Exception as e:
+            raise ImplError(f"--impl {self.name}: its backward raised {type(e).__name__}: {e}",
+                            detail=traceback.format_exc()) from None
+        out = {}
+        for (n, t), gr in zip(wrt.items(), got):
+            name = GRAD_OF[n]
+            if gr is None:
+                gr = torch.zeros_like(t)   # no path from this input to the outputs: its gradient is 0
+            if name == "dh0" and flip:
+                gr = gr.transpose(-1, -2)
+            out[name] = gr.detach()
+        return out
+
+    def _add_taps(self, run: ImplRun, their, inputs: KDAInputs, config: KDAConfig, sel: TapSelection) -> None:
+        spec = self.taps_spec or TapsSpec()
+        if isinstance(their, (tuple, list)) and len(their) == 2 and isinstance(their[1], TapsSpec):
+            their, spec = their
+        if not isinstance(their, dict):
+            raise KdadbgError(f"--impl {self.name}: taps: expected a dict name -> tensor, found {type(their).__name__}")
+        B, T, H, K, V = inputs.shape
+        ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+        ids = list(spec.chunks) if spec.chunks is not None else list(range(ct.n_chunks))
+        heads = list(spec.heads) if spec.heads is not None else list(range(H))
+        check_tap_shapes(f"--impl {self.name}", their, len(ids), len(heads), config.chunk_size, K, V,
+                         spec.state_layout)
+        lo, hi = sel.chunk_range(ct.n_chunks)
+        taps, rows, hs = select_taps(convert_taps({n: t for n, t in their.items() if n in sel.names}, spec), ids,
+                                     heads, list(range(lo, hi)), list(sel.head_list(H)))
+        run.taps, run.tap_chunks, run.tap_heads = taps, rows, hs

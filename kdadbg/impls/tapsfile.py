@@ -1,0 +1,118 @@
+"""``--against FILE`` (or ``--impl FILE``): another implementation's results, read from a taps file
+(README, "Taps file layout"): its outputs and gradients and whatever taps it holds, in its own state
+layout and gate units (a :class:`~.base.TapsSpec`), converted to the registry's. Nothing can be rerun,
+so the origin of a divergence (made here or carried in) is not available."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from kdadbg_kernels.taps import REGISTRY, TapSelection
+
+from ..chunks import chunk_table
+from ..config import KDAConfig, KDAInputs
+from ..errors import KdadbgError
+from ..tapsfile import FORMAT
+from .base import Implementation, ImplRun, TapsSpec, convert_taps, select_taps
+
+
+def output_shapes(inputs: KDAInputs, config: KDAConfig) -> dict[str, tuple[int, ...]]:
+    """The dump's shape of every output and gradient (``ht``/``dh0`` in its state layout)."""
+    B, T, H, K, V = inputs.shape
+    N = inputs.n_seqs
+    state = (N, H, V, K) if config.state_layout == "vk" else (N, H, K, V)
+    return {"o": (B, T, H, V), "ht": state, "dq": (B, T, H, K), "dk": (B, T, H, K), "dv": (B, T, H, V),
+            "dg": (B, T, H, K), "dbeta": (B, T, H), "dh0": state, "dA_log": (H,), "ddt_bias": (H, K)}
+
+
+def checked_outputs(where: str, outputs: dict[str, torch.Tensor], inputs: KDAInputs, config: KDAConfig
+                    ) -> dict[str, torch.Tensor]:
+    """Outputs with the dump's shapes (``ddt_bias`` may be fla's flat ``[H*K]``); one line otherwise."""
+    want = output_shapes(inputs, config)
+    out = {}
+    for name, t in outputs.items():
+        if name not in want or t is None:
+            continue
+        if name == "ddt_bias" and t.ndim == 1 and t.numel() == want[name][0] * want[name][1]:
+            t = t.reshape(want[name])
+        if tuple(t.shape) != want[name]:
+            raise KdadbgError(f"{where}: output '{name}': expected shape [{','.join(map(str, want[name]))}] "
+                              f"(the dump's), found [{','.join(map(str, t.shape))}]")
+        if not (t.is_floating_point() or t.is_complex()):
+            raise KdadbgError(f"{where}: output '{name}': expected a float dtype, found "
+                              f"{str(t.dtype).removeprefix('torch.')}")
+        out[name] = t
+    return out
+
+
+class TapsFile(Implementation):
+    kind = "taps file"
+    takes_initial_state = False
+    provides_taps = True
+
+    def __init__(self, path, spec: TapsSpec = TapsSpec(), precision: str = "fp32"):
+        self.path, self.spec, self.precision = str(path), spec, precision
+        self.name = self.path
+        self._file = None
+
+    def describe(self) -> dict:
+        return {**super().describe(), "path": self.path, "state_layout": self.spec.state_layout,
+                "gate_units": self.spec.gate_units}
+
+    def read(self) -> dict:
+        if self._file is None:
+            from safetensors import safe_open
+
+            from ..tapsfile import read_taps_file
+
+            p = Path(self.path)
+            if p.is_file():
+                try:
+                    with safe_open(str(p), framework="pt") as f:
+                        meta, keys = f.metadata() or {}, set(f.keys())
+                except Exception:
+                    meta, keys = {}, set()
+                if meta.get("format") != FORMAT and {"q", "k", "v", "do"} <= keys:
+                    raise KdadbgError(f"{self.path}: is a dump (format v1), not a taps file; write one with "
+                                      f"`kdadbg taps DUMP -o FILE` or compare implementations with --impl")
+            self._file = read_taps_file(self.path, self.spec.state_layout)
+        return self._file
+
+    def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
+        f = self.read()
+        outputs = checked_outputs(self.path, f["outputs"], inputs, config)
+        if taps is None or not f["chunks"]:
+            return ImplRun(outputs)
+        B, T, H, K, V = inputs.shape
+        ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+        self._check_chunks(f, ct, config)
+        ids = [int(i) for i in f["chunks"]["index"]]
+        heads = [int(h) for h in f["heads"]]
+        theirs = {n: f["taps"][n] for n in taps.names if n in f["taps"]}
+        for n, t in theirs.items():
+            shape = REGISTRY[n].dims(config.chunk_size, K, V)
+            if self.spec.state_layout == "vk" and n in ("S", "dS"):
+                shape = shape[::-1]
+            if tuple(t.shape[2:]) != tuple(shape):
+                raise KdadbgError(f"{self.path}: tap.{n}: per-chunk shape {list(t.shape[2:])}, expected "
+                                  f"{list(shape)} (C={config.chunk_size}, K={K}, V={V}, state layout "
+                                  f"{self.spec.state_layout})")
+        lo, hi = taps.chunk_range(ct.n_chunks)
+        sel, rows, hs = select_taps(convert_taps(theirs, self.spec), ids, heads, list(range(lo, hi)),
+                                    list(taps.head_list(H)))
+        return ImplRun(outputs, sel, rows, hs)
+
+    def _check_chunks(self, f: dict, ct, config: KDAConfig) -> None:
+        meta_c = f["metadata"].get("chunk_size")
+        if meta_c is not None and str(meta_c).strip() != str(config.chunk_size):
+            raise KdadbgError(f"{self.path}: chunk_size {meta_c} in its metadata, but the dump uses {config.chunk_size}")
+        ch = f["chunks"]
+        for i, c in enumerate(int(x) for x in ch["index"]):
+            if not 0 <= c < ct.n_chunks:
+                raise KdadbgError(f"{self.path}: chunk.index {c} out of range; the dump has {ct.n_chunks} chunks")
+            if int(ch["len"][i]) != int(ct.length[c]) or int(ch["seq"][i]) != int(ct.seq[c]):
+                raise KdadbgError(f"{self.path}: chunk {c}: seq {int(ch['seq'][i])}, len {int(ch['len'][i])} in the "
+                                  f"file, but seq {int(ct.seq[c])}, len {int(ct.length[c])} in the dump (another "
+                                  f"chunk size or sequence layout?)")

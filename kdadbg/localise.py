@@ -1,0 +1,231 @@
+"""Localisation beyond the first divergence: made here or carried in (a window rerun of the
+implementation under test, seeded from the reference), amplification along the sequence, the
+exponent arguments per chunk (NaN/Inf) and determinism (``--repeat``)."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+
+from kdadbg_kernels.taps import TapSelection
+
+from .chunks import chunk_table
+from .compare import ChunkInfo, DiffResult, compare_cells, output_rows
+from .compare.quantities import TAP_ORDER, dataflow_key
+from .config import KDAConfig, KDAInputs
+from .impls.base import Implementation, ImplRun
+from .noise import EXP_LIMIT_FP32
+
+
+def select(taps: dict[str, torch.Tensor], rows: list[int], heads: list[int]) -> dict[str, torch.Tensor]:
+    """``taps[n][rows][:, heads]`` on each tap's own device."""
+    out = {}
+    for n, t in taps.items():
+        ri = torch.tensor(rows, dtype=torch.long, device=t.device)
+        hi = torch.tensor(heads, dtype=torch.long, device=t.device)
+        out[n] = t.detach().index_select(0, ri).index_select(1, hi)
+    return out
+
+
+def all_nan(t: torch.Tensor) -> bool:
+    return t.numel() > 0 and bool(torch.isnan(t).all())
+
+
+# made here or carried in
+
+
+def producer_chunk(name: str, chunk: int, info: ChunkInfo) -> int:
+    """The chunk whose computation writes ``name`` of ``chunk``: ``S[c]`` is made by chunk ``c-1``'s state
+    update (chunk ``c`` itself when it is its sequence's first: ``S = h0``); everything else by ``c``."""
+    if name == "S" and info.t[chunk] > 0:
+        return chunk - 1
+    return chunk
+
+
+def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: int, last: int
+                  ) -> KDAInputs:
+    """One sequence's tokens from chunk ``first`` to the end of chunk ``last`` (same sequence), as a
+    single-sequence dump: ``h0`` = the reference's ``S[first]``, ``dht`` = the reference's
+    ``dS[last + 1]`` or the dump's ``dht`` when ``last`` ends the sequence (both in the dump's layout)."""
+    B, T, H, K, V = inputs.shape
+    n = info.seq[first]
+    t0 = info.start[first] if inputs.cu_seqlens is not None else n * T + info.start[first]
+    length = sum(info.length[c] for c in range(first, last + 1))
+
+    def tok(x):
+        flat = x.reshape(B * T, *x.shape[2:])
+        return flat[t0:t0 + length].unsqueeze(0).contiguous()
+
+    def state(S):  # math [H,K,V] -> dump layout [1,H,*]
+        S = S.to("cpu", torch.float32)
+        return (S.transpose(-1, -2) if config.state_layout == "vk" else S).unsqueeze(0).contiguous()
+
+    h0 = state(ref_taps["S"][first])
+    seq_end = info.seq_chunks(n)[-1]
+    if last == seq_end:
+        dht = None if inputs.dht is None else inputs.dht[n:n + 1].clone()
+    else:
+        dht = state(ref_taps["dS"][last + 1])
+    return KDAInputs(q=tok(inputs.q), k=tok(inputs.k), v=tok(inputs.v), g=tok(inputs.g), beta=tok(inputs.beta),
+                     do=tok(inputs.do), dht=dht, h0=h0, cu_seqlens=None, A_log=inputs.A_log,
+                     dt_bias=inputs.dt_bias)
+
+
+def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: dict,
+                 impl: Implementation, device: str, tols: dict[str, float], window: int = 3,
+                 drift_fails: bool = False) -> dict:
+    """Rerun the implementation under test on a window starting at the diverging chunk, seeded from
+    the reference.
+
+    The window holds ``window`` chunks from the producer of the diverging quantity (``S[c]``: chunk
+    ``c-1``) or to the end of its sequence. If the diverging cell still fails there, its error was
+    ``introduced`` by that chunk; if it passes, it was ``inherited`` from earlier chunks (forward) or
+    later chunks (backward).
+    """
+    from .reference import run_reference
+
+    name, chunk, head = first["tap"], first["chunk"], first["head"]
+    if chunk is None:
+        return {"verdict": None, "reason": f"{name} sums every chunk of the head: no window to rerun"}
+    if not impl.takes_initial_state:
+        why = ("a taps file cannot be rerun" if impl.kind == "taps file" else
+               f"--impl {impl.name} takes no initial_state/output_final_state")
+        return {"verdict": None, "reason": f"not available ({why})"}
+    n = info.seq[chunk]
+    start = producer_chunk(name, chunk, info)
+    seq_chunks = info.seq_chunks(n)
+    last = min(seq_chunks[-1], max(chunk, start + max(1, window) - 1))
+    w_in = window_inputs(inputs, config, ref_taps, info, start, last)
+    wref = run_reference(w_in, config, taps=TAP_ORDER, device=device)
+    nwc = last - start + 1
+    wrun = impl.run(w_in, config, device=device, taps=TapSelection(names=TAP_ORDER, chunks=(0, nwc), heads=(head,)))
+    wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
+    winfo = ChunkInfo.from_table(wct)
+    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), [head], tols)
+    d = {"window": [start, last], "seq": n, "head": head, "seeded": {
+        "h0": f"reference S[{start}]",
+        "dht": "the dump's dht" if last == seq_chunks[-1] else f"reference dS[{last + 1}]"}}
+    if name not in wcells:
+        return {**d, "verdict": None, "reason": f"--impl {impl.name} gave no {name} in the window"}
+    c = wcells[name]
+    j = c.chunks.index(chunk - start)
+    failing = bool(c.failing[j, 0])  # still over its tolerance, DRIFT or BUG
+    wres = DiffResult("window", (impl.name, "reference"), "", device, None, config, winfo, list(range(nwc)),
+                      [head], wcells, drift_fails=drift_fails)
+    wfirst = wres.first_divergence
+    if wfirst is not None:
+        wfirst = {**wfirst, "chunk": wfirst["chunk"] + start if wfirst["chunk"] is not None else None}
+    return {**d, "verdict": "introduced" if failing else "inherited", "tap": name, "chunk": chunk,
+            "ratio": float(c.ratio[j, 0]), "tol": c.tol,
+            "ratios": {k: [float(x) for x in v.ratio[:, 0]] for k, v in wcells.items() if v.quantity.kind != "head"},
+            "first_in_window": wfirst}
+
+
+def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chunks: list[int], heads: list[int],
+                 tols: dict[str, float]) -> dict:
+    """Taps and output rows of a window run against the window's reference (no noise floor)."""
+    cand = {k: v.detach() for k, v in run.taps.items() if k in ref.taps and not all_nan(v)}
+    rows = [c for c in chunks if c in run.tap_chunks]
+    cells = {}
+    if cand and rows:
+        ri = [run.tap_chunks.index(c) for c in rows]
+        hi = [run.tap_heads.index(h) for h in heads if h in run.tap_heads]
+        if hi:
+            cand = select(cand, ri, hi)
+            refs = select({k: ref.taps[k] for k in cand}, rows, [h for h in heads if h in run.tap_heads])
+            cells.update(compare_cells(cand, refs, {k: rows for k in cand}, [h for h in heads if h in run.tap_heads],
+                                       info, tols))
+    mine, ids = output_rows({k: v for k, v in run.outputs.items() if k in ref.outputs}, ct, config.state_layout,
+                            chunks, heads)
+    theirs, _ = output_rows({k: ref.outputs[k] for k in mine}, ct, config.state_layout, chunks, heads)
+    cells.update(compare_cells(mine, theirs, ids, heads, info, tols))
+    return cells
+
+
+def amplification(res: DiffResult, first: dict) -> list[dict]:
+    """Error growth along the diverging sequence for the diverging quantity, ``S`` and ``dS`` (head of
+    the divergence): per chunk in that quantity's walk direction, from the divergence on (S and dS: the
+    whole walk)."""
+    if first["chunk"] is None:
+        return []
+    n, head = first["seq"], first["head"]
+    out = []
+    for name in dict.fromkeys((first["tap"], "S", "dS")):
+        if name not in res.cells or head not in res.cells[name].heads:
+            continue
+        cells = res.cells[name]
+        j = cells.heads.index(head)
+        seq_rows = [r for r, c in enumerate(cells.chunks) if c is not None and res.info.seq[c] == n]
+        backward = cells.stage.startswith("bwd")
+        seq_rows.sort(key=lambda r: -cells.chunks[r] if backward else cells.chunks[r])
+        if name == first["tap"]:
+            seq_rows = [r for r in seq_rows if (cells.chunks[r] <= first["chunk"] if backward
+                                                else cells.chunks[r] >= first["chunk"])]
+        ratios = [float(cells.ratio[r, j]) for r in seq_rows]
+        growth = [(b / a if a > 0 and math.isfinite(a) and math.isfinite(b) else None)
+                  for a, b in zip(ratios, ratios[1:])]
+        out.append({"tap": name, "head": head, "direction": "backward" if backward else "forward",
+                    "chunks": [cells.chunks[r] for r in seq_rows], "ratios": ratios, "growth": growth})
+    return out
+
+
+# NaN / Inf: the exponent arguments per chunk
+
+
+def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: list[int]) -> list[dict]:
+    """Per chunk, over its valid rows and the given heads: the range of the arguments of every ``exp``
+    the chunked algorithm takes (``gc`` in qd/kd, ``gT - gc`` in kr, ``-gc`` in ki, ``gT`` in the state
+    decay), from the reference; ``overflow_fp32`` when one exceeds ln(max float32) ≈ 88.7."""
+    if "gc" not in ref_taps or "gT" not in ref_taps or not chunks:
+        return []
+    sel = select({"gc": ref_taps["gc"], "gT": ref_taps["gT"]}, chunks, heads)
+    gc, gT = sel["gc"].to(torch.float64), sel["gT"].to(torch.float64)            # [R,Hs,C,K], [R,Hs,K]
+    lengths = torch.tensor([info.length[c] for c in chunks], device=gc.device)
+    valid = (torch.arange(gc.shape[2], device=gc.device)[None, :] < lengths[:, None])[:, None, :, None]
+
+    def span(x):  # (min, max) over the valid rows of every head, per chunk
+        inf = torch.tensor(float("inf"), dtype=x.dtype, device=x.device)
+        lo = torch.where(valid, x, inf).amin(dim=(1, 2, 3))
+        hi = torch.where(valid, x, -inf).amax(dim=(1, 2, 3))
+        return list(zip(lo.tolist(), hi.tolist()))
+
+    cols = {"gc": span(gc), "gT_minus_gc": span(gT[:, :, None, :] - gc), "neg_gc": span(-gc),
+            "gT": list(zip(gT.amin(dim=(1, 2)).tolist(), gT.amax(dim=(1, 2)).tolist()))}
+    out = []
+    for i, c in enumerate(chunks):
+        row = {"chunk": c, "seq": info.seq[c], **{k: list(v[i]) for k, v in cols.items()}}
+        row["max_exponent"] = max(row["gc"][1], row["gT_minus_gc"][1], row["neg_gc"][1])
+        row["overflow_fp32"] = row["max_exponent"] > EXP_LIMIT_FP32
+        out.append(row)
+    return out
+
+
+# determinism
+
+
+def repeat_report(runs: list[ImplRun], info: ChunkInfo) -> dict:
+    """The first tap × chunk (dataflow order) whose bits differ between run 1 and a later run, else the
+    first output that differs."""
+    base = runs[0]
+    pairs = sorted(((n, r) for n in base.taps if n in TAP_ORDER for r in range(len(base.tap_chunks))),
+                   key=lambda p: dataflow_key(p[0], base.tap_chunks[p[1]], info))
+    for i, run in enumerate(runs[1:], start=2):
+        for name, r in pairs:
+            diff = bits_differ(base.taps[name][r], run.taps[name][r])
+            if bool(diff.any()):
+                per_head = diff.reshape(diff.shape[0], -1).any(-1)
+                return {"runs": len(runs), "identical": False, "run": i, "tap": name, "chunk": base.tap_chunks[r],
+                        "head": base.tap_heads[int(per_head.nonzero()[0])], "elements": int(diff.sum())}
+        for name in base.outputs:
+            if name in run.outputs and bool(bits_differ(base.outputs[name], run.outputs[name]).any()):
+                return {"runs": len(runs), "identical": False, "run": i, "tap": None, "output": name}
+    return {"runs": len(runs), "identical": True}
+
+
+def bits_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    a, b = a.detach().to("cpu").contiguous(), b.detach().to("cpu").contiguous()
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return torch.ones(a.shape, dtype=torch.bool)
+    ints = {1: torch.int8, 2: torch.int16, 4: torch.int32, 8: torch.int64}[a.element_size()]
+    return a.view(ints) != b.view(ints)
