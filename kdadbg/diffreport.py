@@ -170,7 +170,9 @@ def render_first(console: Console, res) -> None:
                   f"{', ' + str(first['nonfinite']) + ' NaN/Inf' if first['nonfinite'] else ''}",
                   soft_wrap=True, highlight=False)
     o = res.origin
-    if o is not None:
+    if o is not None and "window" not in o:
+        console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
+    elif o is not None:
         lo, hi = o["window"]
         how = (f"window chunks {lo}..{hi} of seq {o['seq']}, seeded with {o['seeded']['h0']} and "
                f"{o['seeded']['dht']}")

@@ -1,0 +1,234 @@
+"""The Implementation seam (``--impl``): a user's function with fla's ``chunk_kda`` convention
+(``tests/impls/torch_kda.py``) runs through ``run`` and ``diff``; planted faults are named exactly
+(quantity, chunk, head, origin) with no taps at all; ``--impl reference`` passes with ratio 0; an
+outputs-only taps file is compared per chunk; nothing compared is an error, never a pass."""
+
+import dataclasses
+import json
+import time
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from kdadbg import cli
+from kdadbg.cases import CASES, get_case, make_inputs
+from kdadbg.chunks import chunk_table
+from kdadbg.config import KDAInputs
+from kdadbg.diff import diff_dump
+from kdadbg.dump import save_dump
+from kdadbg.errors import KdadbgError
+from kdadbg.impls import Implementation, ImplRun, TapsSpec, resolve_impl
+from kdadbg.impls.function import Function
+from kdadbg.reference import run_reference
+from kdadbg.run import check
+from kdadbg.tapsfile import chunk_rows, taps_metadata, write_taps_file
+from conftest import REPO
+
+IMPL = str(REPO / "tests" / "impls" / "torch_kda.py")
+runner = CliRunner()
+
+
+def impl(fn="chunk_kda", precision="fp32"):
+    return resolve_impl(f"{IMPL}:{fn}", precision)
+
+
+def case_inputs(name, seed=0, **kw):
+    case = dataclasses.replace(get_case(name), **kw) if kw else get_case(name)
+    return make_inputs(case, seed=seed)
+
+
+def marked(name, chunk, head, **kw):
+    """A dump with the fault mark (beta = 7.0) on the first token of global chunk ``chunk``, head ``head``."""
+    from tests.impls.torch_kda import plant_mark
+
+    inputs, config = case_inputs(name, **kw)
+    B, T, H, K, V = inputs.shape
+    ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+    inputs = dataclasses.replace(inputs, beta=plant_mark(inputs.beta, int(ct.start[chunk]), head))
+    return inputs, config
+
+
+@pytest.mark.parametrize("case", [pytest.param(c.name, id=c.name) for c in CASES])
+def test_user_function_passes_the_case_table(case):
+    inputs, config = case_inputs(case)
+    # bf16 dumps: the function returns o in bf16, judged at bf16 tolerances
+    res = diff_dump(inputs, config, impl(precision="bf16" if get_case(case).dtype == "bfloat16" else "fp32"),
+                    window=0)
+    assert res.passed and res.first_divergence is None
+    n = res.counts()
+    assert n["row_cells"] > 0 and n["cells"] == n["ok"] + n["unrep"]
+
+
+def test_run_of_a_user_function_passes_and_adds_little_time():
+    from kdadbg.dump import load_dump
+
+    inputs, config = load_dump(REPO / "sample_inputs" / "basic.safetensors")
+    t0 = time.perf_counter()
+    res = check(inputs, config, impl=impl())
+    total = time.perf_counter() - t0
+    assert res.passed and res.elements > 0 and not res.not_provided
+    own = res.timings[impl().name]
+    assert total - own < 1.0, f"kdadbg added {total - own:.2f} s over the function's {own:.2f} s"
+
+
+@pytest.mark.parametrize("fault, case, chunk, head, want, origin", [
+    pytest.param("fwd_fault", "zero_gates", 2, 1, ("o", 2), "introduced", id="forward-error"),
+    pytest.param("bwd_fault", "zero_gates", 1, 0, ("dk", 1), "introduced", id="backward-only-error"),
+    pytest.param("state_fault", "zero_gates", 1, 1, ("o", 2), "inherited", id="state-carried-wrongly"),
+    pytest.param("fwd_fault", "varlen", 9, 2, ("o", 9), "introduced", id="forward-error-varlen"),
+])
+def test_planted_fault_is_named_exactly(fault, case, chunk, head, want, origin):
+    inputs, config = marked(case, chunk, head)
+    clean = diff_dump(inputs, config, impl(), window=0)
+    assert clean.passed and clean.first_divergence is None
+    res = diff_dump(inputs, config, impl(fault))
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["head"]) == (*want, head)
+    assert first["label"] == "BUG" and not res.passed
+    assert res.origin["verdict"] == origin
+
+
+def test_wrong_varlen_offset_of_the_second_sequence_is_named():
+    inputs, config = case_inputs("varlen_short")
+    res = diff_dump(inputs, config, impl("varlen_fault"))
+    first = res.first_divergence
+    ct = chunk_table(*inputs.shape[:2], inputs.cu_seqlens, config.chunk_size)
+    assert (first["tap"], first["chunk"], first["seq"]) == ("o", int(ct.seq_chunk_base[1]), 1)
+    assert not res.passed
+
+
+def test_forward_only_reports_gradients_not_provided(tmp_path):
+    inputs, config = case_inputs("basic")
+    res = check(inputs, config, impl=impl("forward_only"))
+    assert res.passed and [t.name for t in res.tensors] == ["o", "ht"]
+    assert set(res.not_provided) == {"dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"}
+    d = diff_dump(inputs, config, impl("forward_only"), window=0)
+    assert d.passed and set(d.cells) == {"o", "ht"} and "dq" in d.not_provided
+    path = tmp_path / "d.safetensors"
+    save_dump(path, inputs, config)
+    r = runner.invoke(cli.app, ["run", str(path), "--impl", f"{IMPL}:forward_only"])
+    assert r.exit_code == 0, r.output
+    assert "not provided" in r.output and "PASS" in r.output
+
+
+def test_reference_against_itself_is_exact():
+    inputs, config = case_inputs("varlen_kv")
+    res = diff_dump(inputs, config, resolve_impl("reference"))
+    assert res.passed
+    assert all(float(c.ratio.max()) == 0.0 for c in res.cells.values())
+    assert {"S", "dS", "dgc", "o", "dk", "ddt_bias"} <= set(res.cells)
+    run = check(inputs, config, impl=resolve_impl("reference"))
+    assert run.passed and all(t.ratio == 0.0 for t in run.tensors)
+
+
+def _outputs_only_file(tmp_path, inputs, config, perturb=None):
+    """fla's outputs and gradients of a training step, as a taps file with no taps: here the float32
+    reference's, with ``dk`` of one chunk × head perturbed by 1e-3."""
+    res = run_reference(inputs, config, taps=(), dtype=torch.float32)
+    outs = {n: t.clone() for n, t in res.outputs.items()}
+    if perturb is not None:
+        chunk, head = perturb
+        ct = res.chunks
+        flat = outs["dk"].view(-1, *outs["dk"].shape[2:])
+        s, n = int(ct.start[chunk]), int(ct.length[chunk])
+        flat[s:s + n, head] += 1e-3
+    path = tmp_path / ("theirs_bad.safetensors" if perturb else "theirs.safetensors")
+    write_taps_file(path, outs, {}, chunk_rows(res.chunks, 0, 0), [], taps_metadata("fla", "d", config))
+    return path
+
+
+def test_outputs_only_file_is_compared_per_chunk(tmp_path):
+    inputs, config = case_inputs("basic")
+    dump = tmp_path / "d.safetensors"
+    save_dump(dump, inputs, config)
+    good = _outputs_only_file(tmp_path, inputs, config)
+    r = runner.invoke(cli.app, ["diff", str(dump), "--against", str(good), "--json", str(tmp_path / "g.json")])
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "g.json").read_text())
+    assert doc["verdict"] == "pass" and doc["compared"]["cells"] > 0 and doc["compared"]["row_cells"] > 0
+    assert doc["impl"]["kind"] == "taps file"
+    bad = _outputs_only_file(tmp_path, inputs, config, perturb=(4, 1))
+    r = runner.invoke(cli.app, ["diff", str(dump), "--against", str(bad), "--json", str(tmp_path / "b.json")])
+    assert r.exit_code == 1, r.output
+    first = json.loads((tmp_path / "b.json").read_text())["first_divergence"]
+    assert (first["tap"], first["chunk"], first["head"]) == ("dk", 4, 1)
+    assert "not available" in r.output   # a taps file cannot be rerun
+
+
+def test_a_file_that_provides_nothing_is_exit_2(tmp_path):
+    inputs, config = case_inputs("basic")
+    dump = tmp_path / "d.safetensors"
+    save_dump(dump, inputs, config)
+    from kdadbg.fileio import atomic_save
+    other = tmp_path / "other.safetensors"
+    atomic_save({"unrelated": torch.zeros(3)}, {}, other)
+    for against, fragment in ((other, "nothing to compare"), (dump, "is a dump")):
+        r = runner.invoke(cli.app, ["diff", str(dump), "--against", str(against)])
+        assert r.exit_code == 2, r.output
+        assert fragment in r.output
+
+
+class _Unsupported(Implementation):
+    name = "needs128"
+
+    def supports(self, config, shapes):
+        return (shapes["K"] == 128, f"needs K = V = 128, found K={shapes['K']}")
+
+
+def test_unsupported_dump_is_refused_before_any_work():
+    inputs, config = case_inputs("basic")
+    with pytest.raises(KdadbgError, match="needs K = V = 128, found K=16"):
+        check(inputs, config, impl=_Unsupported())
+
+
+def test_function_that_raises_is_one_line_exit_1(tmp_path):
+    mod = tmp_path / "boom.py"
+    mod.write_text("def chunk_kda(q, k, v, g, beta, **kw):\n    raise RuntimeError('CUDA error: illegal memory access')\n"
+                   "def wrong_shape(q, k, v, g, beta, **kw):\n    return q[..., :1], None\n"
+                   "def needs_flag(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):\n"
+                   "    return v, None\n")
+    inputs, config = case_inputs("basic")
+    dump = tmp_path / "d.safetensors"
+    save_dump(dump, inputs, config)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:chunk_kda"])
+    assert r.exit_code == 1 and "raised RuntimeError: CUDA error" in r.output and "Traceback" not in r.output
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:chunk_kda", "--traceback"])
+    assert r.exit_code == 1 and "Traceback" in r.output
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:wrong_shape"])
+    assert r.exit_code == 2 and "output 'o': expected shape [2,40,2,16]" in r.output
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:needs_flag"])
+    assert r.exit_code == 2 and "use_gate_in_kernel=True" in r.output and "takes no such argument" in r.output
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:nope"])
+    assert r.exit_code == 2 and "has no 'nope'" in r.output
+
+
+class _WithTaps(Implementation):
+    """An implementation whose taps come in FlashKDA-like conventions ([V,K] states, log2 gates)."""
+    name = "vk-log2"
+    provides_taps = True
+
+    def run(self, inputs, config, *, device, taps=None):
+        res = run_reference(inputs, config, taps=("S", "gc", "dgc"), dtype=torch.float32)
+        theirs = {"S": res.taps["S"].transpose(-1, -2), "gc": res.taps["gc"] / 0.6931471805599453,
+                  "dgc": res.taps["dgc"] * 0.6931471805599453}
+        f = Function(lambda *a, **k: None, "x")
+        run = ImplRun(res.outputs)
+        from kdadbg.impls.base import convert_taps
+        conv = convert_taps(theirs, TapsSpec("vk", "log2"))
+        run.taps, run.tap_chunks, run.tap_heads = conv, list(range(res.chunks.n_chunks)), list(range(inputs.shape[2]))
+        del f
+        return run
+
+
+def test_taps_in_another_convention_are_converted():
+    inputs, config = case_inputs("k_ne_v")
+    res = diff_dump(inputs, config, _WithTaps(), names=("S", "gc", "dgc"), window=0)
+    assert res.passed and {"S", "gc", "dgc"} <= set(res.cells)
+    assert res.counts()["tap_cells"] > 0
+
+
+def test_help_names_impl():
+    for cmd in ("run", "diff", "taps"):
+        r = runner.invoke(cli.app, [cmd, "--help"])
+        assert "--impl" in r.output, cmd
