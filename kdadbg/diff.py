@@ -321,9 +321,11 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
                           f"or a second taps file")
     if against is not None and impl is not None:
         raise KdadbgError("--against FILE is the implementation 'a taps file': not with --impl")
-    implementation = resolve_impl(str(against) if against is not None else impl, precision, spec)
-    if against is not None and implementation.kind != "taps file":
-        raise KdadbgError(f"--against {against}: expected a taps file")
+    if against is not None:
+        from .impls.tapsfile import TapsFile
+        implementation = TapsFile(against, spec, precision)
+    else:
+        implementation = resolve_impl(impl, precision, spec)
     inputs, config = load_dump(path, overrides, allow_nonfinite=allow_nonfinite)
     B, T, H, K, V = inputs.shape
     table = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)

@@ -213,7 +213,7 @@ def test_taps_bad_requests(tmp_path, basic, args, fragments):
 
 def test_taps_source_is_a_choice(tmp_path, basic):
     r = kdadbg("taps", basic, "-o", tmp_path / "t.safetensors", "--source", "oracle")
-    assert r.exit_code == 2 and "reference" in r.output and "kernel" in r.output
+    assert r.exit_code == 2 and "reference" in r.output and "ours" in r.output and "PATH.py:FUNCTION" in r.output
 
 
 @pytest.mark.skipif(HAS_GPU, reason="checks the no-GPU message")

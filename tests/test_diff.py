@@ -9,11 +9,16 @@ import pytest
 import torch
 
 from kdadbg.cases import get_case, make_inputs
-from kdadbg.diff import (LN2, TAP_ORDER, ChunkInfo, cell_metrics, convert_theirs, dataflow_key, diff_dump,
-                         diff_taps_files, tap_tolerances, window_inputs, write_plot)
 from kdadbg.chunks import chunk_table
+from kdadbg.compare import TAP_ORDER, ChunkInfo, cell_metrics, dataflow_key, valid_mask
+from kdadbg.diff import diff_dump, diff_taps_files, write_plot
+from kdadbg.impls import Implementation, ImplRun, TapsSpec, convert_taps, resolve_impl
+from kdadbg.impls.base import LN2
+from kdadbg.impls.tapsfile import TapsFile
+from kdadbg.localise import window_inputs
+from kdadbg.tolerances import tap_tolerances
 from kdadbg.errors import KdadbgError
-from kdadbg.noise import BUG, DRIFT, OK, classify
+from kdadbg.noise import BUG, DRIFT, OK, UNREP, classify
 from kdadbg.png import read_png_size
 from kdadbg.reference import run_reference
 from kdadbg.tapsfile import chunk_rows, read_taps_file, taps_metadata, write_taps_file
@@ -30,6 +35,35 @@ def select(taps, sel, n_chunks, H):
     lo, hi = sel.chunk_range(n_chunks)
     hs = torch.tensor(sel.head_list(H))
     return {n: t[lo:hi].index_select(1, hs) for n, t in taps.items() if n in sel.names}
+
+
+def ours(precision="fp32"):
+    return resolve_impl("ours", precision)
+
+
+def theirs(path, state_layout="kv", gate_units="ln"):
+    return TapsFile(path, TapsSpec(state_layout, gate_units))
+
+
+class StandIn(Implementation):
+    """The stand-in kernels as an implementation."""
+    name = kind = "stand-in"
+    provides_taps = True
+
+    def __init__(self, fn):
+        self.fn, self.calls = fn, fn.calls
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg_kernels.taps import TapSelection
+        sel = taps or TapSelection(names=())
+        outputs, t = self.fn(inputs, config, self.precision, device, sel)
+        ct = chunk_table(*inputs.shape[:2], inputs.cu_seqlens, config.chunk_size)
+        lo, hi = sel.chunk_range(ct.n_chunks)
+        return ImplRun(outputs, t, list(range(lo, hi)), list(sel.head_list(inputs.shape[2])))
+
+
+def metrics(name, x, ref, lengths):
+    return cell_metrics(x, ref, valid_mask(name, lengths, tuple(x.shape[2:])))
 
 
 def stand_in(perturb=None, follow=True, nondeterministic=None):
@@ -59,7 +93,7 @@ def stand_in(perturb=None, follow=True, nondeterministic=None):
         return res.outputs, select(taps, sel, ct.n_chunks, H)
 
     run.calls = calls
-    return run
+    return StandIn(run)
 
 
 def first_token_q(inputs, chunk, config):
@@ -98,15 +132,15 @@ def test_cell_metrics_mask_padding_rows_and_cols():
     x[0, 0, 3, :] = 1e9                 # padding row of chunk 0 (len 3): ignored
     x[0, 0, :, 3] = float("nan")        # padding column: ignored
     x[1, 0, 2, 1] += 0.5                # inside chunk 1 (len 4)
-    met = cell_metrics("L", x, ref, torch.tensor([3, 4]))
+    met = metrics("L", x, ref, torch.tensor([3, 4]))
     assert met["ratio"][0, 0] == 0 and met["nonfinite"][0, 0] == 0
     assert met["max_abs"][1, 0] == pytest.approx(0.5) and int(met["index"][1, 0]) == 2 * 4 + 1
     x[1, 0, 0, 0] = float("inf")
-    met = cell_metrics("L", x, ref, torch.tensor([3, 4]))
+    met = metrics("L", x, ref, torch.tensor([3, 4]))
     assert met["nonfinite"][1, 0] == 1 and math.isinf(met["ratio"][1, 0]) and int(met["index"][1, 0]) == 0
     # [K]-shaped taps have no chunk-row axis: everything counts
     g = torch.zeros(1, 1, 4, dtype=torch.float64)
-    assert cell_metrics("gT", g + 1, g, torch.tensor([1]))["nonfinite"][0, 0] == 0
+    assert metrics("gT", g + 1, g, torch.tensor([1]))["nonfinite"][0, 0] == 0
 
 
 def test_classify_ok_drift_bug():
@@ -131,7 +165,7 @@ def test_convert_theirs_units_and_layout():
     ref = run_reference(inputs, cfg, taps=("S", "dS", "gc", "gT", "dgc", "dgT", "dU")).taps
     theirs = {"S": ref["S"].transpose(-1, -2), "dS": ref["dS"].transpose(-1, -2), "gc": ref["gc"] / LN2,
               "gT": ref["gT"] / LN2, "dgc": ref["dgc"] * LN2, "dgT": ref["dgT"] * LN2, "dU": ref["dU"]}
-    back = convert_theirs(theirs, state_layout="vk", gate_units="log2")
+    back = convert_taps(theirs, TapsSpec("vk", "log2"))
     for name, t in ref.items():
         torch.testing.assert_close(back[name], t, rtol=1e-14, atol=0)
 
@@ -141,9 +175,9 @@ def test_convert_theirs_units_and_layout():
 
 def test_clean_stand_in_passes():
     inputs, cfg = inputs_for("basic")
-    res = diff_dump(inputs, cfg, runner=stand_in())
+    res = diff_dump(inputs, cfg, stand_in())
     assert res.passed and res.first_divergence is None and res.origin is None
-    assert len(res.cells) == len(TAP_NAMES)
+    assert set(TAP_NAMES) <= set(res.cells) and {"o", "dk", "ht", "dh0", "ddt_bias"} <= set(res.cells)
     assert all(m["min_tol"] < m["tol"] for m in res.min_tolerance().values())
 
 
@@ -152,7 +186,7 @@ def test_clean_stand_in_passes():
                                         pytest.param("dgc", 5, id="dgc-c5")])
 def test_stand_in_fault_is_named_and_introduced(tap, chunk):
     inputs, cfg = inputs_for("basic")
-    res = diff_dump(inputs, cfg, runner=stand_in((tap, first_token_q(inputs, chunk, cfg))))
+    res = diff_dump(inputs, cfg, stand_in((tap, first_token_q(inputs, chunk, cfg))))
     first = res.first_divergence
     assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG")
     assert res.origin["verdict"] == "introduced"
@@ -161,7 +195,7 @@ def test_stand_in_fault_is_named_and_introduced(tap, chunk):
 
 def test_fault_only_in_the_full_run_is_inherited():
     inputs, cfg = inputs_for("basic")
-    res = diff_dump(inputs, cfg, runner=stand_in(("U", first_token_q(inputs, 1, cfg)), follow=False))
+    res = diff_dump(inputs, cfg, stand_in(("U", first_token_q(inputs, 1, cfg)), follow=False))
     assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("U", 1)
     assert res.origin["verdict"] == "inherited" and res.origin["window"] == [1, 2]
     amp = {a["tap"]: a for a in res.amplification}
@@ -187,10 +221,10 @@ def test_window_inputs_reproduce_the_reference(name):
 
 def test_repeat_names_first_differing_tap():
     inputs, cfg = inputs_for("basic")
-    res = diff_dump(inputs, cfg, runner=stand_in(nondeterministic=("dvcorr", 2)), repeat=3, window=0)
+    res = diff_dump(inputs, cfg, stand_in(nondeterministic=("dvcorr", 2)), repeat=3, window=0)
     assert res.repeat == {"runs": 3, "identical": False, "run": 2, "tap": "dvcorr", "chunk": 2, "head": 0,
                           "elements": 1}
-    res = diff_dump(inputs, cfg, runner=stand_in(), repeat=2, window=0)
+    res = diff_dump(inputs, cfg, stand_in(), repeat=2, window=0)
     assert res.repeat == {"runs": 2, "identical": True}
 
 
@@ -221,17 +255,18 @@ def perturb_dU(chunk):
 def test_against_file_with_perturbed_dU(tmp_path):
     inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300], 3 heads
     path = write_reference_taps(tmp_path, inputs, cfg, transform=perturb_dU(7))
-    res = diff_dump(inputs, cfg, against=read_taps_file(path))
+    res = diff_dump(inputs, cfg, theirs(path))
     first = res.first_divergence
     assert (first["tap"], first["chunk"], first["label"]) == ("dU", 7, "BUG")
-    assert first["ratio"] == pytest.approx(1e-3, rel=1e-3) and res.origin is None and not res.passed
+    assert first["ratio"] == pytest.approx(1e-3, rel=1e-3) and res.origin["verdict"] is None and not res.passed
+    assert "taps file cannot be rerun" in res.origin["reason"]
     assert first["seq"] == 2 and first["token"] == 100 + 16 * first["chunk_in_seq"] + first["row"]
 
 
 def test_against_file_conversions(tmp_path):
     inputs, cfg = inputs_for("basic")
 
-    def theirs(taps):
+    def to_theirs(taps):
         taps["S"], taps["dS"] = taps["S"].transpose(-1, -2), taps["dS"].transpose(-1, -2)
         for n in ("gc", "gT"):
             taps[n] = taps[n] / LN2
@@ -239,20 +274,19 @@ def test_against_file_conversions(tmp_path):
             taps[n] = taps[n] * LN2
         return taps
 
-    path = write_reference_taps(tmp_path, inputs, cfg, transform=theirs)
-    f = read_taps_file(path)
-    assert diff_dump(inputs, cfg, against=f, state_layout="vk", gate_units="log2").first_divergence is None
-    res = diff_dump(inputs, cfg, against=f, state_layout="vk")       # gates left in log2 units
+    path = write_reference_taps(tmp_path, inputs, cfg, transform=to_theirs)
+    assert diff_dump(inputs, cfg, theirs(path, "vk", "log2")).first_divergence is None
+    res = diff_dump(inputs, cfg, theirs(path, "vk"))                 # gates left in log2 units
     assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("gc", 0)
-    res = diff_dump(inputs, cfg, against=f, gate_units="log2")       # S read as [K,V]
+    res = diff_dump(inputs, cfg, theirs(path, gate_units="log2"))    # S read as [K,V]
     assert (res.first_divergence["tap"], res.first_divergence["chunk"]) == ("S", 0)
 
 
 def test_against_file_missing_taps_and_chunks(tmp_path):
     inputs, cfg = inputs_for("basic")
     path = write_reference_taps(tmp_path, inputs, cfg, chunks=(1, 4), taps=("S", "dS", "dU"))
-    res = diff_dump(inputs, cfg, against=read_taps_file(path))
-    assert res.passed and res.chunks == [1, 2, 3] and set(res.cells) == {"S", "dS", "dU"}
+    res = diff_dump(inputs, cfg, theirs(path))
+    assert res.passed and res.cells["S"].chunks == [1, 2, 3] and {"S", "dS", "dU"} <= set(res.cells)
     assert res.missing["chunks"] == [0, 4, 5] and "gc" in res.missing["taps"] and "dU" not in res.missing["taps"]
 
 
@@ -261,7 +295,7 @@ def test_against_file_with_another_chunk_table_is_bad_input(tmp_path):
     path = write_reference_taps(tmp_path, inputs, cfg, taps=("S",))
     other, cfg2 = inputs_for("basic", T=50)
     with pytest.raises(KdadbgError, match="chunk 2"):
-        diff_dump(other, cfg2, against=read_taps_file(path))
+        diff_dump(other, cfg2, theirs(path))
 
 
 def test_two_taps_files(tmp_path):
@@ -280,21 +314,20 @@ def test_two_taps_files(tmp_path):
 
 def test_json_document_and_plot(tmp_path):
     inputs, cfg = inputs_for("basic")
-    res = diff_dump(inputs, cfg, runner=stand_in(("dL", first_token_q(inputs, 4, cfg))))
+    res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 1 and doc["verdict"] == "fail"
+    assert doc["schema"] == 2 and doc["verdict"] == "fail"
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
         assert key in fd, key
     assert (fd["tap"], fd["stage"], fd["chunk"], fd["origin"]) == ("dL", "bwd_recurrence", 4, "introduced")
-    assert len(doc["cells"]) == len(TAP_NAMES) * 6 * 2
+    assert len(doc["cells"]) == sum(c.ratio.numel() for c in res.cells.values()) == doc["compared"]["cells"]
     assert {c["label"] for c in doc["cells"]} == {"OK", "BUG"}
     info = write_plot(res, tmp_path / "grid.png")
     data = (tmp_path / "grid.png").read_bytes()
     w, h = read_png_size(data)
-    assert w == 6 * 16 and h == len(TAP_NAMES) * 12 + 3    # three stage separators
-    assert info["rows"][0] == "gc" and info["chunks"] == [0, 5]
+    assert w == 6 * 16 and info["rows"][0] == "gc" and info["chunks"] == [0, 5]
     idat = data[data.index(b"IDAT") + 4:]
     assert len(zlib.decompress(idat[:idat.index(b"IEND") - 8])) == h * (1 + 3 * w)
 
@@ -307,25 +340,28 @@ def test_json_document_and_plot(tmp_path):
                                             pytest.param("tail", "bf16", id="tail-bf16")])
 def test_kernels_pass(kernel_device, name, precision):
     inputs, cfg = inputs_for(name)
-    res = diff_dump(inputs, cfg, precision=precision, device=kernel_device, repeat=2)
+    res = diff_dump(inputs, cfg, ours(precision), device=kernel_device, repeat=2)
     assert res.passed and res.first_bug is None, res.first_bug
     assert res.repeat["identical"] and not res.missing["not_written"]
 
 
 def test_kernels_bf16_drift_is_not_a_bug(kernel_device):
     inputs, cfg = inputs_for("t15")          # dqd of a partial chunk: over 2e-2 in bf16, as is the reference's
-    res = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
+    res = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
     assert res.first_divergence is not None and res.first_divergence["label"] == "DRIFT"
     assert res.first_bug is None and res.passed
-    assert not diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0, drift_fails=True).passed
+    assert not diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0, drift_fails=True).passed
 
 
 def test_kernels_overflow_names_first_nonfinite(kernel_device):
     inputs, cfg = inputs_for("chunk64_strong")    # exp(-gc) over a 64-token chunk at the lower bound: inf in fp32
     res = diff_dump(inputs, cfg, device=kernel_device, window=0)
-    nf = res.first_nonfinite
-    assert nf is not None and nf["tap"] == "ki" and nf["chunk"] == 0 and nf["label"] == "DRIFT"
     assert res.exponents[0]["overflow_fp32"] and res.exponents[0]["neg_gc"][1] > 88.7
+    ki = res.cells["ki"]          # a value float32 cannot hold: UNREP, with its reason, never the lead
+    assert int(ki.label[0, 0]) == UNREP and "exp(-gc) reaches" in ki.unrep_reason[0]
+    assert res.first_nonfinite is None or res.first_nonfinite["tap"] != "ki"
+    assert res.first_divergence is None or res.first_divergence["tap"] not in ("ki", "dqd", "dkd")
+    assert res.counts()["unrep"] > 0 and res.passed
 
 
 def test_against_our_kernels_taps_file(tmp_path, kernel_device):
@@ -336,15 +372,15 @@ def test_against_our_kernels_taps_file(tmp_path, kernel_device):
     dump = save_dump(tmp_path / "d.safetensors", inputs, cfg)
     out = tmp_path / "k.safetensors"
     export_taps(dump, out, source="kernel", names=("S", "U", "dS", "dgc"), heads=(1,), device=kernel_device)
-    res = diff_dump(inputs, cfg, against=read_taps_file(out), device=kernel_device)
-    assert res.passed and res.first_divergence is None and res.heads == [1] and set(res.cells) == {"S", "U", "dS",
-                                                                                                   "dgc"}
+    res = diff_dump(inputs, cfg, theirs(out), device=kernel_device)
+    assert res.passed and res.first_divergence is None and res.cells["S"].heads == [1]
+    assert {"S", "U", "dS", "dgc", "o", "dk"} <= set(res.cells) and res.cells["o"].heads == [0, 1]
     assert res.missing["heads"] == [0] and "gc" in res.missing["taps"]
 
 
 def test_stand_in_fault_in_a_varlen_sequence():
     inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300]: chunks 0 | 1..6 | 7..19
-    res = diff_dump(inputs, cfg, runner=stand_in(("dkd", first_token_q(inputs, 9, cfg))), window=2)
+    res = diff_dump(inputs, cfg, stand_in(("dkd", first_token_q(inputs, 9, cfg))), window=2)
     first = res.first_divergence
     assert (first["tap"], first["chunk"], first["seq"], first["chunk_in_seq"]) == ("dkd", 9, 2, 2)
     assert res.origin["verdict"] == "introduced" and res.origin["window"] == [9, 10]
@@ -443,7 +479,7 @@ def test_cli_diff_taps_files(tmp_path, dump):
     assert json.loads((tmp_path / "ab.json").read_text())["first_divergence"]["tap"] == "dU"
     r = kdadbg("diff", dump, "--against", b, "--taps", "dU,dS")
     assert r.exit_code == 1 and "dU (bwd_recurrence) chunk 2" in r.stdout, r.output
-    assert "taps missing from theirs" not in r.stdout
+    assert "taps it does not provide" not in r.stdout
 
 
 @pytest.mark.parametrize("args,fragments", [
@@ -466,10 +502,10 @@ def test_planted_fault_in_bf16_is_a_bug_among_drift(kernel_device):
 
     inputs, cfg = inputs_for("basic")
     with faults.plant("ln2_twice", 3):
-        res = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
+        res = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
     assert (res.first_bug["tap"], res.first_bug["chunk"], res.first_bug["label"]) == ("dgc", 3, "BUG")
     assert res.first_divergence["label"] in ("DRIFT", "BUG") and not res.passed
-    clean = diff_dump(inputs, cfg, precision="bf16", device=kernel_device, window=0)
+    clean = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
     assert clean.first_bug is None and clean.passed
 
 
@@ -479,13 +515,13 @@ def test_against_file_in_vk_layout_with_k_ne_v(tmp_path):
     B, T, H, K, V = inputs.shape
     assert K != V
 
-    def theirs(taps):
+    def to_theirs(taps):
         taps["S"], taps["dS"] = taps["S"].transpose(-1, -2), taps["dS"].transpose(-1, -2)
         return taps
 
-    path = write_reference_taps(tmp_path, inputs, cfg, transform=theirs)
+    path = write_reference_taps(tmp_path, inputs, cfg, transform=to_theirs)
     with pytest.raises(KdadbgError, match="tap.S"):
         read_taps_file(path)                                   # read as [K,V]: a clear error
     f = read_taps_file(path, state_layout="vk")
     assert f["taps"]["S"].shape[-2:] == (V, K)
-    assert diff_dump(inputs, cfg, against=f, state_layout="vk").first_divergence is None
+    assert diff_dump(inputs, cfg, theirs(path, "vk")).first_divergence is None

@@ -31,7 +31,8 @@ def test_run_passes_and_writes_json_and_save(dump, tmp_path):
     assert r.exit_code == 0, r.output
     assert "PASS" in r.stdout and "ratio" in r.stdout
     doc = json.loads(js.read_text())
-    assert doc["schema"] == 1 and doc["verdict"] == "pass" and doc["precision"] == "fp32"
+    assert doc["schema"] == 2 and doc["verdict"] == "pass" and doc["precision"] == "fp32"
+    assert doc["impl"]["name"] == "ours" and doc["compared"]["elements"] > 0 and doc["not_provided"] == {}
     assert [t["name"] for t in doc["tensors"]] == TENSORS
     for t in doc["tensors"]:
         assert set(t) >= {"name", "shape", "max_abs", "ratio", "cosine", "nonfinite", "tol", "pass"}
@@ -39,8 +40,8 @@ def test_run_passes_and_writes_json_and_save(dump, tmp_path):
     assert doc["config"]["chunk_size"] == 16 and doc["env"]["torch"] == torch.__version__
     # stderr is not a terminal here: progress comes as plain lines, start and end of each stage
     progress = r.stderr.splitlines()
-    assert progress[0] == "kernels (forward+backward): 0/1 (0.0 s)", r.stderr
-    assert progress[1].startswith("kernels (forward+backward): 1/1 ("), r.stderr
+    assert progress[0] == "ours (forward+backward): 0/1 (0.0 s)", r.stderr
+    assert progress[1].startswith("ours (forward+backward): 1/1 ("), r.stderr
     done = [x.split()[2] for x in progress if x.startswith("reference backward: ")]
     assert done and done[-1].split("/")[0] == done[-1].split("/")[1], r.stderr
     out = load_file(str(saved))
@@ -94,7 +95,7 @@ def test_taps_from_the_kernels_match_the_reference(dump, tmp_path):
     assert kdadbg("taps", dump, "-o", kern, "--source", "kernel", *args).exit_code == 0
     assert kdadbg("taps", dump, "-o", ref, *args).exit_code == 0
     k, r = read_taps_file(kern), read_taps_file(ref)
-    assert k["metadata"]["source"] == "kernel" and k["metadata"]["precision"] == "fp32"
+    assert k["metadata"]["source"] == "ours" and k["metadata"]["precision"] == "fp32"
     for key in ("index", "seq", "start", "len"):
         assert torch.equal(k["chunks"][key], r["chunks"][key]), key
     assert set(k["taps"]) == set(r["taps"]) == {"S", "dS", "INV", "dgc", "dU"}

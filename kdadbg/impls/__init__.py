@@ -60,8 +60,8 @@ def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec 
     if Path(spec).is_file():
         return TapsFile(spec, taps_spec or TapsSpec(), precision)
     known = ", ".join(REGISTRY)
-    raise KdadbgError(f"--impl {spec}: expected one of {known}, PATH.py:FUNCTION, MODULE:FUNCTION or a taps file "
-                      f"(found no such name or file)")
+    raise KdadbgError(f"--impl {spec}: expected one of {known}, PATH.py:FUNCTION, MODULE:FUNCTION or a taps file; "
+                      f"found no such name or file")
 
 
 __all__ = ["Implementation", "ImplError", "ImplRun", "TapsSpec", "check_supported", "convert_taps", "register",

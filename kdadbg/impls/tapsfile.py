@@ -82,12 +82,13 @@ class TapsFile(Implementation):
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         f = self.read()
+        B, T, H, K, V = inputs.shape
+        ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+        if f["chunks"]:
+            self._check_chunks(f, ct, config)
         outputs = checked_outputs(self.path, f["outputs"], inputs, config)
         if taps is None or not f["chunks"]:
             return ImplRun(outputs)
-        B, T, H, K, V = inputs.shape
-        ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
-        self._check_chunks(f, ct, config)
         ids = [int(i) for i in f["chunks"]["index"]]
         heads = [int(h) for h in f["heads"]]
         theirs = {n: f["taps"][n] for n in taps.names if n in f["taps"]}
