@@ -232,3 +232,15 @@ def test_help_names_impl():
     for cmd in ("run", "diff", "taps"):
         r = runner.invoke(cli.app, [cmd, "--help"])
         assert "--impl" in r.output, cmd
+
+
+def test_readme_example_implementation_passes(tmp_path):
+    text = (REPO / "README.md").read_text()
+    code = text.split("A 17-line implementation")[1].split("```python")[1].split("```")[0]
+    (tmp_path / "mine.py").write_text(code)
+    inputs, config = case_inputs("basic")
+    res = check(inputs, config, impl=resolve_impl(f"{tmp_path / 'mine.py'}:chunk_kda"))
+    assert res.passed and not res.not_provided
+    vin, vcfg = case_inputs("varlen_short")
+    with pytest.raises(KdadbgError, match="needs cu_seqlens"):
+        check(vin, vcfg, impl=resolve_impl(f"{tmp_path / 'mine.py'}:chunk_kda"))
