@@ -868,15 +868,13 @@ def _bits_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 
 def write_plot(res: DiffResult, path) -> dict:
-    """``--plot``: a PNG heatmap of log10 ratio by tap (rows, dataflow order) × chunk (columns)."""
-    from .png import write_heatmap
+    """``--plot``: the tap × chunk heatmap (:func:`kdadbg.render.plot.plot_diff`) as a PNG."""
+    from .render.plot import diff_plot_data, plot_diff
 
-    names, chunks, vals = res.heatmap()
-    stages = [REGISTRY[n].stage for n in names]
-    breaks = tuple(i for i in range(1, len(names)) if stages[i] != stages[i - 1])
-    out = write_heatmap(path, vals, row_names=names, col_names=chunks, breaks=breaks,
-                        title=f"kdadbg diff ({res.mode}, {res.precision})")
-    return {"path": str(out), "rows": names, "chunks": [chunks[0], chunks[-1]] if chunks else []}
+    data = diff_plot_data(res)
+    out = plot_diff(path, data)
+    return {"path": str(out), "rows": [r["name"] for r in data["rows"]],
+            "chunks": [data["chunks"][0], data["chunks"][-1]]}
 
 
 def is_taps_file(path) -> bool:
