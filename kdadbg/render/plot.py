@@ -7,10 +7,11 @@ imported only when a figure is drawn, through its Agg canvas: no pyplot, no glob
 
 Reading the diff figure: one row per tap in dataflow order (stages separated by lines and named on
 the right), one column per chunk (buckets of chunks, worst cell each, beyond 64 columns). The colour
-is log10 of the worst head's ratio: blue below the tolerance, yellow to red above it (the colour bar
-marks the tolerances). Cells over their row's tolerance carry a marker, ``x`` BUG and ``o`` DRIFT;
-the first divergence is boxed. Magenta: NaN/Inf; grey: not compared; hatched white: unrepresentable
-(the implementation has no such tap in its conventions).
+is the worst head's ratio on a log scale: blue within every row's tolerance, a pale band over the
+span of the tolerances (marked on the colour bar), yellow to red over them. Each row's label names
+its tolerance; cells over it carry a marker, ``x`` BUG and ``o`` DRIFT; the first divergence is
+boxed. Magenta: NaN/Inf; grey: not compared; hatched white: unrepresentable (the implementation has
+no such tap in its conventions).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ STATUSES = ("ok", "drift", "bug", "nonfinite", "not_compared", "unrepresentable"
 SEVERITY = {"not_compared": 0, "unrepresentable": 1, "ok": 2, "drift": 3, "bug": 4, "nonfinite": 5}
 LABELS = {"ok": "OK", "drift": "DRIFT", "bug": "BUG", "nonfinite": "NaN/Inf", "not_compared": "not compared"}
 MAX_COLUMNS = 64
+BAND = (0.46, 0.54)   # the colour map's neutral band: the span of the rows' tolerances
 MISSING = "--plot needs matplotlib: pip install 'kdadbg[plot]'"
 
 NONFINITE = "#ff00ff"
@@ -98,9 +100,6 @@ def _check_diff(data: dict) -> None:
         raise ValueError(f"plot data status: unknown {sorted(bad)}; expected {STATUSES}")
 
 
-BAND = (0.46, 0.54)   # the colour map's neutral band: the tolerances' span
-
-
 def _norm(values: list[float], tols: list[float]):
     """A piecewise-linear norm, in decades: from at most 5 decades below the smallest tolerance (exact
     zeros would squash the rest) to the largest value or 1; the span of the rows' tolerances maps to
@@ -158,7 +157,7 @@ def plot_diff(path, data: dict) -> Path:
     height = max(4.5, 2.4 + 0.27 * n_rows)
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     ax = fig.add_subplot()
-    image = [[(0, 0, 0, 0)] * n_cols for _ in range(n_rows)]
+    image = [[NOT_COMPARED] * n_cols for _ in range(n_rows)]
     hatched, grey = [], False
     for i in range(n_rows):
         for j in range(n_cols):
@@ -175,12 +174,8 @@ def plot_diff(path, data: dict) -> Path:
     ax.imshow([[to_rgba(c) for c in r] for r in image], aspect="auto", interpolation="nearest")
     for i, j in hatched:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", edgecolor="#888888", lw=0))
-    marks = {"bug": ([], []), "drift": ([], [])}
-    for i in range(n_rows):
-        for j in range(n_cols):
-            if stats[i][j] in marks:
-                marks[stats[i][j]][0].append(j)
-                marks[stats[i][j]][1].append(i)
+    marks = {k: ([j for i in range(n_rows) for j in range(n_cols) if stats[i][j] == k],
+                 [i for i in range(n_rows) for j in range(n_cols) if stats[i][j] == k]) for k in ("bug", "drift")}
     size = max(10.0, min(40.0, 900.0 / max(n_cols, n_rows)))
     ax.scatter(*marks["bug"], marker="x", s=size, c="black", linewidths=1.3)
     ax.scatter(*marks["drift"], marker="o", s=size, facecolors="none", edgecolors="black", linewidths=1.0)
