@@ -3,11 +3,15 @@
 Each case is a small, fully specified dump recipe. The regimes come from the bugs real KDA
 kernels had (``shared/peers.md``): tail chunks, varlen with sequences shorter than a chunk,
 gates at the lower bound or at zero, beta near 0 and 1, non-zero states, both layouts,
-K != V, every gate mode and chunk size.
+K != V, every gate mode and chunk size. The ``layer`` gates are the statistics a model runs at:
+fla's ``KimiDeltaAttention`` initialisation (``A_log = log U(1, 16)`` per head, ``dt_bias`` the
+inverse softplus of ``dt = exp(U(log 1e-3, log 1e-1))`` per head and channel) with raw,
+roughly unit-variance projections for q, k, v, g and the beta logits.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -28,7 +32,7 @@ class Case:
     V: int = 16
     cu_seqlens: tuple[int, ...] | None = None
     gate: str = "lower_bound"
-    gates: str = "random"        # random | lower (at the lower bound) | zero (no decay) | masked
+    gates: str = "random"        # random | lower (at the lower bound) | zero (no decay) | masked | layer
     betas: str = "random"        # random | low (b near 0) | high (b near 1)
     chunk_size: int = 16
     state_layout: str = "vk"
@@ -94,6 +98,19 @@ CASES: tuple[Case, ...] = (
     _c("chunk64_strong", "chunk 64 with gates at the lower bound", chunk_size=64, gates="lower", T=64,
        H=1),
     _c("bf16", "bf16 inputs", dtype="bfloat16", T=50),
+    # a model's statistics (gates="layer", no states: a training call). Seeds 0-2: with the softplus gate
+    # the within-chunk cumulative gate reaches -66 to -120 on the head with the larger A (-101 at seed 0),
+    # so ki = kn exp(-gc) is e^100 there; with the -5 lower bound it stays at -3 to -37
+    _c("fla_layer", "fla's KimiDeltaAttention: softplus gate, layer init, bf16", gate="softplus",
+       gates="layer", chunk_size=64, T=256, K=32, V=32, h0=False, dht=False, dtype="bfloat16"),
+    _c("fla_layer_varlen", "fla_layer, cu_seqlens [0,30,200,300]", gate="softplus", gates="layer",
+       chunk_size=64, T=300, K=32, V=32, h0=False, dht=False, dtype="bfloat16", cu_seqlens=(0, 30, 200, 300)),
+    _c("kimi", "Kimi/FlashKDA: lower-bound gate -5, layer init, bf16", gates="layer", T=128, K=32, V=32,
+       h0=False, dht=False, dtype="bfloat16"),
+    _c("kimi_c64", "kimi at chunk 64", gates="layer", chunk_size=64, T=256, K=32, V=32, h0=False,
+       dht=False, dtype="bfloat16"),
+    _c("kimi_varlen", "kimi, cu_seqlens [0,9,100,160]", gates="layer", T=160, K=32, V=32, h0=False,
+       dht=False, dtype="bfloat16", cu_seqlens=(0, 9, 100, 160)),
     _c("masked_gates", "none gate with a third of the tokens masked to -1000 (reference only)",
        gate="none", gates="masked", T=50, kernels=False),
 )
@@ -133,6 +150,11 @@ def make_inputs(case: Case, seed: int = 0) -> tuple[KDAInputs, KDAConfig]:
              "masked": torch.where(torch.rand(B, T, H, 1, generator=gen) < 1 / 3,
                                    torch.tensor(-1000.0, dtype=torch.float64),
                                    torch.nn.functional.logsigmoid(randn(B, T, H, K) + 2.0))}[case.gates]
+    elif case.gates == "layer":  # fla's KimiDeltaAttention initialisation; g a raw projection
+        A_log = uniform(1.0, 16.0, H).log()
+        dt = uniform(math.log(1e-3), math.log(1e-1), H, K).exp()
+        dt_bias = dt + torch.log(-torch.expm1(-dt))
+        g = randn(B, T, H, K)
     else:
         A_log = uniform(-0.5, 0.5, H)
         dt_bias = uniform(-1.0, 1.0, H, K)

@@ -252,7 +252,10 @@ def run(
                                                       "to this file.")] = None,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
                                                  "(float32 safetensors) to this file.")] = None,
-    force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save files if they exist.")] = False,
+    plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each tensor's ratio against its "
+                                                 "tolerance (needs matplotlib).", show_default=False)] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save/--plot files if they exist.")]
+    = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     traceback: TracebackOption = False,
     overrides: dict = None,
@@ -266,24 +269,30 @@ def run(
     Tolerances: fp32 mode 1e-5 for every tensor; bf16 mode fla's (o, ht 5e-3; dq, dk, dv, dh0 8e-3; dg, dbeta 2e-2; ddt_bias 8e-3; dA_log 1e-2).
     Exit 0 when all pass, 1 when any fails, 2 on bad input.
 
-    Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json
+    Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json --plot run.png
     """
     from .dump import load_dump
     from .export import resolve_device
     from .fileio import atomic_write_text
     from .impls import resolve_impl
+    from .render import plot as render_plot
     from .run import check
 
-    for path in (json_file, save):
+    for path in (json_file, save, plot):
         if path is not None and path.exists() and not force:
             raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
     implementation = resolve_impl(impl, precision.value)
+    if plot is not None:
+        render_plot.require_matplotlib()
     inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
     dev = resolve_device(device.value)
     with report.progress_display(_err()) as progress:
         result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
                        progress=progress, save=None if save is None else str(save), force=force)
     report.render_run(_out(), result)
+    if plot is not None:
+        _out().print(f"wrote {render_plot.plot_run(plot, render_plot.run_plot_data(result))}", soft_wrap=True,
+                     highlight=False, markup=False)
     if json_file is not None:
         atomic_write_text(json.dumps(result.as_json(), indent=2), json_file, force=force)
     if not result.passed:
@@ -335,7 +344,7 @@ def diff(
     json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
                                                       "to this file.", show_default=False)] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG heatmap of log10 ratio by tap x "
-                                                 "chunk.", show_default=False)] = None,
+                                                 "chunk (needs matplotlib).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     traceback: TracebackOption = False,
@@ -355,11 +364,14 @@ def diff(
     from .diff import diff_paths, write_plot
     from .fileio import atomic_write_text
     from .impls import TapsSpec
+    from .render.plot import require_matplotlib
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
     for path in (json_file, plot):
         if path is not None and path.exists() and not force:
             raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
+    if plot is not None:
+        require_matplotlib()
     with report.progress_display(_err()) as progress:
         result = diff_paths(files, impl=impl, against=against, overrides=overrides, device=device.value,
                             precision=precision.value, names=parse_tap_names(tap_names),

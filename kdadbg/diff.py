@@ -249,20 +249,13 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
 
 
 def write_plot(res: DiffResult, path) -> dict:
-    """``--plot``: a PNG heatmap of log10 ratio by quantity (rows, dataflow order) × chunk (columns)."""
-    import math
+    """``--plot``: the quantity × chunk heatmap (:func:`kdadbg.render.plot.plot_diff`) as a PNG."""
+    from .render.plot import diff_plot_data, plot_diff
 
-    from .png import write_heatmap
-
-    grid = res.grid(max_columns=len(res.chunks) or 1)
-    names = [r["tap"] for r in grid["rows"]]
-    vals = [[(math.log10(c["ratio"]) if c["ratio"] > 0 else -12.0) if c is not None else -12.0 for c in r["cells"]]
-            for r in grid["rows"]]
-    stages = [r["stage"] for r in grid["rows"]]
-    breaks = tuple(i for i in range(1, len(names)) if stages[i] != stages[i - 1])
-    out = write_heatmap(path, vals, row_names=names, col_names=list(res.chunks), breaks=breaks,
-                        title=f"kdadbg diff ({res.mode}, {res.precision})")
-    return {"path": str(out), "rows": names, "chunks": [res.chunks[0], res.chunks[-1]] if res.chunks else []}
+    data = diff_plot_data(res)
+    out = plot_diff(path, data)
+    return {"path": str(out), "rows": [r["name"] for r in data["rows"]],
+            "chunks": [data["chunks"][0], data["chunks"][-1]]}
 
 
 def is_taps_file(path) -> bool:

@@ -253,6 +253,5 @@ def render_repeat(console: Console, res) -> None:
 
 
 def render_plot(console: Console, info: dict) -> None:
-    console.print(f"wrote {escape(info['path'])}: rows {' '.join(info['rows'])}; columns chunks "
-                  f"{info['chunks'][0]}..{info['chunks'][1]}; colour log10 ratio -8 (blue) .. 0 (red)",
-                  soft_wrap=True, highlight=False)
+    console.print(f"wrote {escape(info['path'])}: taps {info['rows'][0]}..{info['rows'][-1]} x chunks "
+                  f"{info['chunks'][0]}..{info['chunks'][1]}", soft_wrap=True, highlight=False)

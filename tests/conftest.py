@@ -23,6 +23,15 @@ GOLDEN = REPO / "tests" / "golden"  # copied from shared/golden
 gpu = pytest.mark.skipif(not HAS_GPU, reason="needs a CUDA device")
 
 
+def png_size(data: bytes) -> tuple[int, int]:
+    """``(width, height)`` from a PNG's signature and IHDR chunk; ValueError when it is not a PNG."""
+    import struct
+
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("not a PNG")
+    return struct.unpack(">II", data[16:24])
+
+
 @pytest.fixture
 def kernel_device():
     return "cuda" if HAS_GPU else "cpu"

@@ -38,12 +38,25 @@ REGIMES = {
     "chunk 32": lambda c: c.chunk_size == 32,
     "chunk 64": lambda c: c.chunk_size == 64,
     "bf16 inputs": lambda c: c.dtype == "bfloat16",
+    "a model's gates (fla layer init), softplus": lambda c: c.gates == "layer" and c.gate == "softplus",
+    "a model's gates (fla layer init), lower bound": lambda c: c.gates == "layer" and c.gate == "lower_bound",
+    "a model's gates, varlen": lambda c: c.gates == "layer" and _has_short_sequence(c),
 }
 
 
 @pytest.mark.parametrize("regime", list(REGIMES))
 def test_case_table_covers(regime):
     assert [c.name for c in CASES if REGIMES[regime](c)], f"no case for: {regime}"
+
+
+def test_fla_layer_gates_are_strong():
+    """fla's layer statistics drive the within-chunk cumulative gate to about -100 (exp(-gc) ~ e^100)."""
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.reference import run_reference
+
+    inputs, cfg = make_inputs(get_case("fla_layer"))
+    gc = run_reference(inputs, cfg, taps=("gc",)).taps["gc"]
+    assert -130 < float(gc.min()) < -80
 
 
 def test_case_names_unique():

@@ -1,17 +1,17 @@
-"""``kdadbg diff``: cells, dataflow order, noise floor, window rerun, taps files, JSON, PNG, and the
+"""``kdadbg diff``: cells, dataflow order, noise floor, window rerun, taps files, JSON, and the
 proof that it finds bugs: planted faults must be named exactly (tap and chunk) as the first divergence."""
 
 import json
 import math
-import zlib
 
 import pytest
 import torch
 
+from conftest import png_size
 from kdadbg.cases import get_case, make_inputs
 from kdadbg.chunks import chunk_table
 from kdadbg.compare import TAP_ORDER, ChunkInfo, cell_metrics, dataflow_key, valid_mask
-from kdadbg.diff import diff_dump, diff_taps_files, write_plot
+from kdadbg.diff import diff_dump, diff_taps_files
 from kdadbg.impls import Implementation, ImplRun, TapsSpec, convert_taps, resolve_impl
 from kdadbg.impls.base import LN2
 from kdadbg.impls.tapsfile import TapsFile
@@ -19,7 +19,6 @@ from kdadbg.localise import window_inputs
 from kdadbg.tolerances import tap_tolerances
 from kdadbg.errors import KdadbgError
 from kdadbg.noise import BUG, DRIFT, OK, UNREP, classify
-from kdadbg.png import read_png_size
 from kdadbg.reference import run_reference
 from kdadbg.tapsfile import chunk_rows, read_taps_file, taps_metadata, write_taps_file
 from kdadbg_kernels.taps import TAP_NAMES
@@ -312,7 +311,7 @@ def test_two_taps_files(tmp_path):
 # --- output contract -------------------------------------------------------------------------------
 
 
-def test_json_document_and_plot(tmp_path):
+def test_json_document():
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
@@ -324,12 +323,6 @@ def test_json_document_and_plot(tmp_path):
     assert (fd["tap"], fd["stage"], fd["chunk"], fd["origin"]) == ("dL", "bwd_recurrence", 4, "introduced")
     assert len(doc["cells"]) == sum(c.ratio.numel() for c in res.cells.values()) == doc["compared"]["cells"]
     assert {c["label"] for c in doc["cells"]} == {"OK", "BUG"}
-    info = write_plot(res, tmp_path / "grid.png")
-    data = (tmp_path / "grid.png").read_bytes()
-    w, h = read_png_size(data)
-    assert w == 6 * 16 and info["rows"][0] == "gc" and info["chunks"] == [0, 5]
-    idat = data[data.index(b"IDAT") + 4:]
-    assert len(zlib.decompress(idat[:idat.index(b"IEND") - 8])) == h * (1 + 3 * w)
 
 
 # --- our kernels -------------------------------------------------------------------------------------
@@ -457,7 +450,8 @@ def test_cli_diff_names_a_planted_fault(tmp_path, dump, kernel_device):
     doc = json.loads((tmp_path / "d.json").read_text())
     fd = doc["first_divergence"]
     assert (doc["verdict"], fd["tap"], fd["chunk"], fd["origin"]) == ("fail", "dL", 4, "introduced")
-    assert read_png_size((tmp_path / "d.png").read_bytes())[0] == 6 * 16
+    assert png_size((tmp_path / "d.png").read_bytes())[0] > 600
+    assert "wrote" in r.stdout and "d.png" in r.stdout
     r = kdadbg("diff", dump, "--device", kernel_device, "--json", tmp_path / "d.json")
     assert_one_error_line(r, "d.json", "already exists")
 

@@ -1,0 +1,1 @@
+"""Rendering of results that needs more than a terminal: figures (:mod:`kdadbg.render.plot`)."""

@@ -1,0 +1,338 @@
+"""Figures for ``--plot FILE.png``: the diff's tap × chunk heatmap and the run's ratio per tensor.
+
+:func:`plot_diff` and :func:`plot_run` take plain data (dicts, lists, numbers, strings), so any
+producer of results can feed them; :func:`diff_plot_data` and :func:`run_plot_data` build that data
+from a ``kdadbg.diff.DiffResult`` and a ``kdadbg.run.RunResult``. matplotlib (the ``plot`` extra) is
+imported only when a figure is drawn, through its Agg canvas: no pyplot, no global backend switch.
+
+Reading the diff figure: one row per tap in dataflow order (stages separated by lines and named on
+the right), one column per chunk (buckets of chunks, worst cell each, beyond 64 columns). The colour
+is the worst head's ratio on a log scale: blue within every row's tolerance, a pale band over the
+span of the tolerances (marked on the colour bar), yellow to red over them. Each row's label names
+its tolerance; cells over it carry a marker, ``x`` BUG and ``o`` DRIFT; the first divergence is
+boxed. Magenta: NaN/Inf; grey: not compared; hatched white: unrepresentable (the implementation has
+no such tap in its conventions).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from ..errors import KdadbgError
+
+STATUSES = ("ok", "drift", "bug", "nonfinite", "not_compared", "unrepresentable")
+SEVERITY = {"not_compared": 0, "unrepresentable": 1, "ok": 2, "drift": 3, "bug": 4, "nonfinite": 5}
+LABELS = {"ok": "OK", "drift": "DRIFT", "bug": "BUG", "nonfinite": "NaN/Inf", "not_compared": "not compared"}
+MAX_COLUMNS = 64
+BAND = (0.46, 0.54)   # the colour map's neutral band: the span of the rows' tolerances
+MISSING = "--plot needs matplotlib: pip install 'kdadbg[plot]'"
+
+NONFINITE = "#ff00ff"
+NOT_COMPARED = "#bdbdbd"
+UNREPRESENTABLE = "#ffffff"
+PASS, FAIL = "#4c9f50", "#d62728"
+
+
+def _matplotlib():
+    """``(Figure, FigureCanvasAgg)``, or the one-line error when matplotlib is not installed."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        raise KdadbgError(MISSING) from None
+    return Figure, FigureCanvasAgg
+
+
+def require_matplotlib() -> None:
+    """Fail early (before any compute) when ``--plot`` cannot be drawn."""
+    _matplotlib()
+
+
+def _target(path) -> Path:
+    path = Path(path)
+    if path.is_dir() or not (path.parent if str(path.parent) else Path(".")).is_dir():
+        raise KdadbgError(f"--plot {path}: expected a file path in an existing folder")
+    return path
+
+
+def _save(fig, canvas_cls, path: Path) -> Path:
+    canvas_cls(fig)
+    fig.savefig(path, format="png", dpi=fig.dpi)
+    return path
+
+
+def _sci(x: float) -> str:
+    """``3e-05`` -> ``3e-5``."""
+    m, e = f"{x:.0e}".split("e")
+    return f"{m}e{int(e)}"
+
+
+# the diff heatmap
+
+
+def bucket_columns(chunks: list[int], log10_ratio: list[list], status: list[list[str]],
+                   max_columns: int = MAX_COLUMNS) -> tuple[list[str], list[list], list[list[str]], int, list[range]]:
+    """Merge columns into buckets of a power-of-two size so that at most ``max_columns`` remain; each
+    bucket keeps its worst status and largest log10 ratio. Returns labels (``"0-15"``), values,
+    statuses, the bucket size and the column range of each bucket."""
+    n = len(chunks)
+    per = 1
+    while math.ceil(n / per) > max_columns:
+        per *= 2
+    groups = [range(i, min(n, i + per)) for i in range(0, n, per)]
+    labels = [str(chunks[g[0]]) if len(g) == 1 else f"{chunks[g[0]]}-{chunks[g[-1]]}" for g in groups]
+    vals = [[max((row[j] for j in g if row[j] is not None), default=None) for g in groups] for row in log10_ratio]
+    stats = [[max((row[j] for j in g), key=SEVERITY.__getitem__) for g in groups] for row in status]
+    return labels, vals, stats, per, groups
+
+
+def _check_diff(data: dict) -> None:
+    rows, chunks = data["rows"], data["chunks"]
+    if not rows or not chunks:
+        raise KdadbgError("--plot: nothing to plot (no tap or no chunk)")
+    for key in ("log10_ratio", "status"):
+        grid = data[key]
+        if len(grid) != len(rows) or any(len(r) != len(chunks) for r in grid):
+            raise ValueError(f"plot data {key}: expected {len(rows)} rows of {len(chunks)} columns")
+    bad = {s for r in data["status"] for s in r} - set(STATUSES)
+    if bad:
+        raise ValueError(f"plot data status: unknown {sorted(bad)}; expected {STATUSES}")
+
+
+def _norm(values: list[float], tols: list[float]):
+    """A piecewise-linear norm, in decades: from at most 5 decades below the smallest tolerance (exact
+    zeros would squash the rest) to the largest value or 1; the span of the rows' tolerances maps to
+    the neutral band in the middle, so blue is within every tolerance and yellow to red over every one."""
+    import numpy as np
+    from matplotlib.colors import FuncNorm
+
+    t_lo, t_hi = math.log10(min(tols)), math.log10(max(tols))
+    if t_hi - t_lo < 0.04:
+        t_lo, t_hi = t_lo - 0.02, t_hi + 0.02
+    vmin = math.floor(max(t_lo - 5.0, min([t_lo - 2.0, *values])))
+    vmax = math.ceil(max([0.0, t_hi + 1.0, *values]))
+    xp, fp = [vmin, t_lo, t_hi, vmax], [0.0, BAND[0], BAND[1], 1.0]
+    return FuncNorm((lambda x: np.interp(x, xp, fp), lambda y: np.interp(y, fp, xp)), vmin=vmin, vmax=vmax)
+
+
+def _colourmap():
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap
+
+    low, high = colormaps["Blues_r"], colormaps["YlOrRd"]
+    n_low, n_band = round(256 * BAND[0]), round(256 * (BAND[1] - BAND[0]))
+    n_high = 256 - n_low - n_band
+    return ListedColormap([low(0.1 + 0.72 * i / (n_low - 1)) for i in range(n_low)] + ["#f4f4f4"] * n_band
+                          + [high(0.2 + 0.8 * i / (n_high - 1)) for i in range(n_high)], name="kdadbg_tol")
+
+
+def plot_diff(path, data: dict) -> Path:
+    """Draw the tap × chunk heatmap of one diff to ``path`` (PNG).
+
+    Args:
+        data: ``{"title": str, "rows": [{"name", "stage", "tol"}] (dataflow order), "chunks": [global
+            chunk id per column], "log10_ratio": [[float | None per column] per row] (worst head),
+            "status": [[one of STATUSES per column] per row], "first": {"row": i, "col": j} | None}``.
+    Example: ``plot_diff("d.png", diff_plot_data(res))``.
+    """
+    Figure, Canvas = _matplotlib()
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.colors import to_rgba
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch, Rectangle
+    from matplotlib.transforms import blended_transform_factory
+
+    _check_diff(data)
+    path = _target(path)
+    rows = data["rows"]
+    labels, vals, stats, per, groups = bucket_columns(data["chunks"], data["log10_ratio"], data["status"])
+    n_rows, n_cols = len(rows), len(labels)
+    tols = [float(r["tol"]) for r in rows]
+    finite = [v for row in vals for v in row if v is not None and math.isfinite(v)]
+    norm, cmap = _norm(finite, tols), _colourmap()
+    vmin, vmax = norm.vmin, norm.vmax
+
+    width = min(22.0, max(9.0, 4.2 + 0.2 * n_cols))
+    height = max(4.5, 2.4 + 0.27 * n_rows)
+    fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    image = [[NOT_COMPARED] * n_cols for _ in range(n_rows)]
+    hatched, grey = [], False
+    for i in range(n_rows):
+        for j in range(n_cols):
+            s, v = stats[i][j], vals[i][j]
+            if s == "nonfinite":
+                image[i][j] = NONFINITE
+            elif s == "not_compared" or (v is None and s != "unrepresentable"):
+                image[i][j], grey = NOT_COMPARED, True
+            elif s == "unrepresentable":
+                image[i][j] = UNREPRESENTABLE
+                hatched.append((i, j))
+            else:
+                image[i][j] = cmap(norm(min(max(v, vmin), vmax)))
+    ax.imshow([[to_rgba(c) for c in r] for r in image], aspect="auto", interpolation="nearest")
+    for i, j in hatched:
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", edgecolor="#888888", lw=0))
+    marks = {k: ([j for i in range(n_rows) for j in range(n_cols) if stats[i][j] == k],
+                 [i for i in range(n_rows) for j in range(n_cols) if stats[i][j] == k]) for k in ("bug", "drift")}
+    size = max(10.0, min(40.0, 900.0 / max(n_cols, n_rows)))
+    ax.scatter(*marks["bug"], marker="x", s=size, c="black", linewidths=1.3)
+    ax.scatter(*marks["drift"], marker="o", s=size, facecolors="none", edgecolors="black", linewidths=1.0)
+
+    stages = [r["stage"] for r in rows]
+    trans = blended_transform_factory(ax.transAxes, ax.transData)
+    start = 0
+    for i in range(1, n_rows + 1):
+        if i == n_rows or stages[i] != stages[start]:
+            if i < n_rows:
+                ax.axhline(i - 0.5, color="black", lw=1.6)
+            ax.text(1.01, (start + i - 1) / 2, stages[start].replace("_", " "), transform=trans, ha="left",
+                    va="center", fontsize=9, fontweight="bold")
+            start = i
+    ax.set_yticks(range(n_rows), [f"{r['name']}  ≤{_sci(t)}" for r, t in zip(rows, tols)], fontsize=8,
+                  family="monospace")
+    stride = max(1, math.ceil(n_cols / 40))
+    ax.set_xticks(range(0, n_cols, stride), labels[::stride], fontsize=8,
+                  rotation=90 if per > 1 or n_cols > 24 else 0)
+    ax.set_xlabel("chunk (global id)" if per == 1 else f"chunks (global ids), worst cell of each bucket of {per}")
+    ax.set_ylabel("tap (dataflow order)  ≤ tolerance")
+    ax.tick_params(length=0)
+    ax.set_xticks([j - 0.5 for j in range(1, n_cols)], minor=True)
+    ax.grid(which="minor", axis="x", color="white", lw=0.3)
+
+    first, subtitle = data.get("first"), "no cell over its tolerance"
+    if first is not None:
+        i, j = first["row"], next(b for b, g in enumerate(groups) if first["col"] in g)
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=3.0))
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", lw=1.0))
+        status = data["status"][i][first["col"]]
+        subtitle = (f"first divergence: {rows[i]['name']} ({rows[i]['stage']}) at chunk "
+                    f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}")
+    fig.suptitle(f"{data['title']}\n{subtitle}", fontsize=11)
+
+    bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.05, fraction=0.035, aspect=30)
+    ticks = list(range(int(vmin), int(vmax) + 1))
+    bar.set_ticks(ticks)
+    bar.set_label("ratio RMS(err)/RMS(ref), worst head (log scale)", fontsize=9)
+    bar.ax.set_yticklabels([f"≤1e{ticks[0]}", *(f"1e{t}" for t in ticks[1:])], fontsize=8)
+    tol_text = " … ".join(dict.fromkeys(_sci(t) for t in (min(tols), max(tols))))
+    mid = (math.log10(min(tols)) + math.log10(max(tols))) / 2
+    bar.ax.text(-0.3, mid, "tolerance", transform=blended_transform_factory(bar.ax.transAxes, bar.ax.transData),
+                ha="right", va="center", fontsize=8)
+    present = {s for r in stats for s in r}
+    handles = [Patch(facecolor=cmap(0.5), edgecolor="#888888", label=f"tolerance band {tol_text} (each row's: left)")]
+    if "bug" in present:
+        handles.append(Line2D([], [], marker="x", ls="", color="black", label="BUG: over tolerance, beyond noise"))
+    if "drift" in present:
+        handles.append(Line2D([], [], marker="o", ls="", mfc="none", color="black",
+                              label="DRIFT: over tolerance, within noise"))
+    if first is not None:
+        handles.append(Patch(facecolor="none", edgecolor="black", lw=2.5, label="first divergence"))
+    if "nonfinite" in present:
+        handles.append(Patch(facecolor=NONFINITE, label="NaN/Inf"))
+    if grey:
+        handles.append(Patch(facecolor=NOT_COMPARED, label="not compared"))
+    if "unrepresentable" in present:
+        handles.append(Patch(facecolor=UNREPRESENTABLE, edgecolor="#888888", hatch="////", label="unrepresentable"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False)
+    return _save(fig, Canvas, path)
+
+
+def diff_plot_data(res) -> dict:
+    """The :func:`plot_diff` data of a :class:`kdadbg.compare.DiffResult`: taps and output rows in
+    dataflow order (taps the diff could not compare, missing from a file or not written, as
+    ``not_compared`` rows; per-head gradients are not chunk rows and are left out), the compared chunks
+    and those missing from a file, each cell's worst head."""
+    from .. import noise
+    from ..compare import ORDER, QUANTITIES
+    from ..diff import cell_tolerances
+
+    missing = res.missing or {}
+    absent = {n for key in ("taps", "not_written", "not_in_reference_file") for n in missing.get(key, ())}
+    names = [n for n in ORDER if (n in res.cells or n in absent) and QUANTITIES[n].kind != "head"]
+    chunks = sorted(set(res.chunks) | set(missing.get("chunks", ())))
+    tols = cell_tolerances(res.precision, None)
+    rows, values, status = [], [], []
+    for name in names:
+        cells = res.cells.get(name)
+        rows.append({"name": name, "stage": QUANTITIES[name].stage, "tol": cells.tol if cells else tols[name]})
+        v_row, s_row = [None] * len(chunks), ["not_compared"] * len(chunks)
+        if cells is not None:
+            worst = cells.ratio.max(dim=1).values.tolist()
+            label = cells.label.max(dim=1).values.tolist()
+            nonfinite = (cells.nonfinite > 0).any(dim=1).tolist()
+            for r, c in enumerate(cells.chunks):
+                j = chunks.index(c)
+                lab = noise.LABELS[int(label[r])]
+                s_row[j] = ("unrepresentable" if lab == "UNREP" else "nonfinite" if nonfinite[r] else lab.lower())
+                v_row[j] = None if nonfinite[r] or not math.isfinite(worst[r]) else math.log10(max(worst[r], 1e-16))
+        values.append(v_row)
+        status.append(s_row)
+    fd = res.first_divergence
+    first = None
+    if fd is not None and fd["tap"] in names and fd["chunk"] in chunks:
+        first = {"row": names.index(fd["tap"]), "col": chunks.index(fd["chunk"])}
+    source = res.dump or " vs ".join(p for p in (res.files.get("theirs"), res.files.get("reference")) if p)
+    title = f"kdadbg diff: {source}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
+    return {"title": title, "rows": rows, "chunks": chunks, "log10_ratio": values, "status": status, "first": first}
+
+
+# the run bars
+
+
+def plot_run(path, data: dict) -> Path:
+    """Draw one bar per tensor, its ratio on a log scale against its tolerance, to ``path`` (PNG).
+
+    Args:
+        data: ``{"title": str, "tensors": [{"name", "ratio": float | None (None: not finite), "tol",
+            "passed": bool, "nonfinite": int}]}``.
+    Example: ``plot_run("r.png", run_plot_data(result))``.
+    """
+    Figure, Canvas = _matplotlib()
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    tensors = data["tensors"]
+    if not tensors:
+        raise KdadbgError("--plot: nothing to plot (no tensor)")
+    path = _target(path)
+    finite = [t["ratio"] for t in tensors if t["ratio"] is not None and t["ratio"] > 0]
+    tols = [t["tol"] for t in tensors if t.get("tol")]
+    lo = 10.0 ** (math.floor(math.log10(min([*finite, *tols]))) - 1)
+    hi = 10.0 ** math.ceil(math.log10(max([*finite, *tols, 1.0]) * 3))
+    fig = Figure(figsize=(8.5, max(3.2, 1.6 + 0.38 * len(tensors))), dpi=100, layout="constrained")
+    ax = fig.add_subplot()
+    ax.set_xscale("log")
+    for y, t in enumerate(tensors):
+        bad = t["ratio"] is None or t.get("nonfinite", 0) > 0
+        ratio = hi if bad else max(t["ratio"], lo)
+        colour = NONFINITE if bad else PASS if t["passed"] else FAIL
+        ax.barh(y, ratio - lo, left=lo, height=0.62, color=colour)
+        if t.get("tol"):
+            ax.plot([t["tol"]] * 2, [y - 0.42, y + 0.42], color="black", lw=2.2)
+        text = f"NaN/Inf ({t.get('nonfinite', 0)})" if bad else f"{t['ratio']:.2g}"
+        verdict = "pass" if t["passed"] else "FAIL"
+        ax.text(hi * 1.15, y, f"{text}  {verdict}", va="center", ha="left", fontsize=8,
+                color="black" if t["passed"] else FAIL)
+    ax.set_xlim(lo, hi)
+    ax.set_ylim(len(tensors) - 0.5, -0.5)
+    ax.set_yticks(range(len(tensors)), [t["name"] for t in tensors], family="monospace")
+    ax.set_xlabel("ratio RMS(ref - x) / (RMS(ref) + 1e-8), log scale")
+    ax.grid(axis="x", which="major", color="#dddddd", lw=0.6)
+    ax.set_axisbelow(True)
+    ax.set_title(data["title"], fontsize=10)
+    handles = [Patch(color=PASS, label="pass"), Patch(color=FAIL, label="fail"),
+               Line2D([], [], color="black", lw=2.2, label="tolerance")]
+    if any(t["ratio"] is None or t.get("nonfinite", 0) > 0 for t in tensors):
+        handles.insert(2, Patch(color=NONFINITE, label="NaN/Inf"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
+    return _save(fig, Canvas, path)
+
+
+def run_plot_data(result) -> dict:
+    """The :func:`plot_run` data of a ``kdadbg.run.RunResult``."""
+    tensors = [{"name": t.name, "ratio": t.ratio if math.isfinite(t.ratio) else None, "tol": t.tol,
+                "passed": bool(t.passed), "nonfinite": t.nonfinite} for t in result.tensors]
+    title = f"kdadbg run: {result.dump}  ·  kernels vs float64 reference  ·  {result.precision} ({result.device})"
+    return {"title": title, "tensors": tensors}

@@ -1,0 +1,142 @@
+"""``--plot``: the diff heatmap and the run bars are valid PNGs of a readable size, the plot data of a real
+diff has the right rows, columns and statuses, and a missing matplotlib is one actionable error line."""
+
+import sys
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+from conftest import png_size
+from kdadbg import cli
+from kdadbg.cases import get_case, make_inputs
+from kdadbg.compare import ORDER, QUANTITIES, TAP_ORDER, compare
+from kdadbg.diff import diff_dump, write_plot
+from kdadbg.errors import KdadbgError
+from kdadbg.reference import run_reference
+from kdadbg.render.plot import (MISSING, STATUSES, bucket_columns, diff_plot_data, plot_diff, plot_run,
+                                run_plot_data)
+from kdadbg.run import RunResult
+from kdadbg_kernels.taps import REGISTRY
+
+
+def reference_runner(bad_tap=None, bad_chunk=None):
+    """A kernel stand-in: the float32 chunked reference, ``bad_tap`` scaled by 1.001 in ``bad_chunk``."""
+    def run(inputs, config, precision, device, sel):
+        res = run_reference(inputs, config, taps=sel.names, dtype=torch.float32)
+        taps = dict(res.taps)
+        if bad_tap is not None:
+            taps[bad_tap] = taps[bad_tap].clone()
+            taps[bad_tap][bad_chunk] *= 1.001
+        return res.outputs, taps
+    from test_diff import StandIn
+    run.calls = []
+    return StandIn(run)
+
+
+@pytest.fixture(scope="module")
+def faulty_diff():
+    inputs, cfg = make_inputs(get_case("basic"), seed=1)
+    return diff_dump(inputs, cfg, reference_runner("dL", 4), dump="basic", window=0)
+
+
+def fabricated(n_cols):
+    """Plot data with every status, ``n_cols`` chunks wide."""
+    rows = [{"name": n, "stage": REGISTRY[n].stage, "tol": 3e-5 if REGISTRY[n].stage.startswith("fwd") else 5e-5}
+            for n in TAP_ORDER]
+    status = [["ok"] * n_cols for _ in rows]
+    values = [[-7.0] * n_cols for _ in rows]
+    for i, s in enumerate(("drift", "bug", "nonfinite", "not_compared", "unrepresentable")):
+        status[i + 3][n_cols // 2] = s
+        values[i + 3][n_cols // 2] = {"drift": -4.2, "bug": -1.0}.get(s)
+    return {"title": "fabricated", "rows": rows, "chunks": list(range(n_cols)), "log10_ratio": values,
+            "status": status, "first": {"row": 4, "col": n_cols // 2}}
+
+
+@pytest.mark.parametrize("n_cols", [pytest.param(1, id="one_chunk"), pytest.param(6, id="narrow"),
+                                    pytest.param(200, id="wide_bucketed")])
+def test_plot_diff_writes_a_png(tmp_path, n_cols):
+    out = plot_diff(tmp_path / "d.png", fabricated(n_cols))
+    w, h = png_size(out.read_bytes())
+    assert 800 <= w <= 2400 and 400 <= h <= 1600, (w, h)
+    assert out.stat().st_size < 400_000
+
+
+def test_bucket_columns_keep_the_worst():
+    data = fabricated(200)
+    labels, values, status, per, groups = bucket_columns(data["chunks"], data["log10_ratio"], data["status"])
+    assert per == 4 and len(labels) == 50 and labels[0] == "0-3" and labels[-1] == "196-199"
+    assert status[4][25] == "bug" and values[4][25] == -1.0 and status[5][25] == "nonfinite"
+    assert status[6][25] == "ok"            # one compared chunk in the bucket: not "not compared"
+    assert bucket_columns([0, 1, 2], [[-7.0] * 3], [["ok"] * 3])[3] == 1
+
+
+def test_plot_data_of_a_real_diff(tmp_path, faulty_diff):
+    data = diff_plot_data(faulty_diff)
+    names = [n for n in ORDER if QUANTITIES[n].kind != "head"]    # taps and output rows, dataflow order
+    assert [r["name"] for r in data["rows"]] == names
+    assert [r["stage"] for r in data["rows"]] == [QUANTITIES[n].stage for n in names]
+    assert data["chunks"] == list(range(6)) and data["rows"][0]["tol"] == faulty_diff.cells["gc"].tol
+    i = names.index("dL")
+    assert data["status"][i][4] == "bug" and data["first"] == {"row": i, "col": 4}
+    assert all(s == "ok" for s in data["status"][0]) and {s for r in data["status"] for s in r} <= set(STATUSES)
+    assert data["log10_ratio"][i][4] > -4 > data["log10_ratio"][0][0]
+    assert "basic" in data["title"] and "fp32" in data["title"]
+    info = write_plot(faulty_diff, tmp_path / "grid.png")
+    assert info["rows"][0] == "gc" and info["chunks"] == [0, 5]
+    assert png_size((tmp_path / "grid.png").read_bytes())[0] >= 800
+
+
+def test_plot_data_marks_what_was_not_compared(faulty_diff):
+    import copy
+
+    res = copy.copy(faulty_diff)
+    res.cells = {n: c for n, c in faulty_diff.cells.items() if n != "dki"}
+    res.missing = {"taps": ["dki"], "chunks": [6], "heads": []}
+    data = diff_plot_data(res)
+    assert [r["name"] for r in data["rows"]] == [n for n in ORDER if QUANTITIES[n].kind != "head"]
+    assert data["chunks"] == list(range(7))
+    assert data["status"][[r["name"] for r in data["rows"]].index("dki")] == ["not_compared"] * 7
+    assert all(row[6] == "not_compared" and v[6] is None for row, v in zip(data["status"], data["log10_ratio"]))
+
+
+def test_plot_run(tmp_path):
+    ref = torch.randn(2, 8, dtype=torch.float64)
+    bad = ref.clone()
+    bad[0, 0] = float("nan")
+    tensors = [compare("o", ref.float(), ref).judge(1e-5), compare("dq", ref * 1.1, ref).judge(1e-5),
+               compare("dk", bad, ref).judge(1e-5)]
+    result = RunResult("d.safetensors", "fp32", "cpu", make_inputs(get_case("basic"))[1], tensors)
+    data = run_plot_data(result)
+    assert [t["name"] for t in data["tensors"]] == ["o", "dq", "dk"]
+    assert [t["passed"] for t in data["tensors"]] == [True, False, False]
+    assert data["tensors"][2]["ratio"] is None and data["tensors"][2]["nonfinite"] == 1
+    w, h = png_size(plot_run(tmp_path / "r.png", data).read_bytes())
+    assert 600 <= w <= 1600 and 250 <= h <= 1000
+
+
+def test_plot_refuses_a_missing_folder(tmp_path):
+    with pytest.raises(KdadbgError, match="existing folder"):
+        plot_diff(tmp_path / "no" / "d.png", fabricated(3))
+
+
+@pytest.fixture
+def no_matplotlib(monkeypatch):
+    for name in [m for m in sys.modules if m == "matplotlib" or m.startswith("matplotlib.")]:
+        monkeypatch.delitem(sys.modules, name)
+    for name in ("matplotlib", "matplotlib.figure", "matplotlib.backends.backend_agg"):
+        monkeypatch.setitem(sys.modules, name, None)    # makes `import` raise ImportError
+
+
+def test_missing_matplotlib_is_one_error_line(tmp_path, no_matplotlib):
+    with pytest.raises(KdadbgError) as e:
+        plot_diff(tmp_path / "d.png", fabricated(3))
+    assert str(e.value) == MISSING == "--plot needs matplotlib: pip install 'kdadbg[plot]'"
+    from kdadbg.dump import save_dump
+
+    dump = save_dump(tmp_path / "basic.safetensors", *make_inputs(get_case("t1")))
+    for command in ("diff", "run"):     # refused before any compute
+        r = CliRunner().invoke(cli.app, [command, str(dump), "--device", "cpu", "--plot", str(tmp_path / "p.png")])
+        assert r.exit_code == 2, r.output
+        assert r.stderr.strip() == f"error: {MISSING}"
+        assert not (tmp_path / "p.png").exists()
