@@ -670,6 +670,7 @@ class Capture:
             self._say(f"capture {call.info.label}: not written: {e}", logging.ERROR)
             return
         self._say(f"capture {call.info.label}: wrote {self.written[-1]['dump']} ({reason})")
+        self._write_manifest()  # kept current, so a process that dies later still lists its dumps
 
     def _drop_unfinished(self) -> None:
         with self._lock:
