@@ -211,6 +211,15 @@ def call_config(get: Callable[..., Any], q, v) -> KDAConfig:
                      state_layout="vk" if v_first else "kv")
 
 
+def parse_target(target: str) -> tuple[str, str]:
+    """``"fla"``, ``"kdadbg"`` or ``"pkg.mod:fn"`` -> (module name, function name)."""
+    mod, sep, attr = ALIASES.get(target, target).partition(":") if isinstance(target, str) else ("", "", "")
+    if not sep or not mod or not attr.isidentifier():
+        raise KdadbgError(f"capture target {target!r}: expected 'package.module:function' (a module-level "
+                          f"function), 'fla', 'kdadbg' or a callable")
+    return mod, attr
+
+
 def _rank() -> int | None:
     d = torch.distributed
     return d.get_rank() if d.is_available() and d.is_initialized() else None
@@ -306,14 +315,7 @@ class _Patches:
                                   f"(capture patches module attributes; a local function or a method cannot be "
                                   f"patched)")
             return
-        if not isinstance(target, str):
-            raise KdadbgError(f"capture target {target!r}: expected 'package.module:function', 'fla', 'kdadbg' "
-                              f"or a callable")
-        spec = ALIASES.get(target, target)
-        mod, sep, attr = spec.partition(":")
-        if not sep or not mod or not attr.isidentifier():
-            raise KdadbgError(f"capture target {target!r}: expected 'package.module:function' (a module-level "
-                              f"function), 'fla', 'kdadbg' or a callable")
+        mod, attr = parse_target(target)
         module = sys.modules.get(mod)
         if module is None:
             self.pending.setdefault(mod, []).append(attr)
@@ -421,6 +423,9 @@ class Capture:
             raise KdadbgError(f"capture first={first!r}: expected an integer >= 0")
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise KdadbgError(f"capture max_bytes={max_bytes!r}: expected a number of bytes >= 0")
+        for target in targets:
+            if not callable(target):
+                parse_target(target)
         if calls is not None and not callable(calls):
             try:
                 calls = frozenset(int(c) for c in calls)

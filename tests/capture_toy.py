@@ -62,6 +62,7 @@ class Attn(nn.Module):
             o, ht = kdadbg_kernels.chunk_kda(q, k, v, g, beta, precision="fp32", **kw)
         else:
             o, ht = naive_kda(q, k, v, g, beta, **kw)
+        self.last = (o.detach(), ht.detach())
         extra = ht.square().mean() if self.use_state else x.new_zeros(())
         return self.out(o.reshape(B, T, H * K)), extra
 
@@ -77,19 +78,25 @@ class Layer(nn.Module):
 
 
 class TinyModel(nn.Module):
-    """Two layers; only layer 0's final state enters the loss (so only its dump has ``dht``)."""
+    """Two layers; only layer 0's final state enters the loss (so only its dump has ``dht``).
 
-    def __init__(self, impl: str = "naive", seed: int = 0):
+    ``parallel``: each layer reads the input and adds a loss term of its own, so a NaN made in one
+    layer reaches no other layer's inputs or gradients (sequential layers pass it on both ways).
+    """
+
+    def __init__(self, impl: str = "naive", seed: int = 0, parallel: bool = False):
         super().__init__()
         torch.manual_seed(seed)
+        self.parallel = parallel
         self.layers = nn.ModuleList([Layer(impl, use_state=i == 0) for i in range(2)])
 
     def forward(self, x):
         total = x.new_zeros(())
         for layer in self.layers:
-            x, extra = layer(x)
-            total = total + extra
-        return x.square().mean() + total
+            y, extra = layer(x)
+            total = total + extra + (y.square().mean() if self.parallel else 0)
+            x = x if self.parallel else y
+        return total if self.parallel else x.square().mean() + total
 
 
 def batch(T: int = 32, seed: int = 1) -> torch.Tensor:
