@@ -246,3 +246,69 @@ def test_cli_capture_bad_options(tmp_path):
     assert res.exit_code == 2 and "--calls: expected comma-separated integers" in res.output
     res = CliRunner().invoke(app, ["capture", "--out", str(tmp_path), "--target", "nocolon", "--", "true"])
     assert res.exit_code == 2 and "expected 'package.module:function'" in res.output
+
+
+FAKE_FLA = {  # fla's module layout around chunk_kda, computing with the pure-torch KDA
+    "fla/__init__.py": "",
+    "fla/ops/__init__.py": "from .kda import chunk_kda\n",
+    "fla/ops/kda/__init__.py": "from .chunk import chunk_kda\n",
+    "fla/ops/kda/chunk.py": textwrap.dedent("""\
+        from capture_toy import naive_kda
+
+        def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                      allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+                      return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                      cp_context=None, use_graph=False, max_num_seqs=None, **kwargs):
+            return naive_kda(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                             use_gate_in_kernel, use_beta_sigmoid_in_kernel, lower_bound, state_v_first, **kwargs)
+        """),
+    "fla/layers/__init__.py": "",
+    "fla/layers/kda.py": textwrap.dedent("""\
+        import torch
+        from fla.ops.kda import chunk_kda
+
+        def attend(q, k, v, g, beta, A_log, dt_bias, h0, **flags):   # as fla.layers.kda calls it
+            return chunk_kda(q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
+                             output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                             use_beta_sigmoid_in_kernel=True, lower_bound=-5.0, state_v_first=True, **flags)
+        """),
+}
+
+
+@pytest.fixture
+def fake_fla(tmp_path, monkeypatch):
+    for rel, text in FAKE_FLA.items():
+        (tmp_path / "site" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / rel).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    yield
+    for name in [n for n in sys.modules if n == "fla" or n.startswith("fla.")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("import_first", [False, True], ids=["imported-inside", "imported-before"])
+def test_fla_chunk_kda_captured_wherever_imported(import_first, fake_fla, tmp_path):
+    if import_first:
+        import fla.layers.kda  # noqa: F401
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, g = (torch.randn(1, 8, 2, 16, generator=gen, requires_grad=True) for _ in range(4))
+    beta = torch.randn(1, 8, 2, generator=gen, requires_grad=True)
+    A_log, dt_bias = torch.zeros(2, requires_grad=True), torch.zeros(32, requires_grad=True)
+    h0 = torch.randn(1, 2, 16, 16, generator=gen, requires_grad=True)      # [N,H,V,K]: state_v_first
+    with capture(tmp_path / "dumps") as cap:
+        import fla.layers.kda
+        import fla.ops.kda.chunk
+
+        assert fla.layers.kda.chunk_kda is fla.ops.kda.chunk_kda is fla.ops.chunk_kda is fla.ops.kda.chunk.chunk_kda
+        assert fla.layers.kda.chunk_kda.__kdadbg_capture_of__.__module__ == "fla.ops.kda.chunk"
+        o, ht = fla.layers.kda.attend(q, k, v, g, beta, A_log, dt_bias, h0)
+        o2, _ = fla.layers.kda.attend(q, k, v, g, beta, A_log, dt_bias, h0.detach(), allow_neg_eigval=True)
+        (o.sum() + o2.sum() + ht.sum()).backward()
+    assert not hasattr(fla.layers.kda.chunk_kda, "__kdadbg_capture_of__")
+    assert [(d["impl"], d["call"], d["dht"]) for d in cap.written] == [("fla.ops.kda.chunk:chunk_kda", 0, True)]
+    assert cap.skipped[0]["call"] == 1 and "allow_neg_eigval" in cap.skipped[0]["why"]
+    inputs, config = load_dump(cap.written[0]["dump"])
+    assert (config.state_layout, config.chunk_size, config.gate) == ("vk", 64, "lower_bound")
+    assert torch.equal(inputs.h0, h0.detach()) and inputs.dt_bias.shape == (2, 16)
+    assert same_bits(read_taps_file(cap.written[0]["theirs"])["outputs"]["dh0"], h0.grad)
