@@ -59,7 +59,7 @@ def test_kernel_model_dumps_pass_check(kernel_run):
         assert config.qk_l2norm and config.beta_sigmoid and config.scale == 16 ** -0.5
         assert (inputs.dht is not None) == d["dht"] and inputs.h0 is not None
         meta = describe_dump(d["dump"])["origin"]
-        assert meta["step"] == "0" and meta["module"] == d["module"] and meta["impl"] == "kdadbg_kernels.chunk:chunk_kda"
+        assert (meta["step"], meta["module"], meta["impl"]) == ("0", d["module"], "kdadbg_kernels.chunk:chunk_kda")
         result = check(inputs, config, precision="fp32", device="cpu")
         assert result.passed, [(t.name, t.ratio) for t in result.tensors]
 
@@ -238,7 +238,8 @@ def test_cli_capture_runs_a_script(code, tmp_path):
         assert path.endswith(f"s000{step}-c001-layers.1.attn.safetensors")
         inputs, config = load_dump(path)
         assert inputs.dht is None and config.gate == "lower_bound"
-        assert read_taps_file(path.replace(".safetensors", ".theirs.safetensors"))["outputs"]["o"].shape == (1, 8, 2, 16)
+        theirs = read_taps_file(path.replace(".safetensors", ".theirs.safetensors"))
+        assert theirs["outputs"]["o"].shape == (1, 8, 2, 16)
 
 
 def test_cli_capture_bad_options(tmp_path):
