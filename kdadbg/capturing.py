@@ -320,6 +320,7 @@ class Capture:
         self._patches = self._stack = None
         self._step_hook = None
         self._warned: set[str] = set()
+        self._manifest_path = None
 
     def __enter__(self) -> "Capture":
         if _ACTIVE:
@@ -576,7 +577,13 @@ class Capture:
             return
         from .fileio import atomic_write_text
 
-        path = self.manifest or self.out / ("manifest.json" if _rank() is None else f"manifest-r{_rank()}.json")
+        if self._manifest_path is None:  # named by the rank once there is one (it outlives the process group)
+            rank = _rank()
+            path = self.manifest or self.out / ("manifest.json" if rank is None else f"manifest-r{rank}.json")
+            if rank is not None or self.manifest:
+                self._manifest_path = path
+        else:
+            path = self._manifest_path
         atomic_write_text(json.dumps(self.manifest_data(), indent=2), path, force=True)
 
 

@@ -313,3 +313,24 @@ def test_fla_chunk_kda_captured_wherever_imported(import_first, fake_fla, tmp_pa
     assert (config.state_layout, config.chunk_size, config.gate) == ("vk", 64, "lower_bound")
     assert torch.equal(inputs.h0, h0.detach()) and inputs.dt_bias.shape == (2, 16)
     assert same_bits(read_taps_file(cap.written[0]["theirs"])["outputs"]["dh0"], h0.grad)
+
+
+def test_rank_in_names_under_torch_distributed(tmp_path):
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        with capture(tmp_path / "dumps", targets=[NAIVE], calls=[0]) as cap:
+            train_step(TinyModel("naive"), batch(T=4))
+    finally:
+        dist.destroy_process_group()
+    assert [d["rank"] for d in cap.written] == [0] and cap.written[0]["dump"].endswith("-layers.0.attn-r0.safetensors")
+    assert describe_dump(cap.written[0]["dump"])["origin"]["rank"] == "0"
+    assert (tmp_path / "dumps" / "manifest-r0.json").exists()
+
+
+def test_capture_help_explains():
+    res = CliRunner().invoke(app, ["capture", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    for text in ("Run a training command unchanged", "theirs.safetensors", "exit code", "Example: kdadbg capture",
+                 "--when", "--calls", "--modules", "--target", "--max-bytes"):
+        assert text in res.output, text
