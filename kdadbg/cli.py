@@ -389,6 +389,65 @@ def diff(
         raise typer.Exit(EXIT_NUMERIC)
 
 
+class When(str, Enum):
+    always = "always"
+    nonfinite = "nonfinite"
+
+
+class Steps(str, Enum):
+    optimizer = "optimizer"
+    manual = "manual"
+
+
+@command("capture", context_settings={"allow_interspersed_args": False})
+def capture_(
+    cmd: Annotated[list[str], typer.Argument(metavar="COMMAND", help="The command to run and its arguments, after --.",
+                                             show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dumps (created if missing).",
+                                      show_default=False)],
+    when: Annotated[When, typer.Option("--when", help="Write every selected call (always) or only one with a "
+                                       "NaN/Inf in an input, output or gradient (nonfinite).")] = When.always,
+    calls: Annotated[Optional[str], typer.Option("--calls", help="Comma-separated call indices within a step, "
+                                                 "e.g. 0,3.")] = None,
+    modules: Annotated[Optional[list[str]], typer.Option("--modules", help="Glob pattern of module names, e.g. "
+                                                         "'layers.*.attn' (repeatable).")] = None,
+    first: Annotated[Optional[int], typer.Option("--first", help="Write at most N dumps.")] = None,
+    every: Annotated[int, typer.Option("--every", help="Only steps 0, k, 2k, ...")] = 1,
+    target: Annotated[Optional[list[str]], typer.Option("--target", help="What to wrap: fla, kdadbg or "
+                                                        "pkg.module:function (repeatable; default fla and "
+                                                        "kdadbg).")] = None,
+    max_bytes: Annotated[Optional[str], typer.Option("--max-bytes", help="Refuse a call whose host copies would "
+                                                     "take the held total over this size (e.g. 2G).")] = None,
+    steps: Annotated[Steps, typer.Option("--steps", help="What ends a step: each optimizer.step() (optimizer) or "
+                                         "nothing (manual: every call is in step 0).")] = Steps.optimizer,
+    force: Annotated[bool, typer.Option("--force", help="Replace dumps of the same name.")] = False,
+):
+    """Run a training command unchanged, writing a dump of each selected KDA call.
+
+    Every Python process the command starts captures the calls of fla's chunk_kda, our kdadbg_kernels.chunk_kda and each --target (a module-level function with fla's calling convention).
+    Per call, after its backward: a v1 dump (the inputs as passed, do, dht) and beside it NAME.theirs.safetensors, the implementation's own outputs and gradients in the taps-file layout.
+    Names say step, call, module and rank (s0003-c001-layers.1.attn-r0); the dump's metadata too (kdadbg inspect shows it).
+    A step ends at each optimizer.step(); call indices count the target calls of a step from 0.
+    Prints one line per dump written and exits with the command's exit code (2 when the capture options are bad).
+
+    Example: kdadbg capture --out dumps --when nonfinite --modules 'layers.*' -- python train.py --lr 1e-3
+    """
+    from .capture_run import parse_size, run_captured
+
+    call_list = None
+    if calls is not None:
+        try:
+            call_list = [int(c) for c in calls.split(",") if c.strip()]
+        except ValueError:
+            raise KdadbgError(f"--calls: expected comma-separated integers, found {calls!r}") from None
+    patterns = [p for m in modules or [] for p in m.split(",") if p]
+    result = run_captured(cmd, out, targets=target, calls=call_list, modules=patterns or None, first=first,
+                          every=every, when=when.value, max_bytes=parse_size(max_bytes), steps=steps.value,
+                          force=force)
+    report.render_captured(_out(), _err(), result)
+    raise typer.Exit(result["exit_code"])
+
+
 def main() -> None:
     try:
         app()

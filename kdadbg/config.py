@@ -121,7 +121,8 @@ class KDAInputs:
     """Tensors of one dump, in the dump's shapes and dtypes.
 
     q, k, g: [B,T,H,K]; v, do: [B,T,H,V]; beta: [B,T,H]; h0, dht: [N,H,V,K] (``vk``) or
-    [N,H,K,V] (``kv``); cu_seqlens: [N+1] int (B == 1); A_log: [H]; dt_bias: [H,K].
+    [N,H,K,V] (``kv``); cu_seqlens: [N+1] int (B == 1); A_log: [H]; dt_bias: [H,K] (fla's flat
+    [H*K] is viewed as [H,K] here, so a dump may store either).
     """
 
     q: torch.Tensor
@@ -137,6 +138,12 @@ class KDAInputs:
     dt_bias: torch.Tensor | None = None
 
     TENSORS = ("q", "k", "v", "g", "beta", "do", "dht", "h0", "cu_seqlens", "A_log", "dt_bias")
+
+    def __post_init__(self):
+        if self.dt_bias is not None and self.dt_bias.ndim == 1 and self.q.ndim == 4:
+            H, K = self.q.shape[2:]
+            if self.dt_bias.numel() == H * K:
+                self.dt_bias = self.dt_bias.reshape(H, K)
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:

@@ -5,7 +5,8 @@ Tensors (float: bf16, fp16, fp32 or fp64 unless noted)::
     q, k, g  [B,T,H,K]          v, do  [B,T,H,V]          beta  [B,T,H]
     h0, dht  [N,H,V,K] (state_layout=vk) or [N,H,K,V] (kv)      optional
     cu_seqlens [N+1] int32/int64, needs B == 1                  optional
-    A_log [H], dt_bias [H,K]    required by the lower_bound and softplus gates
+    A_log [H], dt_bias [H,K]    required by the lower_bound and softplus gates; dt_bias may be
+                                fla's flat [H*K] (the file keeps it; KDAInputs holds it as [H,K])
 
 N = B without ``cu_seqlens``, else ``len(cu_seqlens) - 1``. The config lives in the
 ``__metadata__`` strings (see ``kdadbg.config``). ``load_dump`` validates every tensor before
@@ -119,11 +120,13 @@ def validate(where: str, tensors: dict[str, torch.Tensor], meta: dict[str, str],
     V = v.shape[3]
     expect = {"k": ((B, T, H, K), "[B,T,H,K]", "from q"), "g": ((B, T, H, K), "[B,T,H,K]", "from q"),
               "do": ((B, T, H, V), "[B,T,H,V]", "B,T,H,K from q, V from v"),
-              "beta": ((B, T, H), "[B,T,H]", "from q"), "A_log": ((H,), "[H]", "H from q"),
-              "dt_bias": ((H, K), "[H,K]", "H,K from q")}
+              "beta": ((B, T, H), "[B,T,H]", "from q"), "A_log": ((H,), "[H]", "H from q")}
     for name, (shape, sym, src) in expect.items():
         if name in tensors and tuple(tensors[name].shape) != shape:
             raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(tensors[name].shape)}")
+    if "dt_bias" in tensors and tuple(tensors["dt_bias"].shape) not in ((H, K), (H * K,)):
+        raise err("dt_bias", f"expected shape [H,K] = {_fmt((H, K))} or fla's flat [H*K] = [{H * K}] (H,K from q), "
+                             f"found {_fmt(tensors['dt_bias'].shape)}")
 
     cu = tensors.get("cu_seqlens")
     if cu is not None:
@@ -164,7 +167,7 @@ def validate(where: str, tensors: dict[str, torch.Tensor], meta: dict[str, str],
     for name in GATE_PARAMS[config.gate]:
         if name not in tensors:
             raise err(name, f"missing; gate={config.gate} ({GATE_FORMULA[config.gate]}) needs A_log [H] and "
-                            f"dt_bias [H,K]")
+                            f"dt_bias [H,K] (or [H*K])")
 
     if not allow_nonfinite:
         for name in KNOWN:
@@ -202,16 +205,20 @@ def describe_dump(path) -> dict:
     ``{key, value, default}`` (None when the metadata cannot be parsed; ``metadata`` holds the raw
     strings); ``sizes``: B, T, H, K, V, N, n_chunks (when known); ``tensors``: per tensor
     ``{name, role ('input' or 'extra'), shape, dtype, min, max, mean, nan, inf}`` (stats over the
-    finite values); ``extra``: names of tensors that are not part of format v1.
+    finite values); ``extra``: names of tensors that are not part of format v1; ``origin``: for a dump
+    written by ``kdadbg.capture``, its ``capture.*`` metadata without the prefix (``step``, ``call``,
+    ``module``, ``rank``, ``impl``, ...), else None.
     """
     out = {"path": str(path), "ok": False, "verdict": "", "metadata": {}, "config": None, "sizes": None,
-           "tensors": [], "extra": []}
+           "tensors": [], "extra": [], "origin": None}
     try:
         tensors, meta = read_safetensors(path)
     except KdadbgError as e:
         out["verdict"] = str(e)
         return out
     out["metadata"] = meta
+    origin = {k.removeprefix("capture."): v for k, v in meta.items() if k.startswith("capture.")}
+    out["origin"] = origin or None
     for name, t in tensors.items():
         role = "input" if name in KNOWN else "extra"
         out["tensors"].append({"name": name, "role": role, "shape": list(t.shape), "dtype": _dtype(t.dtype),

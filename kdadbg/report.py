@@ -31,6 +31,13 @@ def print_error(console: Console, message: str) -> None:
 
 def render_inspect(console: Console, desc: dict) -> None:
     console.print(f"[bold]{escape(desc['path'])}[/bold]", soft_wrap=True)
+    origin = desc.get("origin")
+    if origin:
+        where = [f"{key} {origin[key]}" for key in ("step", "call", "module", "rank") if origin.get(key)]
+        extra = f" by {origin['impl']}" if origin.get("impl") else ""
+        why = f" ({origin['reason']})" if origin.get("reason") else ""
+        console.print(escape(f"captured{extra}: {', '.join(where) or 'origin unknown'}{why}"), soft_wrap=True,
+                      highlight=False)
     if desc["config"] is not None:
         t = Table(title="config", title_justify="left")
         t.add_column("key")
@@ -168,3 +175,23 @@ def render_run(console: Console, result) -> None:
         extra = f"; {len(result.not_provided)} not provided" if result.not_provided else ""
         console.print(f"[bold green]PASS[/bold green]: {len(result.tensors)} tensors within tolerance "
                       f"({result.elements} elements compared{extra}; {times})", soft_wrap=True)
+
+
+def render_captured(console: Console, err: Console, result: dict) -> None:
+    """``kdadbg capture``: one stdout line per dump written; the summary on stderr."""
+    for d in result["dumps"]:
+        where = f"step {d['step']} call {d['call']}" + (f" module {d['module']}" if d["module"] else "") + (
+            f" rank {d['rank']}" if d["rank"] is not None else "")
+        bad = f", nonfinite: {','.join(d['nonfinite'])}" if d["nonfinite"] else ""
+        console.print(escape(f"{d['dump']}  {where}  {d['impl']} ({d['reason']}{bad})"), soft_wrap=True,
+                      highlight=False)
+    for e in result["errors"]:
+        print_error(err, e)
+    reasons = sorted({s["why"] for s in result["skipped"]})
+    skipped = f"; {len(result['skipped'])} not captured ({'; '.join(reasons)})" if reasons else ""
+    if not result["manifests"]:
+        err.print("capture: no manifest came back: was the command a Python process with site enabled "
+                  "(not python -S or -I)?", soft_wrap=True, highlight=False)
+    err.print(escape(f"capture: {len(result['dumps'])} dumps in {result['out']} from {result['calls_seen']} KDA "
+                     f"calls{skipped}; the command exited with {result['exit_code']}"), soft_wrap=True,
+              highlight=False)

@@ -1,0 +1,143 @@
+"""Replacing a function wherever it is loaded, and as its module is imported (for ``kdadbg.capture``).
+
+A target is ``"fla"`` (fla's ``chunk_kda``), ``"kdadbg"`` (ours), ``"pkg.mod:fn"`` (a module-level
+function) or a callable. :class:`Patches` sets every attribute of every loaded module whose value
+*is* the function object to a wrapper; for a module not imported yet, an import hook does the same
+right after the module has run, before anyone can import the name from it. ``restore`` undoes all.
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import sys
+from typing import Callable, Iterable
+
+from .errors import KdadbgError
+
+ALIASES = {"fla": "fla.ops.kda.chunk:chunk_kda", "kdadbg": "kdadbg_kernels.chunk:chunk_kda"}
+DEFAULT_TARGETS = ("fla", "kdadbg")
+
+
+def parse_target(target: str) -> tuple[str, str]:
+    """``"fla"``, ``"kdadbg"`` or ``"pkg.mod:fn"`` -> (module name, function name)."""
+    mod, sep, attr = ALIASES.get(target, target).partition(":") if isinstance(target, str) else ("", "", "")
+    if not sep or not mod or not attr.isidentifier():
+        raise KdadbgError(f"capture target {target!r}: expected 'package.module:function' (a module-level "
+                          f"function), 'fla', 'kdadbg' or a callable")
+    return mod, attr
+
+
+def _replace_everywhere(old, new) -> int:
+    """Set every attribute of every loaded module whose value *is* ``old`` to ``new``; returns how many."""
+    n = 0
+    for module in list(sys.modules.values()):
+        try:
+            items = list(vars(module).items())
+        except TypeError:
+            continue
+        for key, value in items:
+            if value is old:
+                try:
+                    setattr(module, key, new)
+                    n += 1
+                except (AttributeError, TypeError):
+                    pass
+    return n
+
+
+class _PatchingLoader(importlib.abc.Loader):
+    """A module's own loader, then a callback once the module has run (to patch what it defines)."""
+
+    def __init__(self, inner, loaded):
+        self._inner, self._loaded = inner, loaded
+
+    def create_module(self, spec):
+        return self._inner.create_module(spec)
+
+    def exec_module(self, module):
+        self._inner.exec_module(module)
+        self._loaded(module)
+
+    def __getattr__(self, name):
+        return getattr(self._inner, name)
+
+
+class _ImportHook(importlib.abc.MetaPathFinder):
+    """Hands the named modules to ``loaded`` right after they are imported."""
+
+    def __init__(self, names: Iterable[str], loaded):
+        self.names, self._loaded = set(names), loaded
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname not in self.names:
+            return None
+        for finder in sys.meta_path:
+            if finder is self or not hasattr(finder, "find_spec"):
+                continue
+            spec = finder.find_spec(fullname, path, target)
+            if spec is not None:
+                break
+        else:
+            return None
+        if spec.loader is not None and hasattr(spec.loader, "exec_module"):
+            spec.loader = _PatchingLoader(spec.loader, self._loaded)
+        return spec
+
+
+class Patches:
+    """The targets, replaced by wrappers where they are loaded and as their modules are imported."""
+
+    def __init__(self, wrap, warn):
+        self._wrap, self._warn = wrap, warn
+        self.wrapped: dict[int, tuple[Callable, Callable]] = {}
+        self.pending: dict[str, list[str]] = {}
+        self.hook: _ImportHook | None = None
+
+    def add(self, target) -> None:
+        if callable(target):
+            impl = f"{getattr(target, '__module__', '?')}:{getattr(target, '__qualname__', repr(target))}"
+            if self._patch(target, impl) == 0:
+                raise KdadbgError(f"capture target {impl}: not found as an attribute of any loaded module "
+                                  f"(capture patches module attributes; a local function or a method cannot be "
+                                  f"patched)")
+            return
+        mod, attr = parse_target(target)
+        module = sys.modules.get(mod)
+        if module is None:
+            self.pending.setdefault(mod, []).append(attr)
+        else:
+            self._patch_attr(module, mod, attr)
+
+    def install_hook(self) -> None:
+        if self.pending:
+            self.hook = _ImportHook(self.pending, self._imported)
+            sys.meta_path.insert(0, self.hook)
+
+    def _imported(self, module) -> None:
+        for attr in self.pending.pop(module.__name__, []):
+            try:
+                self._patch_attr(module, module.__name__, attr)
+            except KdadbgError as e:
+                self._warn(str(e))
+
+    def _patch_attr(self, module, mod: str, attr: str) -> None:
+        fn = getattr(module, attr, None)
+        if not callable(fn):
+            raise KdadbgError(f"capture target {mod}:{attr}: module {mod} has no function {attr!r}")
+        self._patch(fn, f"{mod}:{attr}")
+
+    def _patch(self, fn, impl: str) -> int:
+        if id(fn) in self.wrapped:
+            return _replace_everywhere(fn, self.wrapped[id(fn)][1]) + 1
+        wrapper = self._wrap(fn, impl)
+        self.wrapped[id(fn)] = (fn, wrapper)
+        return _replace_everywhere(fn, wrapper)
+
+    def restore(self) -> None:
+        if self.hook is not None and self.hook in sys.meta_path:
+            sys.meta_path.remove(self.hook)
+        self.hook = None
+        for fn, wrapper in self.wrapped.values():
+            _replace_everywhere(wrapper, fn)
+        self.wrapped.clear()
+        self.pending.clear()

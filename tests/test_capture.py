@@ -1,0 +1,336 @@
+"""``kdadbg.capture`` and ``kdadbg capture``: dumps from a training step of a tiny two-layer model
+(``capture_toy``), on our kernels (under the interpreter) or on a pure-torch KDA."""
+
+import json
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from typer.testing import CliRunner
+
+import capture_toy
+from capture_toy import TinyModel, batch, naive_kda
+from kdadbg import capture
+from kdadbg.cli import app
+from kdadbg.dump import describe_dump, load_dump
+from kdadbg.errors import KdadbgError
+from kdadbg.fileio import atomic_save
+from kdadbg.run import check
+from kdadbg.tapsfile import read_taps_file
+
+TESTS = capture_toy.__file__.rsplit("/", 1)[0]
+NAIVE = "capture_toy:naive_kda"
+
+
+def train_step(model, x):
+    """Loss and every parameter gradient of one step (the gradients cleared first)."""
+    model.zero_grad(set_to_none=True)
+    loss = model(x)
+    loss.backward()
+    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters()}
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    return a.dtype == b.dtype and a.shape == b.shape and torch.equal(a.view(torch.int32), b.view(torch.int32))
+
+
+@pytest.fixture(scope="module")
+def kernel_run(tmp_path_factory):
+    """One step of the kernel model without capture, one with: the dumps, both results, the model."""
+    out = tmp_path_factory.mktemp("kernel_dumps")
+    x = batch()
+    plain = train_step(TinyModel("kernels"), x)
+    model = TinyModel("kernels")
+    with capture(out, model=model, targets=["kdadbg"]) as cap:
+        captured = train_step(model, x)
+    return {"out": out, "cap": cap, "model": model, "plain": plain, "captured": captured}
+
+
+def test_kernel_model_dumps_pass_check(kernel_run):
+    written = kernel_run["cap"].written
+    assert [(d["module"], d["call"], d["dht"]) for d in written] == [("layers.0.attn", 0, True),
+                                                                    ("layers.1.attn", 1, False)]
+    for d in written:
+        inputs, config = load_dump(d["dump"])
+        assert (config.gate, config.lower_bound, config.state_layout, config.chunk_size) == ("lower_bound", -5.0,
+                                                                                           "kv", 16)
+        assert config.qk_l2norm and config.beta_sigmoid and config.scale == 16 ** -0.5
+        assert (inputs.dht is not None) == d["dht"] and inputs.h0 is not None
+        meta = describe_dump(d["dump"])["origin"]
+        assert (meta["step"], meta["module"], meta["impl"]) == ("0", d["module"], "kdadbg_kernels.chunk:chunk_kda")
+        result = check(inputs, config, precision="fp32", device="cpu")
+        assert result.passed, [(t.name, t.ratio) for t in result.tensors]
+
+
+def test_theirs_file_holds_what_training_computed(kernel_run):
+    from kdadbg_kernels import chunk_kda
+
+    model = kernel_run["model"]
+    for i, d in enumerate(kernel_run["cap"].written):
+        attn = model.layers[i].attn
+        f = read_taps_file(d["theirs"])
+        outs = f["outputs"]
+        assert f["taps"] == {} and f["metadata"]["capture.module"] == f"layers.{i}.attn"
+        assert same_bits(outs["o"], attn.last[0]) and same_bits(outs["ht"], attn.last[1])
+        assert same_bits(outs["dA_log"], attn.A_log.grad) and same_bits(outs["dh0"], attn.h0.grad)
+        assert same_bits(outs["ddt_bias"].flatten(), attn.dt_bias.grad) and outs["ddt_bias"].shape == (2, 16)
+
+        inputs, _ = load_dump(d["dump"])   # the dump replays the call: the same bits again
+        leaves = {n: getattr(inputs, n).clone().requires_grad_() for n in ("q", "k", "v", "g", "beta", "h0",
+                                                                          "A_log", "dt_bias")}
+        o, ht = chunk_kda(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"],
+                          initial_state=leaves["h0"], output_final_state=True, use_qk_l2norm_in_kernel=True,
+                          use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, lower_bound=-5.0,
+                          A_log=leaves["A_log"], dt_bias=leaves["dt_bias"].flatten(), chunk_size=16,
+                          precision="fp32")
+        grads = torch.autograd.grad([o, ht], list(leaves.values()),
+                                    [inputs.do, inputs.dht if inputs.dht is not None else torch.zeros_like(ht)])
+        assert same_bits(o.detach(), outs["o"]) and same_bits(ht.detach(), outs["ht"])
+        for name, grad in zip(("dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"), grads):
+            assert same_bits(grad, outs[name]), name
+
+
+@pytest.mark.parametrize("impl", ["kernels", "naive"])
+def test_capture_keeps_training_bits(impl, kernel_run, tmp_path):
+    if impl == "kernels":
+        (loss0, grads0), (loss1, grads1) = kernel_run["plain"], kernel_run["captured"]
+    else:
+        x = batch()
+        loss0, grads0 = train_step(TinyModel("naive"), x)
+        model = TinyModel("naive")
+        with capture(tmp_path, targets=[NAIVE]) as cap:
+            loss1, grads1 = train_step(model, x)
+        assert len(cap.written) == 2
+    assert same_bits(loss0, loss1)
+    assert grads0.keys() == grads1.keys()
+    for name in grads0:
+        assert same_bits(grads0[name], grads1[name]), name
+
+
+def test_planted_nan_gives_one_nonfinite_dump(tmp_path):
+    model = TinyModel("naive", parallel=True)
+    with torch.no_grad():
+        model.layers[1].attn.proj.bias[3 * 2 * 16 + 5] = float("nan")   # one element of layer 1's g
+    with capture(tmp_path, model=model, targets=[NAIVE], when="nonfinite") as cap:
+        train_step(model, batch())
+    assert [(d["module"], d["reason"]) for d in cap.written] == [("layers.1.attn", "nonfinite")]
+    assert "g" in cap.written[0]["nonfinite"] and "q" not in cap.written[0]["nonfinite"]
+    inputs, _ = load_dump(cap.written[0]["dump"], allow_nonfinite=True)
+    assert bool(torch.isnan(inputs.g[..., 0, 5]).all()) and int(torch.isnan(inputs.g).sum()) == 32
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json", "s0000-c001-layers.1.attn.safetensors",
+                                                          "s0000-c001-layers.1.attn.theirs.safetensors"]
+
+
+def test_targets_patched_where_imported_and_restored(tmp_path):
+    original = capture_toy.naive_kda
+    with capture(tmp_path, targets=[naive_kda]):
+        assert capture_toy.naive_kda is not original and globals()["naive_kda"] is capture_toy.naive_kda
+        assert capture_toy.naive_kda.__kdadbg_capture_of__ is original
+    assert capture_toy.naive_kda is original and globals()["naive_kda"] is original
+    with pytest.raises(KdadbgError, match="not found as an attribute of any loaded module"):
+        with capture(tmp_path, targets=[lambda *a: None]):
+            pass
+    with pytest.raises(KdadbgError, match="has no function 'nope'"):
+        with capture(tmp_path, targets=["capture_toy:nope"]):
+            pass
+
+
+SELECTIONS = [
+    pytest.param({"calls": [1]}, [(0, 1), (1, 1), (2, 1)], id="calls"),
+    pytest.param({"calls": lambda info: info.step == 1}, [(1, 0), (1, 1)], id="calls-predicate"),
+    pytest.param({"modules": "layers.0.*"}, [(0, 0), (1, 0), (2, 0)], id="modules"),
+    pytest.param({"first": 3}, [(0, 0), (0, 1), (1, 0)], id="first"),
+    pytest.param({"every": 2}, [(0, 0), (0, 1), (2, 0), (2, 1)], id="every"),
+    pytest.param({"when": lambda call: call.info.call == 0 and bool(call.grads["do"].abs().max() > 0)},
+                 [(0, 0), (1, 0), (2, 0)], id="when-predicate"),
+]
+
+
+@pytest.mark.parametrize("options, expected", SELECTIONS)
+def test_selection(options, expected, tmp_path):
+    model = TinyModel("naive")
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    with capture(tmp_path, model=model, targets=[NAIVE], **options) as cap:
+        for step in range(3):
+            train_step(model, batch(T=8, seed=step))
+            opt.step()
+    assert [(d["step"], d["call"]) for d in cap.written] == expected
+    assert json.loads((tmp_path / "manifest.json").read_text())["dumps"] == cap.written
+
+
+def test_decorator_form_and_manual_steps(tmp_path):
+    model = TinyModel("naive")
+    cap = capture(tmp_path, targets=[NAIVE], steps="manual")
+
+    @cap
+    def step(x):
+        return train_step(model, x)
+
+    step(batch(T=8))
+    cap.step()
+    step(batch(T=8))
+    assert [(d["step"], d["call"], d["module"]) for d in cap.written] == [
+        (0, 0, "layers.0.attn"), (0, 1, "layers.1.attn"), (1, 0, "layers.0.attn"), (1, 1, "layers.1.attn")]
+
+
+def test_max_bytes_refuses_naming_the_size(tmp_path):
+    model = TinyModel("naive")
+    logged = []
+    with pytest.raises(KdadbgError, match=r"would hold 13\.3 KiB on the host.*over max_bytes=4096 "):
+        with capture(tmp_path, targets=[NAIVE], max_bytes=4096, on_log=logged.append):
+            train_step(model, batch(T=4))
+    assert capture_toy.naive_kda is naive_kda   # restored after the error
+    with capture(tmp_path, targets=[NAIVE], max_bytes=1 << 20, on_log=logged.append, force=True) as cap:
+        train_step(model, batch(T=4))
+    assert len(cap.written) == 2 and any("holding ~13.3 KiB on the host" in m for m in logged)
+
+
+def test_inspect_shows_origin(kernel_run):
+    d = kernel_run["cap"].written[1]
+    res = CliRunner().invoke(app, ["inspect", d["dump"]])
+    assert res.exit_code == 0, res.output
+    assert "captured by kdadbg_kernels.chunk:chunk_kda: step 0, call 1, module layers.1.attn (always)" in res.output
+
+
+def test_flat_dt_bias_loads(tmp_path):
+    H, K = 2, 16
+    tensors = {n: torch.randn(1, 8, H, K) for n in ("q", "k", "v", "g", "do")}
+    tensors.update(beta=torch.rand(1, 8, H), A_log=torch.zeros(H), dt_bias=torch.arange(H * K, dtype=torch.float32))
+    path = atomic_save(tensors, {"gate": "softplus"}, tmp_path / "flat.safetensors")
+    inputs, config = load_dump(path)
+    assert config.gate == "softplus" and inputs.dt_bias.shape == (H, K)
+    assert torch.equal(inputs.dt_bias.flatten(), tensors["dt_bias"])
+    assert {r["name"]: r["shape"] for r in describe_dump(path)["tensors"]}["dt_bias"] == [H * K]
+
+
+SCRIPT = """\
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+from capture_toy import TinyModel, batch
+
+model = TinyModel("naive")
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for step in range(2):
+    model(batch(T=8, seed=step)).backward()
+    opt.step()
+    opt.zero_grad()
+sys.exit(int(sys.argv[1]))
+"""
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["ok", "failing-script"])
+def test_cli_capture_runs_a_script(code, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    out = tmp_path / "dumps"
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(out), "--target", NAIVE,
+                          "--modules", "layers.1.*", "--", sys.executable, str(script), str(code)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == code, res.stderr
+    lines = res.stdout.splitlines()
+    assert len(lines) == 2 and all("module layers.1.attn" in line for line in lines), res.stdout
+    assert "capture: 2 dumps" in res.stderr and f"exited with {code}" in res.stderr
+    for step, line in enumerate(lines):
+        path = line.split()[0]
+        assert path.endswith(f"s000{step}-c001-layers.1.attn.safetensors")
+        inputs, config = load_dump(path)
+        assert inputs.dht is None and config.gate == "lower_bound"
+        theirs = read_taps_file(path.replace(".safetensors", ".theirs.safetensors"))
+        assert theirs["outputs"]["o"].shape == (1, 8, 2, 16)
+
+
+def test_cli_capture_bad_options(tmp_path):
+    res = CliRunner().invoke(app, ["capture", "--out", str(tmp_path), "--calls", "a,b", "--", "true"])
+    assert res.exit_code == 2 and "--calls: expected comma-separated integers" in res.output
+    res = CliRunner().invoke(app, ["capture", "--out", str(tmp_path), "--target", "nocolon", "--", "true"])
+    assert res.exit_code == 2 and "expected 'package.module:function'" in res.output
+
+
+FAKE_FLA = {  # fla's module layout around chunk_kda, computing with the pure-torch KDA
+    "fla/__init__.py": "",
+    "fla/ops/__init__.py": "from .kda import chunk_kda\n",
+    "fla/ops/kda/__init__.py": "from .chunk import chunk_kda\n",
+    "fla/ops/kda/chunk.py": textwrap.dedent("""\
+        from capture_toy import naive_kda
+
+        def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False,
+                      use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False, use_beta_sigmoid_in_kernel=False,
+                      allow_neg_eigval=False, safe_gate=False, lower_bound=None, disable_recompute=False,
+                      return_intermediate_states=False, state_v_first=False, cu_seqlens=None, cu_seqlens_cpu=None,
+                      cp_context=None, use_graph=False, max_num_seqs=None, **kwargs):
+            return naive_kda(q, k, v, g, beta, scale, initial_state, output_final_state, use_qk_l2norm_in_kernel,
+                             use_gate_in_kernel, use_beta_sigmoid_in_kernel, lower_bound, state_v_first, **kwargs)
+        """),
+    "fla/layers/__init__.py": "",
+    "fla/layers/kda.py": textwrap.dedent("""\
+        import torch
+        from fla.ops.kda import chunk_kda
+
+        def attend(q, k, v, g, beta, A_log, dt_bias, h0, **flags):   # as fla.layers.kda calls it
+            return chunk_kda(q=q, k=k, v=v, g=g, beta=beta, A_log=A_log, dt_bias=dt_bias, initial_state=h0,
+                             output_final_state=True, use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                             use_beta_sigmoid_in_kernel=True, lower_bound=-5.0, state_v_first=True, **flags)
+        """),
+}
+
+
+@pytest.fixture
+def fake_fla(tmp_path, monkeypatch):
+    for rel, text in FAKE_FLA.items():
+        (tmp_path / "site" / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / "site" / rel).write_text(text)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    yield
+    for name in [n for n in sys.modules if n == "fla" or n.startswith("fla.")]:
+        del sys.modules[name]
+
+
+@pytest.mark.parametrize("import_first", [False, True], ids=["imported-inside", "imported-before"])
+def test_fla_chunk_kda_captured_wherever_imported(import_first, fake_fla, tmp_path):
+    if import_first:
+        import fla.layers.kda  # noqa: F401
+    gen = torch.Generator().manual_seed(0)
+    q, k, v, g = (torch.randn(1, 8, 2, 16, generator=gen, requires_grad=True) for _ in range(4))
+    beta = torch.randn(1, 8, 2, generator=gen, requires_grad=True)
+    A_log, dt_bias = torch.zeros(2, requires_grad=True), torch.zeros(32, requires_grad=True)
+    h0 = torch.randn(1, 2, 16, 16, generator=gen, requires_grad=True)      # [N,H,V,K]: state_v_first
+    with capture(tmp_path / "dumps") as cap:
+        import fla.layers.kda
+        import fla.ops.kda.chunk
+
+        assert fla.layers.kda.chunk_kda is fla.ops.kda.chunk_kda is fla.ops.chunk_kda is fla.ops.kda.chunk.chunk_kda
+        assert fla.layers.kda.chunk_kda.__kdadbg_capture_of__.__module__ == "fla.ops.kda.chunk"
+        o, ht = fla.layers.kda.attend(q, k, v, g, beta, A_log, dt_bias, h0)
+        o2, _ = fla.layers.kda.attend(q, k, v, g, beta, A_log, dt_bias, h0.detach(), allow_neg_eigval=True)
+        (o.sum() + o2.sum() + ht.sum()).backward()
+    assert not hasattr(fla.layers.kda.chunk_kda, "__kdadbg_capture_of__")
+    assert [(d["impl"], d["call"], d["dht"]) for d in cap.written] == [("fla.ops.kda.chunk:chunk_kda", 0, True)]
+    assert cap.skipped[0]["call"] == 1 and "allow_neg_eigval" in cap.skipped[0]["why"]
+    inputs, config = load_dump(cap.written[0]["dump"])
+    assert (config.state_layout, config.chunk_size, config.gate) == ("vk", 64, "lower_bound")
+    assert torch.equal(inputs.h0, h0.detach()) and inputs.dt_bias.shape == (2, 16)
+    assert same_bits(read_taps_file(cap.written[0]["theirs"])["outputs"]["dh0"], h0.grad)
+
+
+def test_rank_in_names_under_torch_distributed(tmp_path):
+    dist = torch.distributed
+    dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'pg'}", rank=0, world_size=1)
+    try:
+        with capture(tmp_path / "dumps", targets=[NAIVE], calls=[0]) as cap:
+            train_step(TinyModel("naive"), batch(T=4))
+    finally:
+        dist.destroy_process_group()
+    assert [d["rank"] for d in cap.written] == [0] and cap.written[0]["dump"].endswith("-layers.0.attn-r0.safetensors")
+    assert describe_dump(cap.written[0]["dump"])["origin"]["rank"] == "0"
+    assert (tmp_path / "dumps" / "manifest-r0.json").exists()
+
+
+def test_capture_help_explains():
+    res = CliRunner().invoke(app, ["capture", "--help"], terminal_width=200)
+    assert res.exit_code == 0
+    for text in ("Run a training command unchanged", "theirs.safetensors", "exit code", "Example: kdadbg capture",
+                 "--when", "--calls", "--modules", "--target", "--max-bytes"):
+        assert text in res.output, text
