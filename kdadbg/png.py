@@ -14,6 +14,7 @@ import zlib
 from pathlib import Path
 
 from .errors import KdadbgError
+from .fileio import atomic_write_bytes
 
 _STOPS = ((0.0, (48, 18, 59)), (0.25, (40, 120, 220)), (0.5, (30, 190, 110)), (0.75, (245, 210, 40)),
           (1.0, (200, 30, 30)))
@@ -71,11 +72,7 @@ def write_heatmap(path, values: list[list[float | None]], *, row_names: list[str
     text = {"Title": title or "kdadbg diff: log10 error ratio by tap x chunk",
             "Rows": " ".join(row_names), "Columns": f"chunks {col_names[0]}..{col_names[-1]}" if col_names else "",
             "Scale": f"log10 ratio {vmin:g} (blue) .. {vmax:g} (red); grey: not compared; magenta: NaN/Inf"}
-    path = Path(path)
-    if path.is_dir() or not (path.parent if str(path.parent) else Path(".")).is_dir():
-        raise KdadbgError(f"--plot {path}: expected a file path in an existing folder")
-    path.write_bytes(encode_png(rows, width, text))
-    return path
+    return atomic_write_bytes(encode_png(rows, width, text), path, force=True)
 
 
 def read_png_size(data: bytes) -> tuple[int, int]:
