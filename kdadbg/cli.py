@@ -170,11 +170,19 @@ class Command(typer.core.TyperCommand):
         return pieces
 
 
+def _interpreter_float(w) -> bool:
+    """A numpy overflow/invalid-value warning from the Triton interpreter's float32 emulation: inf
+    or NaN is what a GPU gives silently there, and run/diff/taps report non-finite values."""
+    return issubclass(w.category, RuntimeWarning) and "triton" in Path(w.filename).parts and (
+        "overflow" in str(w.message) or "invalid value" in str(w.message))
+
+
 def command(*args, **kwargs):
     """``app.command`` that turns a ``KdadbgError`` into one red stderr line and its exit code.
 
     Warnings raised while the command runs (torch, Triton, numpy internals) are held back: after a
-    ``KdadbgError`` they are dropped, so the error is the only line; otherwise shown at the end."""
+    ``KdadbgError`` they are dropped, so the error is the only line; otherwise shown at the end,
+    except the Triton interpreter's float32 overflows (``_interpreter_float``)."""
     def deco(func):
         @functools.wraps(func)
         def wrapper(*a, **k):
@@ -188,7 +196,8 @@ def command(*args, **kwargs):
                 raise typer.Exit(e.exit_code) from None
             finally:
                 for w in caught:
-                    warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+                    if not _interpreter_float(w):
+                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         return app.command(*args, cls=Command, **kwargs)(wrapper)
     return deco
 

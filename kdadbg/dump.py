@@ -15,7 +15,6 @@ expected and what was found. Tensors with other names are ignored (``describe_du
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
@@ -54,7 +53,7 @@ def load_dump(path, overrides: dict | None = None, allow_nonfinite: bool = False
     return _inputs(tensors), config
 
 
-def kernel_precheck(path, overrides: dict | None = None) -> str | None:
+def kernel_precheck(path) -> str | None:
     """Before a command runs our kernels on the dump ``path``, from its header alone: refuse head
     dims over the kernels' limit; return a note when float64 inputs will run cast to float32
     (None otherwise). A file that is not a readable dump is left to the loader's message."""

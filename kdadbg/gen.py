@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 from pathlib import Path
 
@@ -32,16 +33,26 @@ def footprint(case) -> tuple[int, int]:
     return elements * (8 + 2 * size) + 2 * 8 * B * T * H * K, elements * size
 
 
-def check_fits(case, out) -> None:
-    """Refuse, before drawing anything, a dump that cannot fit in free memory or on the disk."""
-    from .backend import free_bytes
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (``MemAvailable``: free plus reclaimable cache)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
+
+def check_fits(case, out) -> None:
+    """Refuse, before drawing anything, a dump that cannot fit in available memory or on the disk."""
     memory, file = footprint(case)
-    free = free_bytes("cpu")
+    free = available_memory()
     sizes = f"B={case.B} T={case.T} H={case.H} K={case.K} V={case.V} {case.dtype}"
     if memory > free:
         raise KdadbgError(f"gen: {sizes} needs about {memory / 2**30:.1f} GiB of memory to generate, more than "
-                          f"the {free / 2**30:.1f} GiB free; choose smaller --B/--T/--H/--K/--V")
+                          f"the {free / 2**30:.1f} GiB available; choose smaller --B/--T/--H/--K/--V")
     folder = Path(out).parent if str(Path(out).parent) else Path(".")
     disk = shutil.disk_usage(folder).free
     if file > disk:

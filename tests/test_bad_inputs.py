@@ -93,10 +93,6 @@ def _mkdir(tmp_path, name):
 
 # --- setups: each returns the command line -------------------------------------------------------
 
-def run_fp64_in_bad_folder(tmp_path):
-    return ["run", _dump(tmp_path), "--json", tmp_path / "nodir" / "r.json"]
-
-
 def big_head_dim(command, **dims):
     def setup(tmp_path):
         path = tmp_path / "big.safetensors"
@@ -242,7 +238,7 @@ BAD = [
          keep=_absent("a.png")),
     _bad("r8-run-save-json-same-file", run_save_and_json_same, "--save", "also the --json output",
          keep=_absent("X")),
-    _bad("r10-gen-too-big", gen_too_big, "GiB of memory", "free", "--T", keep=_absent("huge.safetensors")),
+    _bad("r10-gen-too-big", gen_too_big, "GiB of memory", "available", "--T", keep=_absent("huge.safetensors")),
     _bad("r12-taps-into-folder", taps_into_folder, "--out", "is a folder"),
     _bad("r14-taps-onto-own-input", taps_onto_own_input, "--out", "is an input of this command",
          keep=_untouched("d.safetensors")),
@@ -296,6 +292,16 @@ def test_r1_float64_dump_runs_cast_to_float32(tmp_path):
     r = kdadbg("diff", dump, "--device", "cpu", "--taps", "fwd_recurrence", "--window", 0)
     assert r.exit_code == 0, r.output
     assert "float64 inputs" in r.stderr
+
+
+def test_r10_gen_refuses_a_file_the_disk_cannot_hold(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 20, 1 << 20, 1000))
+    assert_one_error_line(kdadbg("gen", tmp_path / "d.safetensors"), "makes a file of about", "GiB free in")
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_r2_kernel_limit_matches_the_kernels():
