@@ -9,6 +9,7 @@ import functools
 import inspect
 import json
 import sys
+import warnings
 from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
@@ -19,7 +20,19 @@ from rich.console import Console
 from . import report
 from .errors import EXIT_NUMERIC, KdadbgError
 
-app = typer.Typer(name="kdadbg", no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False,
+
+class Group(typer.core.TyperGroup):
+    """The ``kdadbg`` group: its --help is a flag, shown without a type."""
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion=False,
+                  pretty_exceptions_enable=False,
                   help="Gradient debugger for KDA (Kimi Delta Attention) chunked kernels: run our Triton "
                        "kernels against a float64 reference (run), find the first chunk and stage "
                        "where they diverge (diff), export per-chunk taps (taps), and make or check "
@@ -33,6 +46,11 @@ def _out() -> Console:
 
 def _err() -> Console:
     return Console(stderr=True, highlight=False)
+
+
+def _note(text: str | None) -> None:
+    if text:
+        report.print_note(_err(), text)
 
 
 class Gate(str, Enum):
@@ -105,22 +123,90 @@ TracebackOption = Annotated[bool, typer.Option("--traceback", help="Show the who
                                                "implementation raises.")]
 
 
+# What an option's value is, in --help (typer would show the Python type).
+METAVARS = {"--tol": "NAME=VALUE", "--chunks": "A:B", "--heads": "I,J", "--taps": "NAMES", "--preset": "NAME",
+            "--dtype": "DTYPE", "--seed": "N", "--window": "N", "--repeat": "N", "--chunk-size": "C",
+            "--scale": "X", "--lower-bound": "X", "--B": "N", "--T": "N", "--H": "N", "--K": "N", "--V": "N",
+            "--json": "FILE", "--save": "FILE", "--plot": "FILE.png", "--out": "FILE", "--against": "TAPS"}
+
+
+def _join_lines(text: str | None) -> str | None:
+    """Docstring lines that break a sentence are joined; a line ending a sentence keeps its break."""
+    if not text:
+        return text
+    out = []
+    for line in text.split("\n"):
+        if out and out[-1].strip() and line.strip() and not out[-1].rstrip().endswith((".", ":", ";")):
+            out[-1] = out[-1].rstrip() + " " + line.strip()
+        else:
+            out.append(line)
+    return "\n".join(out)
+
+
+class Command(typer.core.TyperCommand):
+    """--help as a user reads it: flags without a type, values named by what they hold (METAVARS),
+    arguments in capitals, sentences not broken across lines."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.help = _join_lines(self.help)
+        for p in self.params:
+            if isinstance(p, typer.core.TyperArgument):
+                p.metavar = p.name.upper() + ("..." if p.nargs != 1 else "")
+                p.display_type_rich = lambda ctx: None  # the name says it; typer would add a Python type
+            elif getattr(p, "is_flag", False):
+                p.metavar = ""
+            elif p.metavar is None and not p.type_descriptor.is_choice:
+                p.metavar = METAVARS.get(next((o for o in p.opts if o.startswith("--")), ""), "VALUE")
+
+    def get_help_option(self, ctx):
+        option = super().get_help_option(ctx)
+        if option is not None:
+            option.metavar = ""
+        return option
+
+    def collect_usage_pieces(self, ctx):
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if isinstance(p, typer.core.TyperArgument):
+                pieces.append(p.metavar if p.required else f"[{p.metavar}]")
+        return pieces
+
+
+def _interpreter_float(w) -> bool:
+    """A numpy overflow/invalid-value warning from the Triton interpreter's float32 emulation: inf
+    or NaN is what a GPU gives silently there, and run/diff/taps report non-finite values."""
+    return issubclass(w.category, RuntimeWarning) and "triton" in Path(w.filename).parts and (
+        "overflow" in str(w.message) or "invalid value" in str(w.message))
+
+
 def command(*args, **kwargs):
-    """``app.command`` that turns a ``KdadbgError`` into one red stderr line and its exit code (with
-    ``--traceback``, an implementation's exception is printed whole first)."""
+    """``app.command`` that turns a ``KdadbgError`` into one red stderr line and its exit code.
+
+    Warnings raised while the command runs (torch, Triton, numpy internals) are held back: after a
+    ``KdadbgError`` they are dropped, so the error is the only line; otherwise shown at the end,
+    except the Triton interpreter's float32 overflows (``_interpreter_float``). With ``--traceback``,
+    an implementation's exception is printed whole before its line."""
     def deco(func):
         @functools.wraps(func)
         def wrapper(*a, **k):
+            caught = []
             try:
-                return func(*a, **k)
+                with warnings.catch_warnings(record=True) as caught:
+                    return func(*a, **k)
             except KdadbgError as e:
+                caught.clear()
                 detail = getattr(e, "detail", None)
                 if detail and k.get("traceback"):
                     _err().print(detail, highlight=False, markup=False, soft_wrap=True)
                 report.print_error(_err(), str(e) + (" (--traceback shows it whole)" if detail and
                                                      not k.get("traceback") else ""))
                 raise typer.Exit(e.exit_code) from None
-        return app.command(*args, **kwargs)(wrapper)
+            finally:
+                for w in caught:
+                    if not _interpreter_float(w):
+                        warnings.showwarning(w.message, w.category, w.filename, w.lineno)
+        return app.command(*args, cls=Command, **kwargs)(wrapper)
     return deco
 
 
@@ -214,7 +300,9 @@ def taps(
     Exit 1 when an exported value is NaN or Inf.
     Example: kdadbg taps sample_inputs/basic.safetensors -o basic.taps.safetensors --taps dS,dgc --chunks 0:4
     """
+    from .dump import kernel_precheck
     from .export import export_taps
+    from .outputs import check_outputs
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
     if list_:
@@ -222,8 +310,11 @@ def taps(
         return
     if dump is None or out is None:
         raise typer.BadParameter("needs a DUMP and -o OUT (or pass --list)", param_hint="DUMP / --out")
+    check_outputs({"--out": out}, inputs=[dump], force=force)
     names = parse_tap_names(tap_names)
     chunk_range, head_list = parse_chunk_range(chunks), parse_heads(heads)
+    if source in ("ours", "kernel", "kernels"):
+        _note(kernel_precheck(dump))
     with report.progress_display(_err()) as progress:
         info = export_taps(dump, out, source=source, names=names, chunks=chunk_range, heads=head_list,
                            device=device.value, overrides=overrides, force=force,
@@ -271,30 +362,34 @@ def run(
 
     Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json --plot run.png
     """
-    from .dump import load_dump
+    from .dump import kernel_precheck, load_dump
     from .export import resolve_device
     from .fileio import atomic_write_text
     from .impls import resolve_impl
+    from .outputs import OutputSet
     from .render import plot as render_plot
     from .run import check
 
-    for path in (json_file, save, plot):
-        if path is not None and path.exists() and not force:
-            raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
-    implementation = resolve_impl(impl, precision.value)
-    if plot is not None:
-        render_plot.require_matplotlib()
-    inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
-    dev = resolve_device(device.value)
-    with report.progress_display(_err()) as progress:
-        result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
-                       progress=progress, save=None if save is None else str(save), force=force)
+    with OutputSet({"--json": json_file, "--save": save, "--plot": plot}, inputs=[dump], force=force) as outs:
+        implementation = resolve_impl(impl, precision.value)
+        if plot is not None:
+            render_plot.require_matplotlib()
+        inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
+        if implementation.kind == "ours":
+            _note(kernel_precheck(dump))
+        dev = resolve_device(device.value)
+        staged = outs.stage("--save")
+        with report.progress_display(_err()) as progress:
+            result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
+                           progress=progress, save=None if staged is None else str(staged))
+        plotted = render_plot.plot_run(outs.stage("--plot"), render_plot.run_plot_data(result)) \
+            if plot is not None else None
+        if json_file is not None:
+            atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
+        outs.commit()
     report.render_run(_out(), result)
-    if plot is not None:
-        _out().print(f"wrote {render_plot.plot_run(plot, render_plot.run_plot_data(result))}", soft_wrap=True,
-                     highlight=False, markup=False)
-    if json_file is not None:
-        atomic_write_text(json.dumps(result.as_json(), indent=2), json_file, force=force)
+    if plotted is not None:
+        _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
     if not result.passed:
         raise typer.Exit(EXIT_NUMERIC)
 
@@ -362,29 +457,33 @@ def diff(
     """
     from . import diffreport
     from .diff import diff_paths, write_plot
+    from .dump import kernel_precheck
     from .fileio import atomic_write_text
     from .impls import TapsSpec
+    from .outputs import OutputSet
     from .render.plot import require_matplotlib
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
-    for path in (json_file, plot):
-        if path is not None and path.exists() and not force:
-            raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)")
-    if plot is not None:
-        require_matplotlib()
-    with report.progress_display(_err()) as progress:
-        result = diff_paths(files, impl=impl, against=against, overrides=overrides, device=device.value,
-                            precision=precision.value, names=parse_tap_names(tap_names),
-                            chunks=parse_chunk_range(chunks), heads=parse_heads(heads),
-                            spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
-                            window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
-                            progress=progress)
+    with OutputSet({"--json": json_file, "--plot": plot}, inputs=[*files, against], force=force) as outs:
+        if plot is not None:
+            require_matplotlib()
+        names, chunk_range, head_list = parse_tap_names(tap_names), parse_chunk_range(chunks), parse_heads(heads)
+        if against is None and impl in (None, "ours", "kernel", "kernels") and len(files) == 1:
+            _note(kernel_precheck(files[0]))
+        with report.progress_display(_err()) as progress:
+            result = diff_paths(files, impl=impl, against=against, overrides=overrides, device=device.value,
+                                precision=precision.value, names=names, chunks=chunk_range, heads=head_list,
+                                spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
+                                window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
+                                progress=progress)
+        plotted = write_plot(result, outs.stage("--plot")) if plot is not None else None
+        if json_file is not None:
+            atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
+        outs.commit()
     out = _out()
     diffreport.render(out, result)
-    if plot is not None:
-        diffreport.render_plot(out, write_plot(result, plot))
-    if json_file is not None:
-        atomic_write_text(json.dumps(result.as_json(), indent=2), json_file, force=force)
+    if plotted is not None:
+        diffreport.render_plot(out, {**plotted, "path": str(plot)})
     if not result.passed:
         raise typer.Exit(EXIT_NUMERIC)
 

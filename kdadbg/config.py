@@ -17,6 +17,7 @@ state_layout   ``vk`` (h0/ht/dht/dh0 are [N,H,V,K]) or ``kv`` ([N,H,K,V])  vk
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields, replace
 
 import torch
@@ -64,10 +65,20 @@ class KDAConfig:
         return replace(self, **{k: v for k, v in kw.items() if v is not None})
 
 
+def value_problem(key: str, value: float) -> str | None:
+    """What a number-valued config key must be, when ``value`` is not that (None when it is fine)."""
+    if key == "scale" and not (math.isfinite(value) and value > 0):
+        return "a finite number > 0"
+    if key == "lower_bound" and not (math.isfinite(value) and value < 0):
+        return "a finite number < 0 (the most negative log-decay a step can take)"
+    return None
+
+
 def parse_config(meta: dict[str, str], K: int, has_A_log: bool, where: str = "dump") -> KDAConfig:
     """Build a config from ``__metadata__`` strings, filling the documented defaults.
 
     Unknown keys are ignored (dumps may carry notes); malformed values raise ``KdadbgError``.
+    Keyword values (gate, state_layout, booleans) are read without regard to case.
     """
     def bad(key, expected, found):
         return KdadbgError(f"{where}: config {key}: expected {expected}, found {found!r}")
@@ -76,9 +87,13 @@ def parse_config(meta: dict[str, str], K: int, has_A_log: bool, where: str = "du
         if key not in meta:
             return default
         try:
-            return float(meta[key])
+            value = float(meta[key])
         except ValueError:
             raise bad(key, "a number", meta[key]) from None
+        problem = value_problem(key, value)
+        if problem:
+            raise bad(key, problem, meta[key])
+        return value
 
     def as_bool(key, default):
         if key not in meta:
@@ -93,11 +108,13 @@ def parse_config(meta: dict[str, str], K: int, has_A_log: bool, where: str = "du
     def as_choice(key, choices, default):
         if key not in meta:
             return default
-        s = meta[key].strip()
+        s = meta[key].strip().lower()
         if s not in choices:
             raise bad(key, "one of " + ", ".join(choices), meta[key])
         return s
 
+    if K < 1:
+        raise KdadbgError(f"{where}: head dim K: expected at least 1, found {K}")
     chunk = meta.get("chunk_size", "16")
     try:
         chunk_size = int(chunk)

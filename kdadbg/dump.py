@@ -5,8 +5,7 @@ Tensors (float: bf16, fp16, fp32 or fp64 unless noted)::
     q, k, g  [B,T,H,K]          v, do  [B,T,H,V]          beta  [B,T,H]
     h0, dht  [N,H,V,K] (state_layout=vk) or [N,H,K,V] (kv)      optional
     cu_seqlens [N+1] int32/int64, needs B == 1                  optional
-    A_log [H], dt_bias [H,K]    required by the lower_bound and softplus gates; dt_bias may be
-                                fla's flat [H*K] (the file keeps it; KDAInputs holds it as [H,K])
+    A_log [H], dt_bias [H,K]    required by the lower_bound and softplus gates
 
 N = B without ``cu_seqlens``, else ``len(cu_seqlens) - 1``. The config lives in the
 ``__metadata__`` strings (see ``kdadbg.config``). ``load_dump`` validates every tensor before
@@ -16,20 +15,21 @@ expected and what was found. Tensors with other names are ignored (``describe_du
 
 from __future__ import annotations
 
-import math
 from pathlib import Path
 
 import torch
 
 from .chunks import chunk_table
-from .config import CHUNK_SIZES, CONFIG_KEYS, GATES, LAYOUTS, KDAConfig, KDAInputs, parse_config
+from .config import CHUNK_SIZES, CONFIG_KEYS, GATES, LAYOUTS, KDAConfig, KDAInputs, parse_config, value_problem
 from .errors import KdadbgError
-from .fileio import atomic_save, read_safetensors
+from .fileio import TensorSpec, atomic_save, read_header, read_tensors
 
+KERNEL_MAX_HEAD_DIM = 256  # kdadbg_kernels.chunk.MAX_HEAD_DIM (not imported: that import picks the Triton mode)
 REQUIRED = ("q", "k", "v", "g", "beta", "do")
 KNOWN = KDAInputs.TENSORS
 FLOAT_DTYPES = (torch.bfloat16, torch.float16, torch.float32, torch.float64)
 INT_DTYPES = (torch.int32, torch.int64)
+VALUE_ORDER = tuple(n for n in KNOWN if n != "cu_seqlens")  # finiteness; check_layout reads the offsets
 GATE_PARAMS = {"none": (), "lower_bound": ("A_log", "dt_bias"), "softplus": ("A_log", "dt_bias")}
 GATE_FORMULA = {"lower_bound": "lower_bound*sigmoid(exp(A_log)*(g + dt_bias))",
                 "softplus": "-exp(A_log)*softplus(g + dt_bias)"}
@@ -38,11 +38,55 @@ GATE_FORMULA = {"lower_bound": "lower_bound*sigmoid(exp(A_log)*(g + dt_bias))",
 def load_dump(path, overrides: dict | None = None, allow_nonfinite: bool = False) -> tuple[KDAInputs, KDAConfig]:
     """Read and validate a dump; ``overrides`` (config key -> value, None = keep) beat the file's config.
 
-    Returns the inputs in the dump's dtypes (``cu_seqlens`` as int64) and the resolved config.
+    Shapes, dtypes and config are checked from the file's header before any tensor is read; tensors
+    that are not part of the format are never read. Returns the inputs in the dump's dtypes
+    (``cu_seqlens`` as int64) and the resolved config.
     Example: ``inputs, config = load_dump("sample_inputs/basic.safetensors", {"chunk_size": 32})``.
     """
-    tensors, meta = read_safetensors(path)
-    return validate(str(path), tensors, meta, overrides, allow_nonfinite)
+    specs, meta = read_header(path)
+    cu = read_tensors(path, ["cu_seqlens"])["cu_seqlens"] if "cu_seqlens" in specs else None
+    config = check_layout(str(path), specs, meta, overrides, cu_seqlens=cu)
+    tensors = read_tensors(path, [n for n in KNOWN if n in specs])
+    for name in VALUE_ORDER:
+        if name in tensors:
+            check_values(str(path), name, tensors[name], specs["q"].shape[1], allow_nonfinite)
+    return _inputs(tensors), config
+
+
+def kernel_precheck(path) -> str | None:
+    """Before a command runs our kernels on the dump ``path``, from its header alone: refuse head
+    dims over the kernels' limit; return a note when float64 inputs will run cast to float32
+    (None otherwise). A file that is not a readable dump is left to the loader's message."""
+    try:
+        specs, _ = read_header(path)
+    except KdadbgError:
+        return None
+    q, v = specs.get("q"), specs.get("v")
+    if q is None or v is None or q.ndim != 4 or v.ndim != 4:
+        return None
+    check_kernel_dims(str(path), q.shape[-1], v.shape[-1])
+    wide = [n for n in KNOWN if n in specs and specs[n].dtype == torch.float64]
+    if not wide:
+        return None
+    return (f"{path}: float64 inputs ({', '.join(wide)}): our kernels take float32, bfloat16 or float16, so they "
+            f"run on these cast to float32; the reference uses the float64 values")
+
+
+def check_kernel_dims(where: str, K: int, V: int) -> None:
+    """Our kernels take head dims K, V up to ``KERNEL_MAX_HEAD_DIM``; the reference takes any."""
+    for name, dim, tensor in (("K", K, "q"), ("V", V, "v")):
+        if dim > KERNEL_MAX_HEAD_DIM:
+            raise KdadbgError(f"{where}: tensor '{tensor}': head dim {name}={dim}: our kernels take K, V up to "
+                              f"{KERNEL_MAX_HEAD_DIM}; the float64 reference takes any "
+                              f"(kdadbg taps --source reference)")
+
+
+def kernel_inputs(inputs: KDAInputs, where: str = "dump") -> KDAInputs:
+    """``inputs`` as our kernels take them: float64 tensors cast to float32 (the kernels take
+    float32, bfloat16 and float16), head dims checked against ``KERNEL_MAX_HEAD_DIM``."""
+    B, T, H, K, V = inputs.shape
+    check_kernel_dims(where, K, V)
+    return KDAInputs(**{n: t.to(torch.float32) if t.dtype == torch.float64 else t for n, t in inputs.items()})
 
 
 def save_dump(path, inputs: KDAInputs, config: KDAConfig, force: bool = False,
@@ -72,6 +116,11 @@ def apply_overrides(config: KDAConfig, overrides: dict | None, where: str = "dum
                             "scale", "lower_bound") else "true or false")
             raise KdadbgError(f"{where}: config override {key}: expected {expected}, found {value!r}")
     kw = {k: float(v) if k in ("scale", "lower_bound") else v for k, v in kw.items()}
+    for key in ("scale", "lower_bound"):
+        problem = value_problem(key, kw[key]) if key in kw else None
+        if problem:
+            raise KdadbgError(f"{where}: config override {key} (--{key.replace('_', '-')}): expected {problem}, "
+                              f"found {kw[key]!r}")
     return config.with_overrides(**kw)
 
 
@@ -79,42 +128,63 @@ def _fmt(shape) -> str:
     return "[" + ",".join(str(int(s)) for s in shape) + "]"
 
 
-def _dtype(dt: torch.dtype) -> str:
+def _dtype(dt) -> str:
     return str(dt).removeprefix("torch.")
 
 
 def validate(where: str, tensors: dict[str, torch.Tensor], meta: dict[str, str], overrides: dict | None = None,
              allow_nonfinite: bool = False) -> tuple[KDAInputs, KDAConfig]:
     """Check a dump's tensors and metadata (see the module docstring); ``where`` names the file."""
+    config = check_layout(where, {n: TensorSpec.of(t) for n, t in tensors.items()}, meta, overrides,
+                          cu_seqlens=tensors.get("cu_seqlens"))
+    for name in VALUE_ORDER:
+        if name in tensors:
+            check_values(where, name, tensors[name], tensors["q"].shape[1], allow_nonfinite)
+    return _inputs(tensors), config
+
+
+def _inputs(tensors: dict[str, torch.Tensor]) -> KDAInputs:
+    out = {n: tensors[n] for n in KNOWN if n in tensors}
+    if "cu_seqlens" in out:
+        out["cu_seqlens"] = out["cu_seqlens"].to(torch.int64)
+    return KDAInputs(**out)
+
+
+def _err(where, name, msg) -> KdadbgError:
+    return KdadbgError(f"{where}: tensor '{name}': {msg}")
+
+
+def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict | None = None,
+                 cu_seqlens: torch.Tensor | None = None) -> KDAConfig:
+    """Everything a dump's header decides (names, dtypes, shapes, config; ``specs``: name ->
+    ``TensorSpec``), and the ``cu_seqlens`` offsets (small, read first), before any other tensor is
+    read; returns the resolved config."""
     def err(name, msg):
-        return KdadbgError(f"{where}: tensor '{name}': {msg}")
+        return _err(where, name, msg)
 
     for name in REQUIRED:
-        if name not in tensors:
-            found = ", ".join(n for n in KNOWN if n in tensors) or "none"
+        if name not in specs:
+            found = ", ".join(n for n in KNOWN if n in specs) or "none"
             raise err(name, f"missing; a dump needs {', '.join(REQUIRED)} (found: {found})")
     for name in KNOWN:
-        if name not in tensors:
+        if name not in specs:
             continue
-        t = tensors[name]
+        dt = specs[name].dtype
         if name == "cu_seqlens":
-            if t.dtype not in INT_DTYPES:
-                raise err(name, f"expected an integer dtype (int32 or int64), found {_dtype(t.dtype)}")
-        elif t.dtype not in FLOAT_DTYPES:
+            if dt not in INT_DTYPES:
+                raise err(name, f"expected an integer dtype (int32 or int64), found {_dtype(dt)}")
+        elif dt not in FLOAT_DTYPES:
             raise err(name, f"expected a float dtype (bfloat16, float16, float32 or float64), "
-                            f"found {_dtype(t.dtype)}")
+                            f"found {_dtype(dt)}")
 
-    q = tensors["q"]
+    q = specs["q"]
     if q.ndim != 4 or q.numel() == 0:
         raise err("q", f"expected shape [B,T,H,K] with 4 non-empty dims, found {_fmt(q.shape)}")
     B, T, H, K = q.shape
-    config = parse_config(meta, K, "A_log" in tensors, where=where)
+    config = parse_config(meta, K, "A_log" in specs, where=where)
     config = apply_overrides(config, overrides, where)
-    for key in ("scale", "lower_bound"):
-        if not math.isfinite(getattr(config, key)):
-            raise KdadbgError(f"{where}: config {key}: expected a finite number, found {getattr(config, key)}")
 
-    v = tensors["v"]
+    v = specs["v"]
     if v.ndim != 4 or tuple(v.shape[:3]) != (B, T, H) or v.shape[3] == 0:
         raise err("v", f"expected shape [B,T,H,V] = [{B},{T},{H},*] (B,T,H from q), found {_fmt(v.shape)}")
     V = v.shape[3]
@@ -122,34 +192,26 @@ def validate(where: str, tensors: dict[str, torch.Tensor], meta: dict[str, str],
               "do": ((B, T, H, V), "[B,T,H,V]", "B,T,H,K from q, V from v"),
               "beta": ((B, T, H), "[B,T,H]", "from q"), "A_log": ((H,), "[H]", "H from q")}
     for name, (shape, sym, src) in expect.items():
-        if name in tensors and tuple(tensors[name].shape) != shape:
-            raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(tensors[name].shape)}")
-    if "dt_bias" in tensors and tuple(tensors["dt_bias"].shape) not in ((H, K), (H * K,)):
+        if name in specs and tuple(specs[name].shape) != shape:
+            raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(specs[name].shape)}")
+    if "dt_bias" in specs and tuple(specs["dt_bias"].shape) not in ((H, K), (H * K,)):
         raise err("dt_bias", f"expected shape [H,K] = {_fmt((H, K))} or fla's flat [H*K] = [{H * K}] (H,K from q), "
-                             f"found {_fmt(tensors['dt_bias'].shape)}")
+                             f"found {_fmt(specs['dt_bias'].shape)}")
 
-    cu = tensors.get("cu_seqlens")
+    cu = specs.get("cu_seqlens")
     if cu is not None:
         if cu.ndim != 1 or cu.numel() < 2:
             raise err("cu_seqlens", f"expected shape [N+1] with N >= 1, found {_fmt(cu.shape)}")
         if B != 1:
             raise err("cu_seqlens", f"expected B == 1 (varlen packs the sequences in one row), found B={B} in q")
-        cu = cu.to(torch.int64)
-        if int(cu[0]) != 0:
-            raise err("cu_seqlens", f"expected to start at 0, found {int(cu[0])}")
-        step = cu[1:] - cu[:-1]
-        if bool((step < 0).any()):
-            i = int(torch.nonzero(step < 0)[0]) + 1
-            raise err("cu_seqlens", f"expected non-decreasing offsets, found cu_seqlens[{i}]={int(cu[i])} "
-                                    f"< cu_seqlens[{i - 1}]={int(cu[i - 1])}")
-        if int(cu[-1]) != T:
-            raise err("cu_seqlens", f"expected to end at T={T} (from q), found {int(cu[-1])}")
+        if cu_seqlens is not None:
+            check_values(where, "cu_seqlens", cu_seqlens, T)
     N = B if cu is None else cu.numel() - 1
 
     state = (N, H, V, K) if config.state_layout == "vk" else (N, H, K, V)
     sym = "[N,H,V,K]" if config.state_layout == "vk" else "[N,H,K,V]"
     for name in ("h0", "dht"):
-        t = tensors.get(name)
+        t = specs.get(name)
         if t is None:
             continue
         if t.ndim == 4 and t.shape[0] != N:
@@ -165,30 +227,42 @@ def validate(where: str, tensors: dict[str, torch.Tensor], meta: dict[str, str],
                             f"found {_fmt(t.shape)}{hint}")
 
     for name in GATE_PARAMS[config.gate]:
-        if name not in tensors:
+        if name not in specs:
             raise err(name, f"missing; gate={config.gate} ({GATE_FORMULA[config.gate]}) needs A_log [H] and "
                             f"dt_bias [H,K] (or [H*K])")
+    return config
 
-    if not allow_nonfinite:
-        for name in KNOWN:
-            t = tensors.get(name)
-            if t is None or not t.is_floating_point():
-                continue
-            bad = ~torch.isfinite(t)
-            n_bad = int(bad.sum())
-            if n_bad:
-                n_nan = int(torch.isnan(t).sum())
-                first = _fmt(torch.nonzero(bad)[0].tolist())
-                raise err(name, f"expected finite values, found {n_bad} NaN/Inf ({n_nan} NaN, {n_bad - n_nan} Inf), "
+
+def check_values(where: str, name: str, t: torch.Tensor, T: int, allow_nonfinite: bool = False) -> None:
+    """What only a tensor's values decide: ``cu_seqlens`` offsets from 0 to ``T``; finite floats
+    (unless ``allow_nonfinite``)."""
+    if name == "cu_seqlens":
+        cu = t.to(torch.int64)
+        if int(cu[0]) != 0:
+            raise _err(where, name, f"expected to start at 0, found {int(cu[0])}")
+        step = cu[1:] - cu[:-1]
+        if bool((step < 0).any()):
+            i = int(torch.nonzero(step < 0)[0]) + 1
+            raise _err(where, name, f"expected non-decreasing offsets, found cu_seqlens[{i}]={int(cu[i])} "
+                                    f"< cu_seqlens[{i - 1}]={int(cu[i - 1])}")
+        if int(cu[-1]) != T:
+            raise _err(where, name, f"expected to end at T={T} (from q), found {int(cu[-1])}")
+        return
+    if allow_nonfinite or not t.is_floating_point():
+        return
+    bad = ~torch.isfinite(t)
+    n_bad = int(bad.sum())
+    if n_bad:
+        n_nan = int(torch.isnan(t).sum())
+        first = _fmt(torch.nonzero(bad)[0].tolist())
+        raise _err(where, name, f"expected finite values, found {n_bad} NaN/Inf ({n_nan} NaN, {n_bad - n_nan} Inf), "
                                 f"first at {first} (allow_nonfinite / --allow-nonfinite loads it anyway)")
-
-    out = {n: tensors[n] for n in KNOWN if n in tensors}
-    if "cu_seqlens" in out:
-        out["cu_seqlens"] = out["cu_seqlens"].to(torch.int64)
-    return KDAInputs(**out), config
 
 
 def _stats(t: torch.Tensor) -> dict:
+    """min/max/mean over the finite values and NaN/Inf counts; None for a dtype with no order (complex)."""
+    if t.is_complex():
+        return {"min": None, "max": None, "mean": None, "nan": None, "inf": None}
     x = t.detach().to(torch.float64).flatten()
     finite = torch.isfinite(x)
     xf = x[finite]
@@ -198,50 +272,75 @@ def _stats(t: torch.Tensor) -> dict:
             "inf": int(torch.isinf(x).sum())}
 
 
+_NO_STATS = {"min": None, "max": None, "mean": None, "nan": None, "inf": None}
+
+
 def describe_dump(path) -> dict:
     """What ``kdadbg inspect`` shows, as plain data; never raises for a bad dump.
+
+    Reads the header first and then the format's tensors one at a time, so its memory is that of
+    the largest tensor it summarises; tensors outside the format are listed, never read.
 
     Keys: ``path``; ``ok`` and ``verdict`` ("ok" or the validation error); ``config``: a list of
     ``{key, value, default}`` (None when the metadata cannot be parsed; ``metadata`` holds the raw
     strings); ``sizes``: B, T, H, K, V, N, n_chunks (when known); ``tensors``: per tensor
     ``{name, role ('input' or 'extra'), shape, dtype, min, max, mean, nan, inf}`` (stats over the
-    finite values); ``extra``: names of tensors that are not part of format v1; ``origin``: for a dump
-    written by ``kdadbg.capture``, its ``capture.*`` metadata without the prefix (``step``, ``call``,
-    ``module``, ``rank``, ``impl``, ...), else None.
+    finite values; None for extra tensors and complex ones); ``extra``: names of tensors that are
+    not part of format v1; ``origin``: for a dump written by ``kdadbg.capture``, its ``capture.*``
+    metadata without the prefix (``step``, ``call``, ``module``, ``rank``, ``impl``, ...), else None.
     """
     out = {"path": str(path), "ok": False, "verdict": "", "metadata": {}, "config": None, "sizes": None,
            "tensors": [], "extra": [], "origin": None}
     try:
-        tensors, meta = read_safetensors(path)
+        specs, meta = read_header(path)
     except KdadbgError as e:
         out["verdict"] = str(e)
         return out
     out["metadata"] = meta
     origin = {k.removeprefix("capture."): v for k, v in meta.items() if k.startswith("capture.")}
     out["origin"] = origin or None
-    for name, t in tensors.items():
-        role = "input" if name in KNOWN else "extra"
-        out["tensors"].append({"name": name, "role": role, "shape": list(t.shape), "dtype": _dtype(t.dtype),
-                               **_stats(t)})
+    rows = {name: {"name": name, "role": "input" if name in KNOWN else "extra", "shape": list(spec.shape),
+                   "dtype": _dtype(spec.dtype), **_NO_STATS} for name, spec in specs.items()}
     order = {n: i for i, n in enumerate(KNOWN)}
-    out["tensors"].sort(key=lambda r: (order.get(r["name"], len(order)), r["name"]))
+    out["tensors"] = sorted(rows.values(), key=lambda r: (order.get(r["name"], len(order)), r["name"]))
     out["extra"] = [r["name"] for r in out["tensors"] if r["role"] == "extra"]
 
-    config = None
+    where, config, error, cu = str(path), None, None, None
     try:
-        inputs, config = validate(str(path), tensors, meta)
-        out["ok"], out["verdict"] = True, "ok"
-        B, T, H, K, V = inputs.shape
-        ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
-        out["sizes"] = {"B": B, "T": T, "H": H, "K": K, "V": V, "N": inputs.n_seqs, "n_chunks": ct.n_chunks}
+        if "cu_seqlens" in specs:
+            cu = read_tensors(path, ["cu_seqlens"])["cu_seqlens"]
+            rows["cu_seqlens"].update(_stats(cu))
+        config = check_layout(where, specs, meta, cu_seqlens=cu)
     except KdadbgError as e:
-        out["verdict"] = str(e)
-        q = tensors.get("q")
-        if q is not None and q.ndim == 4:
+        error = str(e)
+        q = specs.get("q")
+        if q is not None and q.ndim == 4 and q.shape[-1] >= 1:
             try:
-                config = parse_config(meta, q.shape[-1], "A_log" in tensors, where=str(path))
+                config = parse_config(meta, q.shape[-1], "A_log" in specs, where=where)
             except KdadbgError:
                 config = None
+    try:
+        for name in VALUE_ORDER:
+            if name not in specs:
+                continue
+            t = read_tensors(path, [name])[name]
+            rows[name].update(_stats(t))
+            if error is None:
+                try:
+                    check_values(where, name, t, specs["q"].shape[1])
+                except KdadbgError as e:
+                    error = str(e)
+            del t
+    except KdadbgError as e:
+        error = error or str(e)
+    if error is None:
+        B, T, H, K = specs["q"].shape
+        V = specs["v"].shape[-1]
+        cu = None if cu is None else cu.to(torch.int64)
+        ct = chunk_table(B, T, cu, config.chunk_size)
+        N = B if cu is None else cu.numel() - 1
+        out["sizes"] = {"B": B, "T": T, "H": H, "K": K, "V": V, "N": N, "n_chunks": ct.n_chunks}
+    out["ok"], out["verdict"] = error is None, error or "ok"
     if config is not None:
         out["config"] = [{"key": k, "value": getattr(config, k), "default": k not in meta} for k in CONFIG_KEYS]
     return out

@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 from .cases import BY_NAME, CASES, DTYPES, make_inputs, with_size
 from .dump import save_dump
 from .errors import KdadbgError
+from .outputs import check_output
 
 SIZE_KEYS = ("B", "T", "H", "K", "V", "dtype")
 
@@ -16,9 +21,50 @@ def list_presets() -> list[dict]:
              "cu_seqlens": list(c.cu_seqlens) if c.cu_seqlens else None, "dtype": c.dtype} for c in CASES]
 
 
+def footprint(case) -> tuple[int, int]:
+    """``(memory, file)`` bytes that writing ``case`` takes: its tensors are drawn in float64, cast
+    to the case's dtype and copied once more for the write; the file holds them in that dtype."""
+    B, T, H, K, V = case.B, case.T, case.H, case.K, case.V
+    N = B if case.cu_seqlens is None else len(case.cu_seqlens) - 1
+    tokens = B * T * H * (3 * K + 2 * V + 1)  # q, k, g; v, do; beta
+    states = (int(case.h0) + int(case.dht)) * N * H * K * V
+    size = DTYPES[case.dtype].itemsize
+    elements = tokens + states + H * (K + 1)
+    return elements * (8 + 2 * size) + 2 * 8 * B * T * H * K, elements * size
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new allocation (``MemAvailable``: free plus reclaimable cache)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def check_fits(case, out) -> None:
+    """Refuse, before drawing anything, a dump that cannot fit in available memory or on the disk."""
+    memory, file = footprint(case)
+    free = available_memory()
+    sizes = f"B={case.B} T={case.T} H={case.H} K={case.K} V={case.V} {case.dtype}"
+    if memory > free:
+        raise KdadbgError(f"gen: {sizes} needs about {memory / 2**30:.1f} GiB of memory to generate, more than "
+                          f"the {free / 2**30:.1f} GiB available; choose smaller --B/--T/--H/--K/--V")
+    folder = Path(out).parent if str(Path(out).parent) else Path(".")
+    disk = shutil.disk_usage(folder).free
+    if file > disk:
+        raise KdadbgError(f"gen: {sizes} makes a file of about {file / 2**30:.1f} GiB, more than the "
+                          f"{disk / 2**30:.1f} GiB free in {folder}; choose smaller --B/--T/--H/--K/--V")
+
+
 def generate(out, preset: str = "basic", seed: int = 0, force: bool = False, **sizes) -> dict:
     """Write the dump of case ``preset`` (random in ``seed``) to ``out``; ``sizes`` (B, T, H, K, V,
-    dtype; None = the case's) resize it. Example: ``generate("d.safetensors", "tail", T=33)``."""
+    dtype; None = the case's) resize it. ``out`` is checked (``kdadbg.outputs``) and the sizes are
+    checked to fit in memory and on disk before anything is drawn.
+    Example: ``generate("d.safetensors", "tail", T=33)``."""
     if preset not in BY_NAME:
         raise KdadbgError(f"--preset: unknown preset {preset!r}; known: {', '.join(BY_NAME)}")
     case = BY_NAME[preset]
@@ -36,6 +82,8 @@ def generate(out, preset: str = "basic", seed: int = 0, force: bool = False, **s
         raise KdadbgError(f"--preset {preset}: varlen preset with fixed cu_seqlens {list(case.cu_seqlens)}; "
                           f"--T and --B cannot change it")
     case = with_size(case, **kw)
+    check_output("OUT", out, force)
+    check_fits(case, out)
     inputs, config = make_inputs(case, seed=seed)
     notes = {"preset": preset, "seed": str(seed), **{f"size_{k}": str(v) for k, v in kw.items()}}
     path = save_dump(out, inputs, config, force=force, notes=notes)

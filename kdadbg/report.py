@@ -16,6 +16,10 @@ def _num(x) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def _count(n) -> str:
+    return "-" if n is None else str(n)
+
+
 def _shape(shape) -> str:
     return "[" + ",".join(str(s) for s in shape) + "]"
 
@@ -27,6 +31,11 @@ def print_json(console: Console, data) -> None:
 def print_error(console: Console, message: str) -> None:
     """One red line: ``error: <message>``."""
     console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
+
+
+def print_note(console: Console, message: str) -> None:
+    """One line on stderr: ``note: <message>``."""
+    console.print(f"[yellow]note:[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
 
 
 def render_inspect(console: Console, desc: dict) -> None:
@@ -59,7 +68,7 @@ def render_inspect(console: Console, desc: dict) -> None:
             name = r["name"] if r["role"] == "input" else f"{r['name']} (extra)"
             bad = "red" if r["nan"] or r["inf"] else None
             t.add_row(name, _shape(r["shape"]), r["dtype"], _num(r["min"]), _num(r["max"]), _num(r["mean"]),
-                      str(r["nan"]), str(r["inf"]), style=bad)
+                      _count(r["nan"]), _count(r["inf"]), style=bad)
         console.print(t)
     if desc["extra"]:
         console.print("ignored extra tensors: " + ", ".join(desc["extra"]), soft_wrap=True, highlight=False)

@@ -15,7 +15,9 @@ def parse_tap_names(spec: str | None) -> tuple[str, ...]:
     if spec is None or spec.strip() == "all":
         return TAP_NAMES
     items = [s.strip() for s in spec.split(",") if s.strip()]
-    if items == ["none"] or not items:
+    if not items:
+        raise KdadbgError(f"--taps: expected tap or stage names, all or none, found {spec!r} (names nothing)")
+    if items == ["none"]:
         return ()
     chosen = set()
     for item in items:
@@ -75,7 +77,7 @@ def resolve_selection(names: tuple[str, ...], chunks: tuple[int | None, int | No
         hi = min(chunks[1], n_chunks) if chunks[1] is not None else n_chunks
         if lo >= hi:
             want = f"{'' if chunks[0] is None else chunks[0]}:{'' if chunks[1] is None else chunks[1]}"
-            raise KdadbgError(f"--chunks {want}: selects no chunk; the dump has {n_chunks} chunks "
+            raise KdadbgError(f"--chunks {want!r} selects no chunk; the dump has {n_chunks} chunks "
                               f"(ids 0 to {n_chunks - 1})")
     if heads is not None:
         bad = [h for h in heads if not 0 <= h < n_heads]

@@ -108,7 +108,7 @@ MALFORMED = [
     _bad("cu_seqlens-2d", VARLEN, _set("cu_seqlens", torch.tensor([[0, 1, 17, 33]])), "tensor 'cu_seqlens'",
          "[N+1]", "found [1,4]"),
     _bad("gate-unknown", BATCHED, _meta(gate="sigmoid"), "config gate", "'sigmoid'"),
-    _bad("layout-unknown", BATCHED, _meta(state_layout="VK"), "config state_layout", "'VK'"),
+    _bad("layout-unknown", BATCHED, _meta(state_layout="VKK"), "config state_layout", "'VKK'"),
     _bad("scale-not-a-number", BATCHED, _meta(scale="1/8"), "config scale", "a number", "'1/8'"),
     _bad("scale-nan", BATCHED, _meta(scale="nan"), "config scale", "finite"),
     _bad("bool-not-true-false", BATCHED, _meta(qk_l2norm="maybe"), "config qk_l2norm", "true or false"),
@@ -156,20 +156,24 @@ def test_bases_are_valid(tmp_path):
         load_dump(write_malformed(tmp_path, base, lambda t, m: None))
 
 
-@pytest.mark.parametrize("content, fragment", [
-    pytest.param(b"", "header too small", id="empty"),
-    pytest.param(b"PK\x03\x04 this is a zip file, not safetensors" * 10, "not a readable safetensors", id="garbage"),
-    pytest.param(None, "incomplete metadata", id="truncated"),
+@pytest.mark.parametrize("content, start", [
+    pytest.param(b"", "not a readable safetensors file (header too small", id="empty"),
+    pytest.param(b"PK\x03\x04 this is a zip file, not safetensors" * 10, "not a readable safetensors file",
+                 id="garbage"),
+    pytest.param(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json at all}", "not a readable safetensors file "
+                 "(malformed header", id="header-not-json"),
+    pytest.param(-100, "truncated: its header describes", id="truncated-data"),
+    pytest.param(20, "truncated: its header needs", id="truncated-header"),
 ])
-def test_unreadable_file(tmp_path, content, fragment):
+def test_unreadable_file(tmp_path, content, start):
     path = tmp_path / "bad.safetensors"
-    if content is None:
+    if isinstance(content, int):
         good = write_malformed(tmp_path, BATCHED, lambda t, m: None, name="good.safetensors")
-        content = good.read_bytes()[:-100]
+        content = good.read_bytes()[:content]
     path.write_bytes(content)
-    with pytest.raises(KdadbgError, match=fragment) as e:
+    with pytest.raises(KdadbgError) as e:
         load_dump(path)
-    assert str(e.value).startswith(f"{path}: not a readable safetensors file")
+    assert str(e.value).startswith(f"{path}: {start}"), str(e.value)
 
 
 def test_file_not_found_and_folder(tmp_path):

@@ -16,6 +16,7 @@ from kdadbg_kernels.taps import TapSelection
 
 from .. import memory
 from ..config import KDAConfig, KDAInputs
+from ..dump import kernel_inputs
 from ..errors import KdadbgError
 from .base import Implementation, ImplRun
 
@@ -63,7 +64,8 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
                 taps: TapSelection | None = None):
     """Forward and backward of our kernels: ``(outputs, tap buffers, TapPlan | None)``.
 
-    Outputs and gradients are float32 in the dump's shapes (``ht``/``dh0`` in its state layout);
+    float64 inputs run cast to float32 (``kdadbg.dump.kernel_inputs``). Outputs and gradients are
+    float32 in the dump's shapes (``ht``/``dh0`` in its state layout);
     tap buffers are ``[n_sel_chunks, n_sel_heads, *shape]``, NaN where nothing was written.
     """
     if precision not in PRECISIONS:
@@ -71,7 +73,7 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     if taps is not None:
         check_tap_memory(inputs, config, taps, device)
     chunk = kernels_module(device)
-    x = inputs.to(device)
+    x = kernel_inputs(inputs).to(device)
     outputs, buffers, plan = chunk.kda_forward_backward(
         x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens,
         cu_seqlens_cpu=inputs.cu_seqlens.cpu() if inputs.cu_seqlens is not None else None, A_log=x.A_log,

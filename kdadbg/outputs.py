@@ -1,0 +1,160 @@
+"""Output paths of one command: checked before any computation, written all or nothing.
+
+``check_outputs`` refuses, with one ``KdadbgError`` line naming the option, every output path that
+could not be written or should not be: a folder, a missing or unwritable parent folder, an input of
+the same command, another output of the same command, an existing file without ``force``, and a
+read-only file even with ``force``. With ``force``, a symbolic link is replaced by the new file;
+its target is never written.
+
+``OutputSet`` adds the all-or-nothing part: each output is written to a temporary file beside its
+target, and ``commit`` moves them all into place at the end. If one move fails, the outputs
+already moved are put back as they were (removed, or the file they replaced restored).
+
+Example::
+
+    with OutputSet({"--json": json_file, "--plot": plot}, inputs=[dump], force=force) as outs:
+        result = compute()                      # nothing is written if this raises
+        write_json(outs.stage("--json"))        # a temporary path, or None when not asked for
+        outs.commit()
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from .errors import KdadbgError
+
+
+def _folder(path: Path) -> Path:
+    return path.parent if str(path.parent) else Path(".")
+
+
+def _identity(path: Path) -> Path:
+    """The absolute path an output names (its folder resolved, the last part kept: a link is
+    replaced, not followed)."""
+    return _folder(path).resolve() / path.name
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        if os.path.exists(a) and os.path.exists(b) and os.path.samefile(a, b):
+            return True
+    except OSError:
+        pass
+    return _identity(a) == _identity(b) or os.path.realpath(a) == os.path.realpath(b)
+
+
+def check_output(label: str, path, force: bool = False) -> Path:
+    """Check one output path (see the module docstring); ``label`` names it (``--json``, ``OUT``)."""
+    path = Path(path)
+    where = f"{label} {path}" if label else str(path)
+    if path.is_dir():
+        raise KdadbgError(f"{where}: is a folder, expected a file path to write")
+    folder = _folder(path)
+    if not folder.is_dir():
+        found = "is a file, not a folder" if folder.exists() else "does not exist"
+        raise KdadbgError(f"{where}: folder {folder} {found}")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise KdadbgError(f"{where}: folder {folder} is not writable")
+    if os.path.lexists(path):
+        if not force:
+            link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
+            raise KdadbgError(f"{where}: already exists{link}; refusing to overwrite (use --force)")
+        if not path.is_symlink() and not os.access(path, os.W_OK):
+            raise KdadbgError(f"{where}: is read-only; not replacing it, even with --force")
+    return path
+
+
+def check_outputs(outputs: dict[str, object], inputs=(), force: bool = False) -> dict[str, Path]:
+    """Check every output path of a command before it computes anything.
+
+    ``outputs``: label -> path (None = not asked for); ``inputs``: the paths the command reads.
+    Returns label -> ``Path`` for the outputs asked for. Example:
+    ``check_outputs({"--json": "r.json", "--save": None}, inputs=["d.safetensors"])``.
+    """
+    checked: dict[str, Path] = {}
+    for label, path in outputs.items():
+        if path is None:
+            continue
+        path = check_output(label, path, force)
+        for src in inputs:
+            if src is not None and _same_file(path, Path(src)):
+                raise KdadbgError(f"{label} {path}: is an input of this command ({src}); write to another file")
+        for other, seen in checked.items():
+            if _same_file(path, seen):
+                raise KdadbgError(f"{label} {path}: is also the {other} output; give each output its own file")
+        checked[label] = path
+    return checked
+
+
+class OutputSet:
+    """The checked outputs of one command, staged in temporary files and moved into place together."""
+
+    def __init__(self, outputs: dict[str, object], inputs=(), force: bool = False):
+        self.targets = check_outputs(outputs, inputs, force)
+        self.force = force
+        self._staged: dict[str, Path] = {}
+        self.committed = False
+
+    def __enter__(self) -> "OutputSet":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.discard()
+
+    def stage(self, label: str) -> Path | None:
+        """A fresh temporary path beside ``label``'s target to write instead (None when not asked for)."""
+        target = self.targets.get(label)
+        if target is None:
+            return None
+        tmp = _folder(target) / f".{target.name}.{secrets.token_hex(4)}.tmp"
+        self._staged[label] = tmp
+        return tmp
+
+    def discard(self) -> None:
+        """Remove every temporary file not yet moved into place."""
+        for tmp in self._staged.values():
+            if os.path.lexists(tmp):
+                os.unlink(tmp)
+
+    def commit(self) -> dict[str, Path]:
+        """Move every staged file into place; on a failure, undo the moves already made."""
+        done: list[tuple[Path, Path | None]] = []  # (target, backup of what it replaced)
+        try:
+            for label, tmp in self._staged.items():
+                target = self.targets[label]
+                if not tmp.exists():
+                    raise RuntimeError(f"{label}: nothing was written to {tmp}")
+                backup = None
+                if target.exists() and not target.is_symlink():
+                    os.chmod(tmp, target.stat().st_mode & 0o777)
+                if os.path.lexists(target):
+                    if not self.force:
+                        raise KdadbgError(f"{label} {target}: appeared meanwhile; refusing to overwrite "
+                                          f"(use --force)")
+                    backup = _folder(target) / f".{target.name}.{secrets.token_hex(4)}.old"
+                    os.rename(target, backup)
+                try:
+                    os.rename(tmp, target)
+                except OSError:
+                    if backup is not None:
+                        os.rename(backup, target)
+                    raise
+                done.append((target, backup))
+        except (OSError, KdadbgError) as e:
+            for target, backup in reversed(done):
+                os.unlink(target)
+                if backup is not None:
+                    os.rename(backup, target)
+            self.discard()
+            if isinstance(e, KdadbgError):
+                raise
+            raise KdadbgError(f"{e.filename or label}: cannot write ({e.strerror or e}); "
+                              f"no output of this command was written") from None
+        for _, backup in done:
+            if backup is not None:
+                os.unlink(backup)
+        self.committed = True
+        return dict(self.targets)

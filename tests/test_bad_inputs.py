@@ -1,0 +1,442 @@
+"""Issue 25: every bad input and every output path gives one clear line and exit 2, before any
+computation, and nothing on disk is lost. One named row per case, as in ``test_dump.MALFORMED``.
+
+Each row is ``(setup, fragments, keep)``: ``setup(tmp_path)`` writes the files it needs and returns
+the command line; the command must exit 2 with one ``error:`` line on stderr containing every
+fragment (so no progress line: nothing was computed); ``keep(tmp_path)`` returns ``{path: bytes or
+None}`` that must hold afterwards (None: the path must not exist).
+"""
+
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+from safetensors import safe_open
+from safetensors.torch import save_file
+
+from conftest import REPO
+from kdadbg import fileio
+from kdadbg.cases import get_case, make_inputs, with_size
+from kdadbg.dump import KERNEL_MAX_HEAD_DIM, describe_dump, save_dump
+from kdadbg.outputs import OutputSet, check_outputs
+from test_cli import assert_one_error_line, kdadbg
+
+SMALL = with_size(get_case("t16"), K=8, V=8)  # one chunk, H=1, lower_bound gate, h0 and dht
+
+
+def _dump(tmp_path, name="d.safetensors", case=SMALL, **meta):
+    """A valid small dump (``meta`` overrides metadata strings; a value None drops the key)."""
+    inputs, cfg = make_inputs(case)
+    md = {**cfg.to_metadata(), **meta}
+    path = tmp_path / name
+    save_file({k: v.contiguous() for k, v in inputs.items()}, str(path),
+              metadata={k: v for k, v in md.items() if v is not None})
+    return path
+
+
+def _taps(tmp_path, name):
+    """A small taps file from the reference (no kernels)."""
+    dump = tmp_path / "d.safetensors"
+    if not dump.exists():
+        _dump(tmp_path)
+    out = tmp_path / name
+    assert kdadbg("taps", dump, "-o", out, "--taps", "S,dS", "--device", "cpu").exit_code == 0
+    return out
+
+
+def _replace(tmp_path, name, **tensors):
+    path = _dump(tmp_path)
+    with safe_open(str(path), "pt") as f:
+        meta, t = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+    t.update(tensors)
+    save_file(t, str(tmp_path / name), metadata=meta)
+    return tmp_path / name
+
+
+_IMMUTABLE: list = []
+
+
+def _read_only(path):
+    """Make ``path`` (file or folder) unwritable even for root: ``chattr +i`` as root, else chmod."""
+    if os.geteuid() == 0:
+        if subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode != 0:
+            pytest.skip("chattr +i is not available here")
+    else:
+        os.chmod(path, 0o555 if path.is_dir() else 0o444)
+    _IMMUTABLE.append(path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _undo_read_only():
+    yield
+    while _IMMUTABLE:
+        path = _IMMUTABLE.pop()
+        if os.geteuid() == 0:
+            subprocess.run(["chattr", "-i", str(path)], capture_output=True)
+        else:
+            os.chmod(path, 0o755 if path.is_dir() else 0o644)
+
+
+def _existing(tmp_path, name, content=b"keep me"):
+    (tmp_path / name).write_bytes(content)
+    return tmp_path / name
+
+
+def _mkdir(tmp_path, name):
+    (tmp_path / name).mkdir()
+    return tmp_path / name
+
+
+# --- setups: each returns the command line -------------------------------------------------------
+
+def big_head_dim(command, **dims):
+    def setup(tmp_path):
+        path = tmp_path / "big.safetensors"
+        save_dump(path, *make_inputs(with_size(SMALL, T=2, **dims)))
+        extra = ["-o", tmp_path / "t.safetensors", "--source", "kernel"] if command == "taps" else []
+        return [command, path, *extra]
+    return setup
+
+
+def inspect_k0(tmp_path):
+    empty = torch.zeros(1, 16, 1, 0)
+    return ["inspect", _replace(tmp_path, "k0.safetensors", q=empty, k=empty, g=empty)]
+
+
+def force_onto_read_only(command, option):
+    def setup(tmp_path):
+        dump = _dump(tmp_path)
+        target = _read_only(_existing(tmp_path, "ro.out"))
+        if command == "diff":
+            return ["diff", _taps(tmp_path, "a.safetensors"), _taps(tmp_path, "b.safetensors"), option, target,
+                    "--force"]
+        return [command, dump, option, target, "--force"]
+    return setup
+
+
+def into_read_only_folder(command, option):
+    def setup(tmp_path):
+        dump = _dump(tmp_path)
+        a = _taps(tmp_path, "a.safetensors") if command == "diff" else None
+        folder = _read_only(_mkdir(tmp_path, "ro"))
+        if command == "gen":
+            return ["gen", folder / "x.safetensors"]
+        if command == "diff":
+            return ["diff", a, a, option, folder / "x.png"]
+        return [command, dump, option, folder / "x.safetensors"]
+    return setup
+
+
+def dangling_link(command, option):
+    def setup(tmp_path):
+        dump = _dump(tmp_path)
+        os.symlink(tmp_path / "target", tmp_path / "link")
+        if command == "diff":
+            a = _taps(tmp_path, "a.safetensors")
+            return ["diff", a, a, option, tmp_path / "link"]
+        if command == "gen":
+            return ["gen", tmp_path / "link"]
+        return [command, dump, option, tmp_path / "link"]
+    return setup
+
+
+def missing_folder(command, option, force=False):
+    def setup(tmp_path):
+        dump = _dump(tmp_path)
+        out = tmp_path / "nodir" / "x"
+        if option == "-o":  # the output is a folder
+            out = _mkdir(tmp_path, "adir")
+        args = [command, _taps(tmp_path, "a.safetensors"), _taps(tmp_path, "b.safetensors")] \
+            if command == "diff" else [command, dump]
+        return [*args, option, out, *(["--force"] if force else [])]
+    return setup
+
+
+def diff_plot_then_bad_json(tmp_path):
+    a = _taps(tmp_path, "a.safetensors")
+    return ["diff", a, a, "--plot", tmp_path / "a.png", "--json", tmp_path / "nodir" / "d.json"]
+
+
+def run_save_and_json_same(tmp_path):
+    return ["run", _dump(tmp_path), "--save", tmp_path / "X", "--json", tmp_path / "X"]
+
+
+def gen_too_big(tmp_path):
+    return ["gen", tmp_path / "huge.safetensors", "--T", 100_000_000, "--H", 64, "--K", 128, "--V", 128]
+
+
+def taps_into_folder(tmp_path):
+    _dump(tmp_path)
+    return ["taps", tmp_path / "d.safetensors", "-o", _mkdir(tmp_path, "adir")]
+
+
+def taps_onto_own_input(tmp_path):
+    dump = _dump(tmp_path)
+    return ["taps", dump, "-o", dump, "--force"]
+
+
+def bad_meta(**meta):
+    def setup(tmp_path):
+        return ["inspect", _dump(tmp_path, **meta)]
+    return setup
+
+
+def bad_override(*options):
+    def setup(tmp_path):
+        return ["taps", _dump(tmp_path), "-o", tmp_path / "t.safetensors", *options]
+    return setup
+
+
+def truncated(tmp_path):
+    dump = _dump(tmp_path)
+    (tmp_path / "cut.safetensors").write_bytes(dump.read_bytes()[:-64])
+    return ["inspect", tmp_path / "cut.safetensors"]
+
+
+def _untouched(*names):
+    """``keep``: the files ``names`` (in tmp_path) keep the bytes they had before the command."""
+    return names
+
+
+def _absent(*names):
+    """``keep``: the paths ``names`` (in tmp_path) must not exist afterwards."""
+    return tuple((n, None) for n in names)
+
+
+def _bad(id_, setup, *fragments, keep=()):
+    return pytest.param(setup, fragments, keep, id=id_)
+
+
+BAD = [
+    _bad("r2-K-over-limit-run", big_head_dim("run", K=300), "tensor 'q'", "K=300", f"up to {KERNEL_MAX_HEAD_DIM}"),
+    _bad("r2-V-over-limit-run", big_head_dim("run", V=520), "tensor 'v'", "V=520", "up to 256"),
+    _bad("r2-K-over-limit-diff", big_head_dim("diff", K=300), "K=300", "--source reference"),
+    _bad("r2-K-over-limit-taps-kernel", big_head_dim("taps", K=300), "K=300", keep=_absent("t.safetensors")),
+    _bad("r3-inspect-K0", inspect_k0, "tensor 'q'", "4 non-empty dims", "found [1,16,1,0]"),
+    _bad("r4-taps-force-read-only", force_onto_read_only("taps", "-o"), "--out", "read-only", "even with --force",
+         keep=_untouched("ro.out")),
+    _bad("r4-run-json-force-read-only", force_onto_read_only("run", "--json"), "--json", "read-only",
+         keep=_untouched("ro.out")),
+    _bad("r4-diff-plot-force-read-only", force_onto_read_only("diff", "--plot"), "--plot", "read-only",
+         keep=_untouched("ro.out")),
+    _bad("r5-taps-read-only-folder", into_read_only_folder("taps", "-o"), "--out", "folder", "not writable"),
+    _bad("r5-gen-read-only-folder", into_read_only_folder("gen", None), "OUT", "not writable"),
+    _bad("r5-diff-plot-read-only-folder", into_read_only_folder("diff", "--plot"), "--plot", "not writable"),
+    _bad("r6-diff-plot-dangling-link", dangling_link("diff", "--plot"), "--plot", "already exists", "a link to",
+         keep=_absent("target")),
+    _bad("r6-gen-dangling-link", dangling_link("gen", None), "already exists", keep=_absent("target")),
+    _bad("r6-run-json-dangling-link", dangling_link("run", "--json"), "already exists", keep=_absent("target")),
+    _bad("r8-run-json-no-folder", missing_folder("run", "--json"), "--json", "folder", "does not exist"),
+    _bad("r8-run-save-no-folder", missing_folder("run", "--save"), "--save", "does not exist"),
+    _bad("r8-diff-plot-no-folder", missing_folder("diff", "--plot"), "--plot", "does not exist"),
+    _bad("r8-taps-folder-force", missing_folder("taps", "-o", force=True), "--out", "is a folder"),
+    _bad("r8-diff-plot-ok-json-no-folder", diff_plot_then_bad_json, "--json", "does not exist",
+         keep=_absent("a.png")),
+    _bad("r8-run-save-json-same-file", run_save_and_json_same, "--save", "also the --json output",
+         keep=_absent("X")),
+    _bad("r10-gen-too-big", gen_too_big, "GiB of memory", "available", "--T", keep=_absent("huge.safetensors")),
+    _bad("r12-taps-into-folder", taps_into_folder, "--out", "is a folder"),
+    _bad("r14-taps-onto-own-input", taps_onto_own_input, "--out", "is an input of this command",
+         keep=_untouched("d.safetensors")),
+    _bad("r15-lower-bound-positive", bad_meta(lower_bound="5"), "config lower_bound", "< 0", "'5'"),
+    _bad("r15-lower-bound-zero", bad_meta(lower_bound="0"), "config lower_bound", "< 0"),
+    _bad("r15-scale-zero", bad_meta(scale="0"), "config scale", "> 0", "'0'"),
+    _bad("r15-scale-negative", bad_meta(scale="-0.25"), "config scale", "> 0", "'-0.25'"),
+    _bad("r15-scale-inf", bad_meta(scale="inf"), "config scale", "finite"),
+    _bad("r15-override-scale-negative", bad_override("--scale", "-0.25"), "override scale", "--scale", "> 0"),
+    _bad("r15-override-lower-bound-positive", bad_override("--lower-bound", "2"), "--lower-bound", "< 0"),
+    _bad("r15-taps-names-nothing", bad_override("--taps", ","), "--taps", "names nothing", "','"),
+    _bad("r15-taps-empty", bad_override("--taps", ""), "--taps", "names nothing"),
+    _bad("r16-chunks-past-end", bad_override("--chunks", "100:"), "--chunks '100:' selects no chunk",
+         "1 chunks"),
+    _bad("r16-truncated", truncated, "truncated", "the file holds"),
+]
+
+
+@pytest.mark.parametrize("setup, fragments, keep", BAD)
+def test_bad_input_is_one_line_before_any_work(tmp_path, setup, fragments, keep):
+    args = setup(tmp_path)
+    before = {}
+    for k in keep:
+        if isinstance(k, str):
+            before[k] = (tmp_path / k).read_bytes()
+        else:
+            before[k[0]] = k[1]
+    listing = sorted(p.name for p in tmp_path.iterdir())
+    r = kdadbg(*args)
+    assert_one_error_line(r, *fragments)
+    for name, content in before.items():
+        path = tmp_path / name
+        if content is None:
+            assert not os.path.lexists(path), name
+        else:
+            assert path.read_bytes() == content, name
+    assert sorted(p.name for p in tmp_path.iterdir()) == listing  # no temporary file left behind
+
+
+# --- valid inputs that must work ----------------------------------------------------------------
+
+def test_r1_float64_dump_runs_cast_to_float32(tmp_path):
+    dump = tmp_path / "d64.safetensors"
+    assert kdadbg("gen", dump, "--preset", "t16", "--K", 8, "--V", 8, "--dtype", "float64").exit_code == 0
+    assert kdadbg("inspect", dump).exit_code == 0
+    r = kdadbg("run", dump, "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "float64 inputs" in r.stderr and "cast to float32" in r.stderr
+    r = kdadbg("taps", dump, "-o", tmp_path / "t.safetensors", "--source", "kernel", "--taps", "S", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    r = kdadbg("diff", dump, "--device", "cpu", "--taps", "fwd_recurrence", "--window", 0)
+    assert r.exit_code == 0, r.output
+    assert "float64 inputs" in r.stderr
+
+
+def test_r10_gen_refuses_a_file_the_disk_cannot_hold(tmp_path, monkeypatch):
+    import shutil
+    from collections import namedtuple
+
+    usage = namedtuple("usage", "total used free")
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: usage(1 << 20, 1 << 20, 1000))
+    assert_one_error_line(kdadbg("gen", tmp_path / "d.safetensors"), "makes a file of about", "GiB free in")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_r2_kernel_limit_matches_the_kernels():
+    from kdadbg_kernels.chunk import MAX_HEAD_DIM
+
+    assert KERNEL_MAX_HEAD_DIM == MAX_HEAD_DIM
+    assert f"up to {MAX_HEAD_DIM}" in (REPO / "README.md").read_text()
+
+
+def test_r2_reference_takes_big_head_dims(tmp_path):
+    path = tmp_path / "big.safetensors"
+    save_dump(path, *make_inputs(with_size(SMALL, K=300, T=2)))
+    r = kdadbg("taps", path, "-o", tmp_path / "t.safetensors", "--taps", "none")
+    assert r.exit_code == 0, r.output
+
+
+@pytest.mark.parametrize("command, option", [
+    pytest.param("taps", "-o", id="r6-taps"),
+    pytest.param("gen", None, id="r6-gen"),
+    pytest.param("diff", "--plot", id="r6-diff-plot"),
+    pytest.param("diff", "--json", id="r6-diff-json"),
+])
+def test_r6_force_replaces_a_link_never_its_target(tmp_path, command, option):
+    dump = _dump(tmp_path)
+    target = _existing(tmp_path, "target", b"the link's target")
+    link = tmp_path / "link"
+    os.symlink(target, link)
+    if command == "gen":
+        args = ["gen", link, "--preset", "t16", "--force"]
+    elif command == "diff":
+        a = _taps(tmp_path, "a.safetensors")
+        args = ["diff", a, a, option, link, "--force"]
+    else:
+        args = ["taps", dump, option, link, "--taps", "none", "--force"]
+    r = kdadbg(*args)
+    assert r.exit_code == 0, r.output
+    assert not link.is_symlink() and link.stat().st_size > 0
+    assert target.read_bytes() == b"the link's target"
+
+
+def test_r8_failure_while_moving_outputs_writes_none(tmp_path, monkeypatch):
+    """All or nothing: when the second output cannot be moved into place, the first is undone."""
+    old = _existing(tmp_path, "a.json", b"old a")
+    with OutputSet({"--json": old, "--save": tmp_path / "b.bin"}, force=True) as outs:
+        outs.stage("--json").write_text("new a")
+        outs.stage("--save").write_text("new b")
+        real = os.rename
+        calls = []
+
+        def rename(src, dst):
+            calls.append(dst)
+            if str(dst).endswith("b.bin"):
+                raise PermissionError(13, "Permission denied", str(dst))
+            real(src, dst)
+        monkeypatch.setattr(os, "rename", rename)
+        with pytest.raises(Exception, match="no output of this command was written"):
+            outs.commit()
+        monkeypatch.setattr(os, "rename", real)
+    assert old.read_bytes() == b"old a"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_r8_output_checks_refuse_duplicates_and_inputs(tmp_path):
+    dump = _dump(tmp_path)
+    with pytest.raises(Exception, match="also the --json output"):
+        check_outputs({"--json": tmp_path / "x", "--plot": tmp_path / "." / "x"})
+    (tmp_path / "sub").mkdir()
+    with pytest.raises(Exception, match="is an input"):
+        check_outputs({"--out": tmp_path / "sub" / ".." / "d.safetensors"}, inputs=[dump], force=True)
+
+
+def test_r9_inspect_reads_no_extra_tensor(tmp_path, monkeypatch):
+    path = _replace(tmp_path, "extra.safetensors", junk=torch.zeros(1 << 20))
+    read = []
+    real = fileio.read_tensors
+
+    def spy(p, names=None):
+        read.extend(names or ["<all>"])
+        return real(p, names)
+    monkeypatch.setattr("kdadbg.dump.read_tensors", spy)
+    d = describe_dump(path)
+    assert d["ok"] and d["extra"] == ["junk"]
+    assert "junk" not in read and "<all>" not in read
+    assert max(read.count(n) for n in read) == 1  # one tensor at a time, each read once
+    junk = {r["name"]: r for r in d["tensors"]}["junk"]
+    assert junk["shape"] == [1 << 20] and junk["dtype"] == "float32" and junk["min"] is None
+
+
+def test_r11_complex_q_error_is_the_first_line(tmp_path):
+    path = _replace(tmp_path, "cq.safetensors", q=make_inputs(SMALL)[0].q.to(torch.complex64))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        d = describe_dump(path)
+    assert not d["ok"] and "complex64" in d["verdict"]
+    assert not [w for w in caught if "complex" in str(w.message)]
+    r = subprocess.run([sys.executable, "-W", "always", "-m", "kdadbg", "inspect", str(path)], capture_output=True,
+                       text=True, cwd=REPO)
+    assert r.returncode == 2
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "complex64" in lines[0], r.stderr
+
+
+def test_cli_drops_warnings_before_an_error(monkeypatch):
+    def noisy(path):
+        warnings.warn("an internal warning", UserWarning)
+        return {"path": str(path), "ok": False, "verdict": "x: bad", "metadata": {}, "config": None,
+                "sizes": None, "tensors": [], "extra": []}
+    monkeypatch.setattr("kdadbg.dump.describe_dump", noisy)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = kdadbg("inspect", "whatever.safetensors")
+    assert_one_error_line(r, "x: bad")
+    assert not caught
+
+
+@pytest.mark.parametrize("meta, key, value", [
+    pytest.param({"gate": "Lower_Bound"}, "gate", "lower_bound", id="r15-gate-any-case"),
+    pytest.param({"state_layout": "VK"}, "state_layout", "vk", id="r15-layout-any-case"),
+    pytest.param({"qk_l2norm": "FALSE"}, "qk_l2norm", False, id="r15-bool-any-case"),
+    pytest.param({"gate": " softplus "}, "gate", "softplus", id="r15-gate-spaces"),
+])
+def test_r15_keyword_values_ignore_case(tmp_path, meta, key, value):
+    d = describe_dump(_dump(tmp_path, **meta))
+    assert d["ok"], d["verdict"]
+    assert {r["key"]: r["value"] for r in d["config"]}[key] == value
+
+
+@pytest.mark.parametrize("command", ["gen", "inspect", "taps", "run", "diff"])
+def test_help_shows_flags_as_flags(command):
+    r = subprocess.run([sys.executable, "-m", "kdadbg", command, "--help"], capture_output=True, text=True,
+                       cwd=REPO, env={**os.environ, "COLUMNS": "100"})
+    assert r.returncode == 0
+    for bad in ("<bool>", "<list[", "<str>", "<int>", "<float>", "<path>", "{", "}"):
+        assert bad not in r.stdout, (bad, r.stdout)
+    rows = {line.split()[1]: line for line in r.stdout.splitlines() if line.startswith("│ --")}
+    for flag in ("--help", "--force", "--json", "--list", "--strict"):
+        if flag in rows and (flag != "--json" or command in ("inspect", "taps")):
+            assert rows[flag].split()[2][0].isupper(), rows[flag]  # straight to the help text
