@@ -17,7 +17,7 @@ from typing import Annotated, Optional
 import typer
 from rich.console import Console
 
-from . import report
+from .render import tables as report
 from .errors import EXIT_NUMERIC, KdadbgError
 
 
@@ -455,7 +455,7 @@ def diff(
 
     Example: kdadbg diff sample_inputs/basic.safetensors --precision bf16 --json diff.json --plot diff.png
     """
-    from . import diffreport
+    from .render import difftables as diffreport
     from .diff import diff_paths, write_plot
     from .dump import kernel_precheck
     from .fileio import atomic_write_text

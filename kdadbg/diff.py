@@ -26,7 +26,8 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare import ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare_cells, output_rows, unrepresentable
+from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare_cells, nan_positions_agree, nonfinite_inputs,
+                      nonfinite_note, output_rows, unrepresentable)
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
@@ -56,21 +57,6 @@ def cell_tolerances(precision: str, tol_overrides) -> dict[str, float]:
     taps = [t for t in tol_overrides or () if t.partition("=")[0].strip() not in ROW_NAMES]
     rows = [t for t in tol_overrides or () if t.partition("=")[0].strip() in ROW_NAMES]
     return {**tap_tolerances(precision, taps), **tolerances(precision, rows)}
-
-
-def nonfinite_inputs(inputs: KDAInputs) -> dict[str, int]:
-    return {n: int((~torch.isfinite(t)).sum()) for n, t in inputs.items()
-            if t.is_floating_point() and not bool(torch.isfinite(t).all())}
-
-
-def nan_positions_agree(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> bool:
-    """Whether both sides put NaN/Inf in exactly the same elements of every output they share."""
-    for n, t in cand.items():
-        if n in ref:
-            a, b = ~torch.isfinite(t.detach().cpu()), ~torch.isfinite(ref[n].detach().cpu())
-            if a.shape != b.shape or not bool((a == b).all()):
-                return False
-    return True
 
 
 def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None = None, *, dump: str | None = None,
@@ -126,7 +112,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         t = run.taps.get(n)
         if t is None:
             missing["taps"].append(n)
-        elif all_nan(t):
+        elif all_nan(t) and not all_nan(ref_taps[n]):   # (NaN inputs can make both sides NaN: compared)
             missing["not_written"].append(n)
         else:
             cand[n] = t.detach()
@@ -169,10 +155,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     if bad_in:
         agree = nan_positions_agree(run.outputs, ref.outputs)
         res.nonfinite_inputs = {"tensors": bad_in, "agree": agree}
-        res.notes.append("the inputs hold NaN/Inf (" + ", ".join(f"{n}: {c}" for n, c in bad_in.items()) +
-                         "): this compares non-finite data; " + (
-                             "both sides put NaN/Inf in the same output elements" if agree else
-                             "the two sides disagree on where the outputs are NaN/Inf (fail)"))
+        res.notes.append(nonfinite_note(bad_in, agree))
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
     res.exponents = exponent_ranges(ref_taps, info, chunk_list, head_list)
@@ -324,7 +307,11 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
     table = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
     sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
     if implementation.kind == "taps file":
-        implementation.read()
+        f = implementation.read()
+        if not f["outputs"] and not f["taps"]:
+            held = ", ".join(f["unknown"]) or "nothing"
+            raise KdadbgError(f"nothing to compare: {against}: provides none of o, ht, dq, dk, dv, dg, dbeta, dh0, "
+                              f"dA_log, ddt_bias nor any tap.* (it holds: {held})")
         if repeat > 1:
             raise KdadbgError("--repeat: reruns the implementation; a taps file cannot be rerun")
     dev = resolve_device(device)

@@ -13,7 +13,7 @@ from typing import Callable
 
 import torch
 
-from .compare import Compare, compare
+from .compare import Compare, compare, nan_positions_agree, nonfinite_inputs, nonfinite_note
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
@@ -35,9 +35,12 @@ class RunResult:
     impl: dict = field(default_factory=dict)
     not_provided: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
 
     @property
     def passed(self) -> bool:
+        if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
+            return False
         return all(t.passed for t in self.tensors)
 
     @property
@@ -59,6 +62,7 @@ class RunResult:
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed} for t in self.tensors],
             "compared": {"tensors": len(self.tensors), "elements": self.elements},
             "not_provided": self.not_provided,
+            "nonfinite_inputs": self.nonfinite_inputs,
             "notes": self.notes,
             "config": self.config.as_dict(),
             "env": environment(self.device),
@@ -120,6 +124,11 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}")
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
                        list(got.notes))
+    bad_in = nonfinite_inputs(inputs)
+    if bad_in:
+        agree = nan_positions_agree({n: got.outputs[n] for n in names if n in got.outputs}, ref.outputs)
+        result.nonfinite_inputs = {"tensors": bad_in, "agree": agree}
+        result.notes.append(nonfinite_note(bad_in, agree))
     if save is not None:
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
                 **config.to_metadata()}

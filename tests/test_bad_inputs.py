@@ -440,3 +440,59 @@ def test_help_shows_flags_as_flags(command):
     for flag in ("--help", "--force", "--json", "--list", "--strict"):
         if flag in rows and (flag != "--json" or command in ("inspect", "taps")):
             assert rows[flag].split()[2][0].isupper(), rows[flag]  # straight to the help text
+
+
+# --- rows 7 and 13: nothing compared is never a pass; non-finite data is said and judged -------------
+
+
+def test_r7_against_a_dump_or_an_unrelated_file_is_exit_2(tmp_path):
+    dump = _dump(tmp_path)
+    other = tmp_path / "other.safetensors"
+    save_file({"unrelated": torch.zeros(3)}, str(other))
+    r = kdadbg("diff", dump, "--against", dump)
+    assert_one_error_line(r, "is a dump", "not a taps file")
+    r = kdadbg("diff", dump, "--against", other)
+    assert_one_error_line(r, "nothing to compare", "other.safetensors", "unrelated")
+
+
+def _nan_dump(tmp_path):
+    import dataclasses
+
+    inputs, cfg = make_inputs(SMALL)
+    q = inputs.q.clone()
+    q[0, 3, 0, 2] = float("nan")
+    return save_dump(tmp_path / "nan.safetensors", dataclasses.replace(inputs, q=q), cfg)
+
+
+@pytest.mark.parametrize("command", ["run", "diff"])
+def test_r13_nonfinite_inputs_are_said_and_judged_by_where_the_nans_are(tmp_path, command):
+    dump = _nan_dump(tmp_path)
+    impl = tmp_path / "impl.py"
+    impl.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+                    "def token_recurrence(*a, **k):\n    return _k(*a, **k)\n\n"
+                    "def hides_nans(*a, **k):\n    o, ht = _k(*a, **k)\n    return o.nan_to_num(), ht\n"
+                    % str(REPO))
+    # our kernels follow the reference's chunked algorithm: NaN lands in the same elements
+    r = kdadbg(command, dump, "--allow-nonfinite", "--device", "cpu")
+    assert r.exit_code == 0, r.output
+    assert "compares non-finite data" in r.stdout and "same output elements" in r.stdout
+    # a token recurrence spreads the NaN elsewhere in the backward; hiding them differs too
+    for fn in ("token_recurrence", "hides_nans"):
+        r = kdadbg(command, dump, "--allow-nonfinite", "--impl", f"{impl}:{fn}", "--device", "cpu")
+        assert r.exit_code == 1, r.output
+        assert "compares non-finite data" in r.stdout and "disagree" in r.stdout
+
+
+def test_r13_an_output_nan_where_the_reference_is_finite_is_a_bug(tmp_path):
+    dump = _dump(tmp_path)
+    impl = tmp_path / "impl.py"
+    impl.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+                    "def one_nan(*a, **k):\n    o, ht = _k(*a, **k)\n    o = o.clone()\n"
+                    "    o[0, 5, 0, 1] = float('nan')\n    return o, ht\n" % str(REPO))
+    r = kdadbg("diff", dump, "--impl", f"{impl}:one_nan", "--json", tmp_path / "d.json", "--device", "cpu")
+    assert r.exit_code == 1, r.output
+    import json
+    first = json.loads((tmp_path / "d.json").read_text())["first_divergence"]
+    assert (first["tap"], first["label"], first["nonfinite"]) == ("o", "BUG", 1)
+    r = kdadbg("run", dump, "--impl", f"{impl}:one_nan", "--device", "cpu")
+    assert r.exit_code == 1 and "FAIL" in r.stdout

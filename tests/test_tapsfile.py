@@ -6,7 +6,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import REPO
 from kdadbg.errors import KdadbgError
-from kdadbg.report import tap_table_markdown
+from kdadbg.render.tables import tap_table_markdown
 from kdadbg.tapsfile import read_taps_file, write_taps_file, zero_padding
 from kdadbg_kernels.taps import REGISTRY, TAP_NAMES
 

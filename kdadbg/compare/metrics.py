@@ -101,3 +101,26 @@ def compare(name: str, x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor | 
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(v["index"])), shape)) if ref.numel() else ()
     return Compare(name, shape, float(v["max_abs"]), index, float(v["ratio"]), float(v["cosine"]),
                    int(v["nonfinite"]), float(v["kernel"]), float(v["reference"]), int(v["count"]))
+
+
+def nonfinite_inputs(inputs) -> dict[str, int]:
+    """NaN/Inf count per float input that holds any (loaded with ``--allow-nonfinite``)."""
+    return {n: int((~torch.isfinite(t)).sum()) for n, t in inputs.items()
+            if t.is_floating_point() and not bool(torch.isfinite(t).all())}
+
+
+def nan_positions_agree(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor]) -> bool:
+    """Whether both sides put NaN/Inf in exactly the same elements of every output they share."""
+    for n, t in cand.items():
+        if n in ref:
+            a, b = ~torch.isfinite(t.detach().cpu()), ~torch.isfinite(ref[n].detach().cpu())
+            if a.shape != b.shape or not bool((a == b).all()):
+                return False
+    return True
+
+
+def nonfinite_note(bad_inputs: dict[str, int], agree: bool) -> str:
+    return ("the inputs hold NaN/Inf (" + ", ".join(f"{n}: {c}" for n, c in bad_inputs.items()) +
+            "): this compares non-finite data, leaving out elements non-finite on both sides; " +
+            ("both sides put NaN/Inf in the same output elements" if agree else
+             "the two sides disagree on where the outputs are NaN/Inf: fail"))

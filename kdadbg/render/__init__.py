@@ -1,1 +1,2 @@
-"""Rendering of results that needs more than a terminal: figures (:mod:`kdadbg.render.plot`)."""
+"""Rendering, apart from computing: rich tables for every command (:mod:`.tables`), the diff's grid
+and localisation (:mod:`.difftables`), figures (:mod:`.plot`). Nothing here computes a number."""
