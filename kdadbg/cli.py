@@ -48,6 +48,19 @@ def _err() -> Console:
     return Console(stderr=True, highlight=False)
 
 
+def _chunk_window(spec: str | None, inputs, config) -> tuple[int, int] | None:
+    """``--chunks A:B`` of ``run`` as a concrete half-open range of the dump's chunks (None: all)."""
+    from .chunks import chunk_table
+    from .selection import parse_chunk_range, resolve_selection
+
+    if spec is None:
+        return None
+    B, T, H, K, V = inputs.shape
+    sel = resolve_selection((), parse_chunk_range(spec), None, chunk_table(B, T, inputs.cu_seqlens,
+                                                                           config.chunk_size).n_chunks, H)
+    return sel.chunks
+
+
 def _note(text: str | None) -> None:
     if text:
         report.print_note(_err(), text)
@@ -119,6 +132,10 @@ IMPL_HELP = ("Implementation under test: ours (our Triton kernels, default), ref
              "reference: a self-check), PATH.py:FUNCTION or MODULE:FUNCTION (fla's chunk_kda calling "
              "convention; README, 'Debugging your own kernel').")
 ImplOption = Annotated[Optional[str], typer.Option("--impl", help=IMPL_HELP, show_default=False)]
+DEFAULT_MAX_INTERPRETER_S = 300.0
+MaxInterpreterOption = Annotated[float, typer.Option("--max-interpreter-s", help="Without a GPU, refuse up front a "
+                                                     "run of our kernels under the Triton interpreter estimated to "
+                                                     "take longer (seconds; the estimate is in the message).")]
 TracebackOption = Annotated[bool, typer.Option("--traceback", help="Show the whole traceback when the "
                                                "implementation raises.")]
 
@@ -127,7 +144,8 @@ TracebackOption = Annotated[bool, typer.Option("--traceback", help="Show the who
 METAVARS = {"--tol": "NAME=VALUE", "--chunks": "A:B", "--heads": "I,J", "--taps": "NAMES", "--preset": "NAME",
             "--dtype": "DTYPE", "--seed": "N", "--window": "N", "--repeat": "N", "--chunk-size": "C",
             "--scale": "X", "--lower-bound": "X", "--B": "N", "--T": "N", "--H": "N", "--K": "N", "--V": "N",
-            "--json": "FILE", "--save": "FILE", "--plot": "FILE.png", "--out": "FILE", "--against": "TAPS"}
+            "--json": "FILE", "--save": "FILE", "--plot": "FILE.png", "--out": "FILE", "--against": "TAPS",
+            "--impl": "NAME", "--source": "NAME", "--max-interpreter-s": "S"}
 
 
 def _join_lines(text: str | None) -> str | None:
@@ -289,6 +307,7 @@ def taps(
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the taps of the registry and exit.")] = False,
     json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    max_interpreter_s: MaxInterpreterOption = DEFAULT_MAX_INTERPRETER_S,
     traceback: TracebackOption = False,
     overrides: dict = None,
 ):
@@ -318,7 +337,8 @@ def taps(
     with report.progress_display(_err()) as progress:
         info = export_taps(dump, out, source=source, names=names, chunks=chunk_range, heads=head_list,
                            device=device.value, overrides=overrides, force=force,
-                           allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value)
+                           allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value,
+                           max_interpreter_s=max_interpreter_s)
     if json_:
         report.print_json(_out(), info)
     else:
@@ -348,6 +368,10 @@ def run(
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save/--plot files if they exist.")]
     = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    chunks: Annotated[Optional[str], typer.Option("--chunks", help="Run the implementation only on this global "
+                                                  "chunk range A:B of each sequence, seeded with the reference's "
+                                                  "S entering and dS leaving it, and compare there.")] = None,
+    max_interpreter_s: MaxInterpreterOption = DEFAULT_MAX_INTERPRETER_S,
     traceback: TracebackOption = False,
     overrides: dict = None,
 ):
@@ -381,7 +405,8 @@ def run(
         staged = outs.stage("--save")
         with report.progress_display(_err()) as progress:
             result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
-                           progress=progress, save=None if staged is None else str(staged))
+                           progress=progress, save=None if staged is None else str(staged),
+                           chunks=_chunk_window(chunks, inputs, config), max_interpreter_s=max_interpreter_s)
         plotted = render_plot.plot_run(outs.stage("--plot"), render_plot.run_plot_data(result)) \
             if plot is not None else None
         if json_file is not None:
@@ -442,6 +467,10 @@ def diff(
                                                  "chunk (needs matplotlib).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
+    full_run: Annotated[bool, typer.Option("--full-run", help="With --chunks: run the implementation on the whole "
+                                           "dump and compare the chunks selected (by default it runs on the "
+                                           "window only, seeded from the reference).")] = False,
+    max_interpreter_s: MaxInterpreterOption = DEFAULT_MAX_INTERPRETER_S,
     traceback: TracebackOption = False,
     overrides: dict = None,
 ):
@@ -475,7 +504,7 @@ def diff(
                                 precision=precision.value, names=names, chunks=chunk_range, heads=head_list,
                                 spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
                                 window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
-                                progress=progress)
+                                full_run=full_run, max_interpreter_s=max_interpreter_s, progress=progress)
         plotted = write_plot(result, outs.stage("--plot")) if plot is not None else None
         if json_file is not None:
             atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))

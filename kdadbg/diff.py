@@ -43,9 +43,10 @@ def _stages(progress: Progress | None):
     stages: list[str] = []
 
     def step(stage: str | None):
+        """Complete the current stage and start ``stage`` (None: start nothing)."""
         if progress:
             if stages:
-                progress(stages[-1], 1, 1)
+                progress(stages.pop(), 1, 1)
             if stage is not None:
                 stages.append(stage)
                 progress(stage, 0, 1)
@@ -63,6 +64,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
               device: str = "cpu", names: tuple[str, ...] = TAP_NAMES, chunks: tuple[int, int] | None = None,
               heads: tuple[int, ...] | None = None, tol_overrides: list[str] | None = None,
               noise_floor: bool = True, window: int = 3, repeat: int = 1, drift_fails: bool = False,
+              seeded: bool = False, max_interpreter_s: float | None = None,
               progress: Progress | None = None) -> DiffResult:
     """Diff implementation ``impl`` (default: our kernels in fp32 mode) against the float64 reference.
 
@@ -75,12 +77,19 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         window: chunks in the made-here-or-carried-in rerun (0 skips it).
         repeat: run the implementation this many times and report the first tap × chunk whose bits differ.
         drift_fails: whether a DRIFT cell fails the verdict too (a BUG always does).
+        seeded: run the implementation only on ``chunks`` of each sequence, seeded from the reference
+            (:mod:`kdadbg.window`); otherwise it runs on the whole dump and ``chunks`` selects the cells.
+        max_interpreter_s: refuse up front our kernels under the Triton interpreter estimated slower.
     Example:
         >>> inputs, config = load_dump("sample_inputs/basic.safetensors")
         >>> res = diff_dump(inputs, config, resolve_impl("ours", "fp32"))
         >>> res.first_divergence   # None, or {"tap": "dL", "chunk": 3, "head": 0, ...}
     """
     from .reference import run_reference
+
+    from .progress import ticking
+    from .run import interpreter_seconds, refuse_slow_interpreter
+    from .window import seeded_run
 
     impl = impl or resolve_impl("ours")
     precision = impl.precision
@@ -90,6 +99,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
     info = ChunkInfo.from_table(ct)
     lo, hi = (0, ct.n_chunks) if chunks is None else (max(0, chunks[0]), min(ct.n_chunks, chunks[1]))
+    seeded = seeded and (lo, hi) != (0, ct.n_chunks)
+    refuse_slow_interpreter(impl, inputs, config, device, (hi - lo) * max(1, repeat) if seeded else None,
+                            max_interpreter_s)
     head_list = list(range(H)) if heads is None else list(heads)
     chunk_list = list(range(lo, hi))
     sel = TapSelection(names=tuple(names), chunks=(lo, hi), heads=tuple(head_list))
@@ -103,8 +115,14 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
     runs = []
     for i in range(max(1, repeat)):
-        step(f"{impl.name} run {i + 1}" if repeat > 1 else impl.name)
-        runs.append(impl.run(inputs, config, device=device, taps=sel))
+        stage = f"{impl.name} run {i + 1}" if repeat > 1 else impl.name
+        step(None)
+        if seeded:
+            runs.append(seeded_run(impl, inputs, config, ref_taps, info, ct, lo, hi, device, taps=sel,
+                                   progress=progress)[0])
+        else:
+            with ticking(progress, stage, interpreter_seconds(impl, inputs, config, device)):
+                runs.append(impl.run(inputs, config, device=device, taps=sel))
     run = runs[0]
 
     cand = {}
@@ -128,6 +146,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         missing["taps"] = []   # an implementation without taps: nothing is missing, there are none
     ref_sel = select({n: ref_taps[n] for n in cand}, tap_rows, tap_heads)
     outs = {n: t for n, t in run.outputs.items() if n in ref.outputs}
+    # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
+    # those whose last/first chunk is selected, the only ones output_rows compares
     mine, row_ids = output_rows(outs, ct, config.state_layout, chunk_list, head_list)
     theirs, _ = output_rows({n: ref.outputs[n] for n in mine}, ct, config.state_layout, chunk_list, head_list)
     if not cand and not mine:
@@ -262,6 +282,7 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
                chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
                spec: TapsSpec = TapsSpec(), tol_overrides: list[str] | None = None, window: int = 3,
                repeat: int = 1, drift_fails: bool = False, noise_floor: bool = True, allow_nonfinite: bool = False,
+               full_run: bool = False, max_interpreter_s: float | None = None,
                progress: Progress | None = None) -> DiffResult:
     """What ``kdadbg diff`` computes: ``[DUMP]`` with ``impl`` (a name, ``PATH.py:FN``, ...) or ``against``
     a taps file, or ``[A, B]`` (two taps files).
@@ -275,6 +296,7 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
 
     if repeat < 1:
         raise KdadbgError(f"--repeat: expected at least 1, found {repeat}")
+    seeded = chunks is not None and not full_run
     if window < 0:
         raise KdadbgError(f"--window: expected 0 (off) or more chunks, found {window}")
     if len(paths) == 2:
@@ -317,4 +339,5 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
     dev = resolve_device(device)
     return diff_dump(inputs, config, implementation, dump=str(path), device=dev, names=sel.names,
                      chunks=sel.chunks, heads=sel.heads, tol_overrides=tol_overrides, noise_floor=noise_floor,
-                     window=window, repeat=repeat, drift_fails=drift_fails, progress=progress)
+                     window=window, repeat=repeat, drift_fails=drift_fails, seeded=seeded,
+                     max_interpreter_s=max_interpreter_s, progress=progress)

@@ -35,7 +35,8 @@ def resolve_device(device: str) -> str:
 def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | None = None,
                 chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
                 device: str = "auto", overrides: dict | None = None, force: bool = False,
-                allow_nonfinite: bool = False, progress: Progress | None = None, precision: str = "fp32") -> dict:
+                allow_nonfinite: bool = False, progress: Progress | None = None, precision: str = "fp32",
+                max_interpreter_s: float | None = None) -> dict:
     """Run the implementation ``source`` (``reference``, ``ours``/``kernel``, ``PATH.py:FN``, ... as
     ``--impl`` takes) on the dump ``dump`` and write the taps file ``out``; returns a summary.
 
@@ -63,11 +64,12 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     if impl.kind == "ours":
         from .impls.ours import check_tap_memory
         check_tap_memory(inputs, config, sel, dev)  # a refusal comes before any progress line
-    if progress:
-        progress(f"{impl.name} (forward+backward)", 0, 1)
-    run = impl.run(inputs, config, device=dev, taps=sel)
-    if progress:
-        progress(f"{impl.name} (forward+backward)", 1, 1)
+    from .progress import ticking
+    from .run import interpreter_seconds, refuse_slow_interpreter
+
+    refuse_slow_interpreter(impl, inputs, config, dev, None, max_interpreter_s)
+    with ticking(progress, f"{impl.name} (forward+backward)", interpreter_seconds(impl, inputs, config, dev)):
+        run = impl.run(inputs, config, device=dev, taps=sel)
 
     lo, hi = sel.chunk_range(table.n_chunks)
     head_list = list(sel.head_list(H))

@@ -18,6 +18,7 @@ from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, check_supported, resolve_impl
+from .progress import ticking
 from .tapsfile import outputs_that_apply
 from .tolerances import tolerances
 
@@ -36,6 +37,7 @@ class RunResult:
     not_provided: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
+    window: list[int] | None = None         # [lo, hi): the chunks the implementation ran on (--chunks)
 
     @property
     def passed(self) -> bool:
@@ -63,6 +65,7 @@ class RunResult:
             "compared": {"tensors": len(self.tensors), "elements": self.elements},
             "not_provided": self.not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
+            "window": self.window,
             "notes": self.notes,
             "config": self.config.as_dict(),
             "env": environment(self.device),
@@ -89,31 +92,35 @@ def environment(device: str) -> dict:
 
 def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None = None, dump: str = "",
           precision: str = "fp32", device: str = "cpu", tol_overrides: list[str] | None = None,
-          progress: Progress | None = None, save: str | None = None, force: bool = False) -> RunResult:
+          progress: Progress | None = None, save: str | None = None, force: bool = False,
+          chunks: tuple[int, int] | None = None, max_interpreter_s: float | None = None) -> RunResult:
     """Run ``impl`` (default: our kernels at ``precision``) and the reference on ``inputs`` and compare
     every output and gradient the implementation provides.
 
-    ``save``: also write the implementation's outputs and gradients (float32) to this safetensors file.
+    ``chunks``: a half-open global chunk range: the implementation runs only on that window of each
+    sequence, seeded from the reference (:mod:`kdadbg.window`), and is compared there.
+    ``max_interpreter_s``: refuse up front a run of our kernels under the Triton interpreter estimated
+    to take longer. ``save``: also write the implementation's outputs and gradients (float32).
     Example: ``check(*make_inputs(get_case("basic")), precision="bf16").passed``.
     """
     from .reference import run_reference
 
     impl = impl or resolve_impl("ours", precision)
     check_supported(impl, inputs, config, dump)
+    if chunks is not None:
+        return _check_window(inputs, config, impl, chunks, dump=dump, device=device, tol_overrides=tol_overrides,
+                             progress=progress, save=save, force=force, max_interpreter_s=max_interpreter_s)
+    refuse_slow_interpreter(impl, inputs, config, device, None, max_interpreter_s)
     tols = tolerances(impl.precision, tol_overrides)
     if save is not None and not force:
         from pathlib import Path
         if Path(save).exists():
             raise KdadbgError(f"{save}: already exists; refusing to overwrite (use --force)")
     timings = {}
-    stage = f"{impl.name} (forward+backward)"
-    if progress:
-        progress(stage, 0, 1)
     t0 = time.perf_counter()
-    got = impl.run(inputs, config, device=device)
+    with ticking(progress, f"{impl.name} (forward+backward)", interpreter_seconds(impl, inputs, config, device)):
+        got = impl.run(inputs, config, device=device)
     timings[impl.name] = time.perf_counter() - t0
-    if progress:
-        progress(stage, 1, 1)
     t0 = time.perf_counter()
     ref = run_reference(inputs, config, taps=(), device=device, progress=progress)
     timings["reference"] = time.perf_counter() - t0
@@ -133,4 +140,79 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
                 **config.to_metadata()}
         atomic_save({r.name: got.outputs[r.name].detach().float().cpu() for r in rows}, meta, save, force=force)
+    return result
+
+
+def interpreter_seconds(impl: Implementation, inputs: KDAInputs, config: KDAConfig, device: str,
+                        n_chunks: int | None = None) -> float | None:
+    """The estimated seconds of our kernels under the Triton interpreter, None for anything else."""
+    if impl.kind != "ours" or device != "cpu":
+        return None
+    from .impls.ours import interpreter_estimate
+
+    return interpreter_estimate(inputs, config, n_chunks)[0]
+
+
+def refuse_slow_interpreter(impl: Implementation, inputs: KDAInputs, config: KDAConfig, device: str,
+                            n_chunks: int | None, max_s: float | None) -> None:
+    """One line, before any work, when our kernels under the Triton interpreter would take more than
+    ``max_s`` seconds by the measured rate (:func:`kdadbg.impls.ours.interpreter_estimate`)."""
+    if max_s is None or impl.kind != "ours" or device != "cpu":
+        return
+    from .impls.ours import interpreter_estimate
+
+    est, how = interpreter_estimate(inputs, config, n_chunks)
+    if est > max_s:
+        raise KdadbgError(f"--impl ours under the Triton interpreter (no GPU): estimated {est:.0f} s ({how}), over "
+                          f"--max-interpreter-s {max_s:g}; use --device cuda, another --impl (e.g. reference), a "
+                          f"chunk window (--chunks A:B), or raise --max-interpreter-s")
+
+
+def _check_window(inputs: KDAInputs, config: KDAConfig, impl: Implementation, chunks, *, dump, device,
+                  tol_overrides, progress, save, force, max_interpreter_s) -> RunResult:
+    """``check`` on a window of chunks: the implementation on the seeded windows, whole tensors compared
+    over the window's tokens (``ht``/``dh0`` where a window ends/starts its sequence)."""
+    from .chunks import chunk_table
+    from .compare import ChunkInfo
+    from .reference import run_reference
+    from .window import seeded_run
+
+    B, T, H, K, V = inputs.shape
+    ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+    lo, hi = max(0, chunks[0]), min(ct.n_chunks, chunks[1])
+    if lo >= hi:
+        raise KdadbgError(f"--chunks {chunks[0]}:{chunks[1]}: selects no chunk; the dump has {ct.n_chunks} chunks")
+    refuse_slow_interpreter(impl, inputs, config, device, hi - lo, max_interpreter_s)
+    tols = tolerances(impl.precision, tol_overrides)
+    timings = {}
+    t0 = time.perf_counter()
+    ref = run_reference(inputs, config, taps=("S", "dS"), device=device, progress=progress)
+    timings["reference"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    got, masks = seeded_run(impl, inputs, config, ref.taps, ChunkInfo.from_table(ct), ct, lo, hi, device,
+                            progress=progress)
+    timings[impl.name] = time.perf_counter() - t0
+    names = outputs_that_apply(inputs, config)
+    tok = masks["tokens"].reshape(B, T)
+    rows = []
+    for n in names:
+        if n not in got.outputs:
+            continue
+        x, r = got.outputs[n], ref.outputs[n].cpu()
+        if n in ("ht", "dh0"):
+            m = masks[n].reshape(-1, *([1] * (r.ndim - 1)))
+        else:
+            m = tok.reshape(B, T, *([1] * (r.ndim - 2)))
+        rows.append(compare(n, x, r, m).judge(tols[n]))
+    not_provided = {n: got.not_provided.get(n, "not returned") for n in names if n not in got.outputs}
+    if not rows:
+        raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)} on chunks "
+                          f"{lo}:{hi}")
+    result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
+                       list(got.notes))
+    result.window = [lo, hi]
+    if save is not None:
+        meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
+                "chunks": f"{lo}:{hi}", **config.to_metadata()}
+        atomic_save({r.name: got.outputs[r.name].float() for r in rows}, meta, save, force=force)
     return result

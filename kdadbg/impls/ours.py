@@ -117,3 +117,23 @@ class Ours(Implementation):
 
         lo, hi = taps.chunk_range(chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks)
         return ImplRun(outputs, buffers, list(range(lo, hi)), list(taps.head_list(H)), notes=notes)
+
+
+# Our kernels under the Triton interpreter: seconds per (chunk x head), a + b * K*V*C / (128*128*16),
+# plus a fixed start; fitted to forward+backward runs on this project's 2-core CPU machine with other
+# work beside them (K=V=8..128, chunks 16 and 64: 0.28-0.99 s per chunk x head).
+INTERP_FIXED_S, INTERP_A_S, INTERP_B_S = 1.5, 0.29, 0.17
+
+
+def interpreter_estimate(inputs: KDAInputs, config: KDAConfig, n_chunks: int | None = None) -> tuple[float, str]:
+    """``(seconds, how)``: the estimated time of our kernels' forward+backward under the interpreter on
+    ``n_chunks`` chunks (None: all of the dump's) and every head."""
+    from ..chunks import chunk_table
+
+    B, T, H, K, V = inputs.shape
+    C = config.chunk_size
+    if n_chunks is None:
+        n_chunks = chunk_table(B, T, inputs.cu_seqlens, C).n_chunks
+    per = INTERP_A_S + INTERP_B_S * K * V * C / (128 * 128 * 16)
+    est = INTERP_FIXED_S + n_chunks * H * per
+    return est, f"{n_chunks} chunks x {H} heads at {per:.2f} s each, the rate measured on a 2-core CPU"

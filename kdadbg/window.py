@@ -1,0 +1,117 @@
+"""Seeded windows: run an implementation only on a range of chunks of each sequence, seeded with the
+float64 reference's state entering the window (``S``) and the gradient leaving it (``dS``), and
+stitch its results back into the dump's shapes, so that ``run --chunks`` and ``diff --chunks``
+compare a window of a dump too long to run whole (our kernels under the Triton interpreter).
+
+What a window can be compared on: its tokens' outputs and gradients (exactly the full run's, since
+the seeds are exact), its taps, ``ht`` where the window ends its sequence and ``dh0`` where it starts
+it. ``dA_log``/``ddt_bias`` sum over every chunk, so a window's are not comparable: not provided.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from kdadbg_kernels.taps import TapSelection
+
+from .chunks import ChunkTable
+from .compare import ChunkInfo
+from .config import KDAConfig, KDAInputs
+from .impls.base import Implementation, ImplRun
+from .localise import window_inputs
+
+WINDOW_NOT_COMPARABLE = "a window's dA_log/ddt_bias cover its chunks only: not comparable"
+
+
+@dataclass(frozen=True)
+class Window:
+    seq: int
+    first: int        # global chunk ids, inclusive
+    last: int
+
+
+def plan(info: ChunkInfo, lo: int, hi: int) -> list[Window]:
+    """One window per sequence that has chunks in ``[lo, hi)``."""
+    out = []
+    for n in sorted({info.seq[c] for c in range(lo, hi)}):
+        ids = [c for c in info.seq_chunks(n) if lo <= c < hi]
+        out.append(Window(n, ids[0], ids[-1]))
+    return out
+
+
+def token_positions(inputs: KDAInputs, info: ChunkInfo, w: Window) -> torch.Tensor:
+    """Flattened ``B*T`` token indices of a window's tokens."""
+    T = inputs.shape[1]
+    t0 = info.start[w.first] if inputs.cu_seqlens is not None else w.seq * T + info.start[w.first]
+    n = sum(info.length[c] for c in range(w.first, w.last + 1))
+    return torch.arange(t0, t0 + n)
+
+
+def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo,
+               ct: ChunkTable, lo: int, hi: int, device: str, taps: TapSelection | None = None, progress=None
+               ) -> tuple[ImplRun, dict]:
+    """Run ``impl`` on the windows of ``[lo, hi)`` (``ref_taps`` holds the reference's ``S`` and ``dS`` of every
+    chunk) and stitch: outputs in the dump's shapes, NaN outside the windows; taps for chunks ``lo..hi-1``.
+
+    Returns ``(run, masks)``; ``masks``: ``tokens`` [B*T] bool (tokens inside a window), ``ht`` / ``dh0``
+    [N] bool (sequences whose window ends / starts them)."""
+    B, T, H, K, V = inputs.shape
+    N = inputs.n_seqs
+    windows = plan(info, lo, hi)
+    tok_mask = torch.zeros(B * T, dtype=torch.bool)
+    ht_mask, dh0_mask = torch.zeros(N, dtype=torch.bool), torch.zeros(N, dtype=torch.bool)
+    outs: dict[str, torch.Tensor] = {}
+    heads = list(taps.head_list(H)) if taps is not None else []
+    stitched_taps: dict[str, torch.Tensor] = {}
+    notes, not_provided = [], {}
+    for i, w in enumerate(windows):
+        if progress:
+            progress(f"{impl.name} on windows", i, len(windows))
+        w_in = window_inputs(inputs, config, ref_taps, info, w.first, w.last)
+        nwc = w.last - w.first + 1
+        sel = None if taps is None else TapSelection(names=taps.names, chunks=(0, nwc), heads=tuple(heads))
+        run = impl.run(w_in, config, device=device, taps=sel)
+        notes += [n for n in run.notes if n not in notes]
+        not_provided.update(run.not_provided)
+        pos = token_positions(inputs, info, w)
+        tok_mask[pos] = True
+        for name, t in run.outputs.items():
+            t = t.detach()
+            if name in ("dA_log", "ddt_bias"):
+                continue
+            if name not in outs:
+                full = {"ht": (N, *t.shape[1:]), "dh0": (N, *t.shape[1:])}.get(name, (B * T, *t.shape[2:]))
+                outs[name] = torch.full(full, float("nan"), dtype=torch.float32)
+            if name in ("ht", "dh0"):
+                keep = (w.last == info.seq_chunks(w.seq)[-1]) if name == "ht" else (info.t[w.first] == 0)
+                if keep:
+                    outs[name][w.seq] = t[0].float().cpu()
+                    (ht_mask if name == "ht" else dh0_mask)[w.seq] = True
+            else:
+                outs[name][pos] = t.reshape(-1, *t.shape[2:]).float().cpu()
+        for name, t in run.taps.items():
+            if name not in stitched_taps:
+                stitched_taps[name] = torch.full((hi - lo, len(run.tap_heads), *t.shape[2:]), float("nan"),
+                                                 dtype=torch.float32)
+            for j, c in enumerate(run.tap_chunks):
+                stitched_taps[name][w.first + c - lo] = t[j].float().cpu()
+        tap_heads = run.tap_heads
+    if progress:
+        progress(f"{impl.name} on windows", len(windows), len(windows))
+    shapes = {"o": (B, T, H, V), "dq": (B, T, H, K), "dk": (B, T, H, K), "dv": (B, T, H, V), "dg": (B, T, H, K),
+              "dbeta": (B, T, H)}
+    outputs = {n: (t.reshape(shapes[n]) if n in shapes else t) for n, t in outs.items()}
+    for n in ("ht", "dh0"):
+        if n in outputs and not bool((ht_mask if n == "ht" else dh0_mask).any()):
+            del outputs[n]
+            not_provided[n] = ("no window ends its sequence" if n == "ht" else "no window starts its sequence")
+    for n in ("dA_log", "ddt_bias"):
+        if config.gate != "none":
+            not_provided[n] = WINDOW_NOT_COMPARABLE
+    notes.append(f"chunks {lo}:{hi}: {impl.name} ran on {len(windows)} window(s) only, seeded with the float64 "
+                 f"reference's S entering and dS leaving each")
+    run = ImplRun(outputs, stitched_taps, list(range(lo, hi)) if stitched_taps else [],
+                  tap_heads if stitched_taps else [], not_provided, notes)
+    return run, {"tokens": tok_mask, "ht": ht_mask, "dh0": dh0_mask}
