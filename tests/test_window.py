@@ -1,0 +1,107 @@
+"""Seeded windows (``run --chunks``, ``diff --chunks``), the interpreter's time estimate and the
+progress that ticks against it (issue: real-size dumps without a GPU)."""
+
+import dataclasses
+import time
+
+import pytest
+from typer.testing import CliRunner
+
+from kdadbg import cli
+from kdadbg.cases import get_case, make_inputs, with_size
+from kdadbg.chunks import chunk_table
+from kdadbg.diff import diff_dump
+from kdadbg.dump import save_dump
+from kdadbg.impls import resolve_impl
+from kdadbg.progress import ticking
+from kdadbg.run import check
+from conftest import REPO
+
+IMPL = str(REPO / "tests" / "impls" / "torch_kda.py")
+runner = CliRunner()
+
+
+def fn(name="chunk_kda"):
+    return resolve_impl(f"{IMPL}:{name}")
+
+
+def marked(case, chunk, head):
+    from tests.impls.torch_kda import plant_mark
+
+    inputs, config = make_inputs(get_case(case))
+    ct = chunk_table(*inputs.shape[:2], inputs.cu_seqlens, config.chunk_size)
+    return dataclasses.replace(inputs, beta=plant_mark(inputs.beta, int(ct.start[chunk]), head)), config
+
+
+def test_run_on_a_window_compares_its_tokens_and_the_states_it_ends_and_starts():
+    inputs, config = make_inputs(get_case("varlen"))          # cu_seqlens [0,15,100,300]: chunks 0 | 1..6 | 7..19
+    res = check(inputs, config, impl=fn(), chunks=(2, 9))       # seq 1 from its chunk 2, seq 2's first two chunks
+    assert res.passed and res.window == [2, 9]
+    rows = {t.name: t for t in res.tensors}
+    tokens = (85 - 16) + 32                                     # seq 1 (85 tokens) from its token 16, seq 2: 32
+    assert rows["o"].count == tokens * 3 * 16 and rows["dbeta"].count == tokens * 3
+    assert rows["ht"].count == 3 * 16 * 16                      # seq 1's window ends it: its ht only
+    assert rows["dh0"].count == 3 * 16 * 16                     # seq 2's window starts it: its dh0 only
+    assert set(res.not_provided) == {"dA_log", "ddt_bias"} and "seeded" in res.notes[-1]
+    ours = check(inputs, config, chunks=(7, 8))
+    assert ours.passed and {t.name for t in ours.tensors} == {"o", "dq", "dk", "dv", "dg", "dbeta", "dh0"}
+
+
+def test_seeded_diff_names_a_fault_in_the_window_and_not_one_before_it():
+    inputs, config = marked("zero_gates", 1, 1)                 # T=70: chunks 0..4; fault in chunk 1
+    res = diff_dump(inputs, config, fn("fwd_fault"), chunks=(1, 3), seeded=True)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["head"], first["label"]) == ("o", 1, 1, "BUG")
+    assert res.origin["verdict"] == "introduced"
+    late = diff_dump(inputs, config, fn("state_fault"), chunks=(2, 5), seeded=True, window=0)
+    assert late.passed            # the state carried wrongly out of chunk 1 is not in a window seeded from chunk 2
+    full = diff_dump(inputs, config, fn("state_fault"), chunks=(2, 5), window=0)
+    assert not full.passed and full.first_divergence["chunk"] == 2   # the whole run carries it in
+
+
+def test_cli_run_and_diff_on_a_window(tmp_path):
+    inputs, config = make_inputs(get_case("t200"))              # 13 chunks
+    dump = save_dump(tmp_path / "d.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["run", str(dump), "--chunks", "10:", "--device", "cpu"])
+    assert r.exit_code == 0, r.output
+    assert "ran on 1 window(s)" in r.stdout and "not provided" in r.stdout
+    r = runner.invoke(cli.app, ["diff", str(dump), "--chunks", "11:13", "--device", "cpu", "--impl", f"{IMPL}:chunk_kda"])
+    assert r.exit_code == 0, r.output
+    assert "chunks 11:13" in r.stdout and "verdict: pass" in r.stdout
+
+
+def test_slow_interpreter_runs_are_refused_up_front_with_the_estimate(tmp_path):
+    inputs, config = make_inputs(with_size(get_case("t200"), T=2000, H=2))
+    dump = save_dump(tmp_path / "d.safetensors", inputs, config)
+    for cmd in (["run"], ["diff"], ["taps", "-o", str(tmp_path / "t.safetensors"), "--source", "ours"]):
+        r = runner.invoke(cli.app, [cmd[0], str(dump), *cmd[1:], "--device", "cpu", "--max-interpreter-s", "5"])
+        assert r.exit_code == 2, r.output
+        assert "estimated" in r.stderr and "125 chunks x 2 heads" in r.stderr and "--device cuda" in r.stderr
+        assert "--chunks A:B" in r.stderr and r.stderr.count("\n") == 1
+    assert not (tmp_path / "t.safetensors").exists()
+    r = runner.invoke(cli.app, ["run", str(dump), "--device", "cpu", "--max-interpreter-s", "5", "--chunks", "0:1"])
+    assert r.exit_code == 0, r.output                            # one chunk x 2 heads fits
+
+
+def test_the_estimate_follows_the_measured_rate():
+    from kdadbg.impls.ours import interpreter_estimate
+
+    small, cfg = make_inputs(with_size(get_case("t16"), K=8, V=8))
+    est, how = interpreter_estimate(small, cfg)
+    assert 1.5 < est < 3 and "1 chunks x 1 heads" in how
+    big, cfg = make_inputs(with_size(get_case("t16"), T=8192, H=16, K=128, V=128))
+    est, _ = interpreter_estimate(big, dataclasses.replace(cfg, chunk_size=64))
+    assert est > 1000      # 128 chunks x 16 heads at K=V=128, chunk 64: out of reach without a GPU
+    assert interpreter_estimate(big, dataclasses.replace(cfg, chunk_size=64), n_chunks=4)[0] < 70
+
+
+def test_progress_ticks_against_the_estimate():
+    seen = []
+    with ticking(lambda s, d, t: seen.append((s, d, t)), "ours", 10.0, every_s=0.05):
+        time.sleep(0.3)
+    assert seen[0][1:] == (0, 10) and seen[-1][1:] == (10, 10) and "estimated" in seen[0][0]
+    assert len(seen) >= 4 and all(d <= 9 for _, d, _ in seen[1:-1])
+    seen.clear()
+    with ticking(lambda s, d, t: seen.append((d, t)), "reference", None):
+        pass
+    assert seen == [(0, 1), (1, 1)]
