@@ -66,13 +66,16 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
     heads = list(taps.head_list(H)) if taps is not None else []
     stitched_taps: dict[str, torch.Tensor] = {}
     notes, not_provided = [], {}
+    from .progress import ticking
+    from .run import interpreter_seconds
+
     for i, w in enumerate(windows):
-        if progress:
-            progress(f"{impl.name} on windows", i, len(windows))
         w_in = window_inputs(inputs, config, ref_taps, info, w.first, w.last)
         nwc = w.last - w.first + 1
         sel = None if taps is None else TapSelection(names=taps.names, chunks=(0, nwc), heads=tuple(heads))
-        run = impl.run(w_in, config, device=device, taps=sel)
+        stage = f"{impl.name} on window {i + 1}/{len(windows)} (chunks {w.first}-{w.last})"
+        with ticking(progress, stage, interpreter_seconds(impl, w_in, config, device)):
+            run = impl.run(w_in, config, device=device, taps=sel)
         notes += [n for n in run.notes if n not in notes]
         not_provided.update(run.not_provided)
         pos = token_positions(inputs, info, w)
@@ -98,8 +101,6 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
             for j, c in enumerate(run.tap_chunks):
                 stitched_taps[name][w.first + c - lo] = t[j].float().cpu()
         tap_heads = run.tap_heads
-    if progress:
-        progress(f"{impl.name} on windows", len(windows), len(windows))
     shapes = {"o": (B, T, H, V), "dq": (B, T, H, K), "dk": (B, T, H, K), "dv": (B, T, H, V), "dg": (B, T, H, K),
               "dbeta": (B, T, H)}
     outputs = {n: (t.reshape(shapes[n]) if n in shapes else t) for n, t in outs.items()}

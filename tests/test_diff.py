@@ -405,6 +405,44 @@ def test_planted_kernel_fault_is_found(kernel_device, fault, case, overrides, ch
     assert diff_dump(inputs, cfg, device=kernel_device, window=0).passed      # the hook is off again
 
 
+REALISTIC = ("fla_layer", "fla_layer_varlen", "kimi", "kimi_c64", "kimi_varlen")
+# Open finding (not hidden): on kimi_varlen (seed 1) our bf16 kernels' dA_log of head 1 is 1.09e-2 from the
+# float64 reference against a tolerance of 1e-2 and a bf16 noise floor of 7.9e-4 (BUG), carried from dg at
+# chunk 9 (6.8e-2, floor 1.1e-2: DRIFT). strict: the day it passes, this mark must go.
+_KNOWN = {("kimi_varlen", "bf16"): "bf16 dA_log 1.09e-2 > 1e-2 (floor 7.9e-4) from dg at chunk 9: open finding"}
+
+
+@pytest.mark.parametrize("name, precision", [
+    pytest.param(n, p, id=f"{n}-{p}", marks=[pytest.mark.xfail(strict=True, reason=_KNOWN[(n, p)])]
+                 if (n, p) in _KNOWN else []) for n in REALISTIC for p in ("fp32", "bf16")])
+def test_kernels_are_quiet_on_realistic_presets(kernel_device, name, precision):
+    """fla's KimiDeltaAttention init and Kimi's lower-bound gate: no DRIFT cell over tolerance in fp32
+    mode, no BUG in bf16 mode; what float32 cannot hold is UNREP, never the lead."""
+    inputs, cfg = inputs_for(name)
+    res = diff_dump(inputs, cfg, ours(precision), device=kernel_device, window=0)
+    n = res.counts()
+    assert n["cells"] > 0 and n["row_cells"] > 0 and n["bug"] == 0, res.first_divergence
+    assert precision == "bf16" or n["drift"] == 0, res.first_divergence
+    assert res.passed
+
+
+@pytest.mark.parametrize("fault,case,chunk,tap", [
+    pytest.param("dL_sign", "fla_layer", 2, "dL", id="dL_sign-fla_layer"),
+    pytest.param("ln2_twice", "kimi", 3, "dgc", id="ln2_twice-kimi"),
+    pytest.param("dS_untransposed", "kimi_c64", 1, "dS", id="dS_untransposed-kimi_c64"),
+    pytest.param("varlen_offset", "kimi_varlen", 1, "gc", id="varlen_offset-kimi_varlen"),
+])
+def test_planted_kernel_fault_is_found_on_realistic_presets(kernel_device, fault, case, chunk, tap):
+    from kdadbg_kernels import faults
+
+    inputs, cfg = inputs_for(case)
+    with faults.plant(fault, chunk):
+        res = diff_dump(inputs, cfg, device=kernel_device)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG")
+    assert res.origin["verdict"] == "introduced" and not res.passed
+
+
 def test_fault_hook_names():
     from kdadbg_kernels import faults
 
