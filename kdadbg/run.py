@@ -95,6 +95,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     from .reference import run_reference
 
     impl = impl or resolve_impl("ours", precision)
+    config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump)
     tols = tolerances(impl.precision, tol_overrides)
     if save is not None and not force:
@@ -119,7 +120,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     if not rows:
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}")
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
-                       list(got.notes))
+                       [*([config_note] if config_note else []), *got.notes])
     if save is not None:
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
                 **config.to_metadata()}
