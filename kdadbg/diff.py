@@ -93,6 +93,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
     impl = impl or resolve_impl("ours")
     precision = impl.precision
+    config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump or "")
     tols = cell_tolerances(precision, tol_overrides)
     B, T, H, K, V = inputs.shape
@@ -168,7 +169,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
-                     not_provided=dict(run.not_provided), notes=list(run.notes))
+                     not_provided=dict(run.not_provided), notes=[*([config_note] if config_note else []), *run.notes])
     if impl.kind == "taps file":
         res.files = {"theirs": impl.path, "state_layout": impl.spec.state_layout, "gate_units": impl.spec.gate_units}
     bad_in = nonfinite_inputs(inputs)
@@ -326,7 +327,7 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
         implementation = resolve_impl(impl, precision, spec)
     inputs, config = load_dump(path, overrides, allow_nonfinite=allow_nonfinite)
     B, T, H, K, V = inputs.shape
-    table = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+    table = chunk_table(B, T, inputs.cu_seqlens, implementation.config_for(config)[0].chunk_size)
     sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
     if implementation.kind == "taps file":
         f = implementation.read()

@@ -106,6 +106,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     from .reference import run_reference
 
     impl = impl or resolve_impl("ours", precision)
+    config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump)
     if chunks is not None:
         return _check_window(inputs, config, impl, chunks, dump=dump, device=device, tol_overrides=tol_overrides,
@@ -130,7 +131,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     if not rows:
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}")
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
-                       list(got.notes))
+                       [*([config_note] if config_note else []), *got.notes])
     bad_in = nonfinite_inputs(inputs)
     if bad_in:
         agree = nan_positions_agree({n: got.outputs[n] for n in names if n in got.outputs}, ref.outputs)

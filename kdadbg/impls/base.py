@@ -105,6 +105,11 @@ class Implementation:
     provides_taps: bool = False
     precision: str = "fp32"
 
+    def config_for(self, config: KDAConfig) -> tuple[KDAConfig, str | None]:
+        """The config this implementation runs and is compared at, and a note when it is not the dump's
+        (FlashKDA works in 16-token chunks only). ``run`` and ``diff`` use it for both sides."""
+        return config, None
+
     def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
         """``(False, why)`` when this implementation cannot run a dump of this config and these sizes
         (``shapes``: B, T, H, K, V, N, varlen, dtype, has_h0, has_dht)."""
