@@ -428,8 +428,8 @@ def test_kernels_are_quiet_on_realistic_presets(kernel_device, name, precision):
 
 @pytest.mark.parametrize("fault,case,chunk,tap", [
     pytest.param("dL_sign", "fla_layer", 2, "dL", id="dL_sign-fla_layer"),
-    pytest.param("ln2_twice", "kimi", 3, "dgc", id="ln2_twice-kimi"),
-    pytest.param("dS_untransposed", "kimi_c64", 1, "dS", id="dS_untransposed-kimi_c64"),
+    pytest.param("ln2_twice", "kimi_c64", 2, "dgc", id="ln2_twice-kimi_c64"),
+    pytest.param("gate_padding", "fla_layer_varlen", 3, "gT", id="gate_padding-fla_layer_varlen"),
     pytest.param("varlen_offset", "kimi_varlen", 1, "gc", id="varlen_offset-kimi_varlen"),
 ])
 def test_planted_kernel_fault_is_found_on_realistic_presets(kernel_device, fault, case, chunk, tap):
