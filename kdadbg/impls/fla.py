@@ -51,11 +51,12 @@ CHUNK_SIZES = (32, 64)
 MAX_K = 256
 INSTALL = "pip install 'kdadbg[fla]' (fla-core==0.6.0, and einops)"
 TRITON_PATH_ENV = {"FLA_FLASH_KDA": "0", "FLA_TILELANG": "0"}
-FLA_TAPS = ("gc", "gT", "b", "qd", "kr", "INV", "Mqk", "S", "U", "dS", "dU", "dMqk", "db")
+FLA_TAPS = ("gc", "gT", "b", "qd", "kr", "INV", "Mqk", "S", "U", "dS", "dU", "dMqk", "dL", "db")
 
 # stage function wrapped -> what its result (or keyword arguments) hold, by fla's names
 FWD_STAGES = ("kda_gate_chunk_cumsum", "chunk_local_cumsum", "chunk_kda_fwd_intra", "chunk_gated_delta_rule_fwd_h")
-BWD_STAGES = ("recompute_w_u_fwd", "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_kda_bwd_intra")
+BWD_STAGES = ("recompute_w_u_fwd", "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_kda_bwd_wy_dqkg_fused",
+              "chunk_kda_bwd_intra")
 
 
 def installed_version() -> str | None:
@@ -197,6 +198,8 @@ def _recorder(stage: str, fn, rec: Recorded):
         elif stage == "chunk_gated_delta_rule_bwd_dhu":
             dh, dh0, dv = out
             _keep(rec.bwd, dh=dh, dh0=dh0, dv=dv)
+        elif stage == "chunk_kda_bwd_wy_dqkg_fused":
+            _keep(rec.bwd, dAkk=out[5])
         elif stage == "chunk_kda_bwd_intra":
             _keep(rec.bwd, db=out[2])
         return out
@@ -246,13 +249,13 @@ def last_row(x: torch.Tensor, ct: ChunkTable) -> torch.Tensor:
     return x[torch.arange(x.shape[0], device=x.device), :, i]
 
 
-def chunk_matrix(A: torch.Tensor, ct: ChunkTable) -> torch.Tensor:
-    """fla's per-token ``[B, T, H, BT]`` rows of a chunk's ``[BT, BT]`` matrix -> ``[n, H, C, C]``, the
-    lower triangle with the diagonal (what fla's consumers read; fla leaves the rest unwritten),
+def chunk_matrix(A: torch.Tensor, ct: ChunkTable, diagonal: int = 0) -> torch.Tensor:
+    """fla's per-token ``[B, T, H, BT]`` rows of a chunk's ``[BT, BT]`` matrix -> ``[n, H, C, C]``, its
+    lower triangle from ``diagonal`` down (what fla's consumers read; fla leaves the rest unwritten),
     padding rows and columns 0."""
     M = tokens_to_chunks(A, ct).to(torch.float64)
     C = M.shape[-1]
-    keep = torch.ones(C, C, dtype=torch.bool, device=M.device).tril()
+    keep = torch.ones(C, C, dtype=torch.bool, device=M.device).tril(diagonal)
     cols = torch.arange(C, device=M.device)[None, :] < ct.length.to(M.device)[:, None]   # [n, C]
     return torch.where(keep & cols[:, None, None, :], M, torch.zeros((), dtype=M.dtype, device=M.device))
 
@@ -316,6 +319,8 @@ def to_taps(rec: Recorded, ct: ChunkTable, scale: float, state_v_first: bool, na
         taps["dU"] = tokens_to_chunks(b["dv"].to(torch.float64), ct)
     if want("dMqk", "dAqk"):
         taps["dMqk"] = chunk_matrix(b["dAqk"], ct) / scale
+    if want("dL", "dAkk"):
+        taps["dL"] = chunk_matrix(b["dAkk"], ct, diagonal=-1)
     if want("db", "db"):
         taps["db"] = tokens_to_chunks(b["db"].to(torch.float64), ct)
     return taps
