@@ -22,7 +22,8 @@ autotuning takes each kernel's first config (the interpreter cannot time); a ker
 loop yields Triton int32 scalars as compiled code does (fla calls ``i_t.to(tl.int64)``); fla's
 import-time alias of ``tl.gather`` is pointed at the interpreter's; and the safe-gate backward's
 ``bf16x3`` dot precision, which the interpreter refuses, reads ``ieee`` (the interpreter's dots are
-numpy float32 whatever they are told).
+numpy float32 whatever they are told). 16-bit inputs are refused on the CPU: the interpreter (Triton
+3.9) gets ``bf16_tensor - tl.dot(bf16, bf16)`` wrong, which fla's recurrence computes.
 """
 
 from __future__ import annotations
@@ -361,6 +362,10 @@ class Fla(Implementation):
         return True, ""
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
+        if device == "cpu" and inputs.q.dtype in (torch.bfloat16, torch.float16):
+            raise KdadbgError(f"--impl fla --device cpu: {str(inputs.q.dtype).removeprefix('torch.')} inputs: the "
+                              f"Triton interpreter computes a 16-bit tensor minus a float32 dot wrongly (values ~1e10 "
+                              f"in fla's v_new), so fla's 16-bit path runs only on --device cuda; found a CPU run")
         chunk, chunk_fwd, chunk_bwd = load_fla(device)
         notes = []
         if inputs.q.dtype == torch.float64:
