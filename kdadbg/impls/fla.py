@@ -354,7 +354,7 @@ class Fla(Implementation):
             return False, f"expected fla-core {FLA_VERSION} (the adapter reads its stage functions), found {version}"
         if config.chunk_size not in CHUNK_SIZES:
             return False, f"fla's chunk_kda takes chunk_size 32 or 64, the dump has {config.chunk_size} " \
-                          f"(regenerate it with --chunk-size 64)"
+                          f"(run with --chunk-size 64 or 32)"
         if shapes["K"] > MAX_K:
             return False, f"fla's chunk_kda takes K <= {MAX_K}, found K={shapes['K']}"
         if self.use_safe_gate(config) and config.gate == "lower_bound" and not -5 <= config.lower_bound < 0:
