@@ -279,10 +279,10 @@ def state_grads(dh: torch.Tensor, dh0: torch.Tensor, ct: ChunkTable, state_v_fir
     d0 = dh0.to(torch.float64)
     d0 = (d0.transpose(-1, -2) if state_v_first else d0)
     out = torch.empty_like(dh)
-    first = ct.t == 0
-    prev = torch.arange(ct.n_chunks) - 1
+    first = (ct.t == 0).to(dh.device)
+    prev = torch.arange(ct.n_chunks, device=dh.device) - 1
     out[~first] = dh[prev[~first]]
-    out[first] = d0[ct.seq[first]].to(out.device)
+    out[first] = d0.to(dh.device)[ct.seq.to(dh.device)[first]]
     return out
 
 
