@@ -6,6 +6,7 @@ NAME                   what runs
 ``ours`` (default)     our Triton kernels at ``--precision`` (:mod:`.ours`)
 ``reference``          the float64 reference itself: a self-check that must pass exactly
 ``flashkda``           MoonshotAI's FlashKDA CUDA kernels, taps from its own buffers (:mod:`.flashkda`)
+``fla``                fla-core 0.6.0's ``chunk_kda`` (Triton path) with its intermediates as taps (:mod:`.fla`)
 ``PATH.py:FUNCTION``   a function in a file, fla's ``chunk_kda`` convention (:mod:`.function`)
 ``MODULE:FUNCTION``    an importable one, e.g. ``fla.ops.kda:chunk_kda``, ``kdadbg_kernels:chunk_kda``
 a taps file            another implementation's results (``diff --against FILE``; :mod:`.tapsfile`)
@@ -44,9 +45,15 @@ def _flashkda(precision: str) -> Implementation:
     return FlashKDA(precision)
 
 
+def _fla(precision: str) -> Implementation:
+    from .fla import Fla   # imports nothing of fla until it runs
+    return Fla(precision)
+
+
 register("ours", _ours)
 register("reference", _reference)
 register("flashkda", _flashkda)
+register("fla", _fla)
 
 
 def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec | None = None) -> Implementation:
