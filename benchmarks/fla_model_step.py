@@ -18,7 +18,14 @@ def main():
     p.add_argument("--v-heads", type=int, default=None, help="num_v_heads (GVA when > --heads)")
     p.add_argument("--gate", choices=("softplus", "lower_bound"), default="softplus")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--first-config", action="store_true",
+                   help="fla's kernels take their first autotune config (no minutes of autotuning per shape)")
     a = p.parse_args()
+    if a.first_config:
+        from triton.runtime.autotuner import Autotuner
+
+        orig = Autotuner.prune_configs
+        Autotuner.prune_configs = lambda self, *args, **kw: orig(self, *args, **kw)[:1]
     from fla.models import KDAConfig, KDAForCausalLM
 
     torch.manual_seed(a.seed)
