@@ -33,10 +33,11 @@ class Group(typer.core.TyperGroup):
 
 app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion=False,
                   pretty_exceptions_enable=False,
-                  help="Gradient debugger for KDA (Kimi Delta Attention) chunked kernels: run our Triton "
-                       "kernels against a float64 reference (run), find the first chunk and stage "
-                       "where they diverge (diff), export per-chunk taps (taps), and make or check "
-                       "dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input.")
+                  help="Gradient debugger for KDA (Kimi Delta Attention) chunked kernels: run an "
+                       "implementation (--impl: our Triton kernels, fla, FlashKDA, your function) against a "
+                       "float64 reference (run), find the first chunk and stage where it diverges (diff), "
+                       "export per-chunk taps (taps), capture dumps from training (capture), and make or "
+                       "check dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input.")
 
 
 def _out() -> Console:
@@ -148,6 +149,14 @@ METAVARS = {"--tol": "NAME=VALUE", "--chunks": "A:B", "--heads": "I,J", "--taps"
             "--impl": "NAME", "--source": "NAME", "--max-interpreter-s": "S"}
 
 
+def _is_choice(p) -> bool:
+    """An option whose values typer lists itself (an Enum); across typer versions."""
+    desc = getattr(p, "type_descriptor", None)
+    if desc is not None:
+        return bool(desc.is_choice)
+    return type(getattr(p, "type", None)).__name__ == "Choice"   # click's, or the one typer vendors
+
+
 def _join_lines(text: str | None) -> str | None:
     """Docstring lines that break a sentence are joined; a line ending a sentence keeps its break."""
     if not text:
@@ -174,7 +183,7 @@ class Command(typer.core.TyperCommand):
                 p.display_type_rich = lambda ctx: None  # the name says it; typer would add a Python type
             elif getattr(p, "is_flag", False):
                 p.metavar = ""
-            elif p.metavar is None and not p.type_descriptor.is_choice:
+            elif p.metavar is None and not _is_choice(p):
                 p.metavar = METAVARS.get(next((o for o in p.opts if o.startswith("--")), ""), "VALUE")
 
     def get_help_option(self, ctx):
