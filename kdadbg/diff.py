@@ -31,7 +31,7 @@ from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare_cells, na
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
-from .impls.base import convert_taps
+from .impls.base import convert_taps, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
 from .tolerances import tap_tolerances, tolerances
 
@@ -160,8 +160,10 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     if noise_floor:
         step("noise floor")
         fl_out, fl_taps = noise.floor_reference(inputs, config, precision, tuple(cand), device)
-        floor_taps = select({n: fl_taps[n] for n in cand}, tap_rows, tap_heads)
-        floor_rows, _ = output_rows({n: fl_out[n] for n in mine}, ct, config.state_layout, chunk_list, head_list)
+        # a value stored in 16 bits cannot be nearer than its rounding: the floor includes it
+        floor_taps = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in cand}, tap_rows, tap_heads)
+        floor_rows, _ = output_rows({n: stored_as(fl_out[n], run.outputs[n].dtype) for n in mine}, ct,
+                                    config.state_layout, chunk_list, head_list)
 
     unrep = unrepresentable(ref_taps, cand, {n: tap_rows for n in cand}, tap_heads, info)
     cells = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep)

@@ -244,3 +244,31 @@ def test_readme_example_implementation_passes(tmp_path):
     vin, vcfg = case_inputs("varlen_short")
     with pytest.raises(KdadbgError, match="needs cu_seqlens"):
         check(vin, vcfg, impl=resolve_impl(f"{tmp_path / 'mine.py'}:chunk_kda"))
+
+
+class _Bf16Storage(Implementation):
+    """The float32 reference, its o and its S taps stored in bf16 (as FlashKDA stores kd, S, ...)."""
+    name = "bf16-storage"
+    provides_taps = True
+
+    def __init__(self, declare=True):
+        self.declare = declare
+
+    def run(self, inputs, config, *, device, taps=None):
+        res = run_reference(inputs, config, taps=("S", "U"), dtype=torch.float32)
+        outs = dict(res.outputs)
+        outs["o"] = outs["o"].to(torch.bfloat16)
+        t = {"S": res.taps["S"].to(torch.bfloat16).float(), "U": res.taps["U"]}
+        run = ImplRun(outs, t, list(range(res.chunks.n_chunks)), list(range(inputs.shape[2])))
+        if self.declare:
+            run.tap_storage = {"S": torch.bfloat16}
+        return run
+
+
+def test_values_stored_in_16_bits_are_judged_against_a_floor_that_rounds_too():
+    inputs, config = case_inputs("t200")
+    res = diff_dump(inputs, config, _Bf16Storage(), names=("S", "U"), window=0)
+    assert res.passed and res.first_bug is None
+    assert int((res.cells["o"].label == 1).sum()) > 0 and int((res.cells["S"].label == 1).sum()) > 0   # DRIFT
+    undeclared = diff_dump(inputs, config, _Bf16Storage(declare=False), names=("S", "U"), window=0)
+    assert undeclared.first_bug["tap"] == "S" and not undeclared.passed    # a rounding nobody declared is a bug

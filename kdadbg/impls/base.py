@@ -81,6 +81,9 @@ class ImplRun:
     taps: registry name -> ``[len(tap_chunks), len(tap_heads), *per-chunk shape]``, registry layout
         and units, NaN where the implementation wrote nothing.
     not_provided: output name -> why (e.g. ``"forward only"``).
+    tap_storage: tap name -> the 16-bit dtype the implementation stores it in (FlashKDA's bf16 ``kd``,
+        ``S``, ...): the noise floor of those cells includes that rounding, as it does for outputs
+        returned in 16 bits.
     """
 
     outputs: dict[str, torch.Tensor]
@@ -89,6 +92,16 @@ class ImplRun:
     tap_heads: list[int] = field(default_factory=list)
     not_provided: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    tap_storage: dict[str, torch.dtype] = field(default_factory=dict)   # taps the implementation stores in 16 bits
+
+
+STORAGE_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def stored_as(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
+    """``t`` rounded to a 16-bit storage dtype and back (what an implementation that stores it so can
+    hold at best); unchanged for any other dtype."""
+    return t.to(dtype).to(t.dtype) if dtype in STORAGE_DTYPES else t
 
 
 class Implementation:

@@ -148,7 +148,18 @@ def load_fla(device: str):
                           f"expected fla-core {FLA_VERSION}")
     if device == "cpu":
         interpreter_shims()
+    elif os.environ.get("KDADBG_FLA_FIRST_CONFIG", "0") not in ("", "0"):
+        first_config_only()
     return chunk, chunk_fwd, chunk_bwd
+
+
+def first_config_only() -> None:
+    """``KDADBG_FLA_FIRST_CONFIG=1``: each fla kernel takes its first autotune config instead of
+    minutes of autotuning per new shape (numerics are judged, not timed); idempotent."""
+    from triton.runtime.autotuner import Autotuner
+
+    if not getattr(Autotuner.prune_configs, "_kdadbg_shim", False):
+        Autotuner.prune_configs = _first_config_prune(Autotuner.prune_configs)
 
 
 @contextlib.contextmanager

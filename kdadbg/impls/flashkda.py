@@ -147,6 +147,7 @@ class FlashKDA(Implementation):
         lo, hi = sel.chunk_range(ct.n_chunks)
         run.taps, run.tap_chunks, run.tap_heads = select_taps(theirs, list(range(ct.n_chunks)), list(range(H)),
                                                               list(range(lo, hi)), list(sel.head_list(H)))
+        run.tap_storage = {n: torch.bfloat16 for n in run.taps if n in fc.BF16_TAPS}
         missing = [n for n in sel.names if n not in fc.BUILD_TAPS[self.build]]
         if missing:
             run.notes.append(f"taps the {self.build} build does not keep: {', '.join(missing)} (README, flashkda)")

@@ -86,6 +86,8 @@ NEVER_STORED = {
     "dvcorr": "shared memory of the backward recurrence",
     "dL": "shared memory of the backward recurrence",
 }
+BF16_TAPS = ("kd", "qd", "kr", "ki", "INV", "Mqk", "S")   # stored in bf16 (INV from fp16): their floor rounds too
+
 BUILD_TAPS = {
     "upstream": ("gT", "qd", "kd", "kr", "INV", "Mqk"),
     "fork": ("gc", "gT", "qd", "kd", "ki", "kr", "INV", "Mqk", "S"),
