@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from .compare import Compare, compare
+from .compare.result import knob_overrides
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
@@ -35,6 +36,7 @@ class RunResult:
     impl: dict = field(default_factory=dict)
     not_provided: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    knobs: dict[str, str] = field(default_factory=knob_overrides)  # KDADBG_* knob overrides in effect
 
     @property
     def passed(self) -> bool:
@@ -60,6 +62,7 @@ class RunResult:
             "compared": {"tensors": len(self.tensors), "elements": self.elements},
             "not_provided": self.not_provided,
             "notes": self.notes,
+            "knobs": self.knobs,
             "config": self.config.as_dict(),
             "env": environment(self.device),
             "timings_s": self.timings,
