@@ -161,8 +161,8 @@ def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     SPLIT 3 (chunks of 16 and 32): three tf32 MMAs (``tf32x3``). SPLIT 2 (the default at chunk 64):
     two, ``a·hi(b) + a·lo(b)`` with ``hi(b)`` b's tf32 truncation and ``lo(b) = b - hi(b)``: b (the keys
     or queries with their decay) kept to about fp32, a (dMqk, dL) to tf32; 0.44 ms less than SPLIT 3 at
-    H16 T16384 on the H200 (3.26 against 3.70 ms), and it passes the GPU tests. In CPU emulation at chunk 64 over 8 seeds (``benchmarks/bf16_margin.py``,
-    docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
+    H16 T16384 on the H200 (3.26 against 3.70 ms), and it passes the GPU tests. In CPU emulation at
+    chunk 64 over 8 seeds (``benchmarks/bf16_margin.py``, docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
     reaches 2.70x its bar (mean 1.58x) against 0.86x (0.51x). At chunk 32 `chunk32`'s dA_log reached
     1.06x (0.90x with SPLIT 3), hence SPLIT 3 there. Keeping a exact instead was far worse (ddt_bias
     1.87x on `chunk64_varlen`). Under the interpreter (DOT 2) tf32 operands are truncated as the tensor
@@ -702,5 +702,6 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
         q=q, k=k, dqn=dqn, dkn=dkn, dq=dq, dk=dk, beta=beta, db_part=db_part, dbeta=dbeta,
         t_db=tap_plan.get("db") if tap else dbeta, **_plan_args(tap_plan, chunks), chunk_start=chunks.chunk_start,
-        chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size, BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
+        chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size,
+        BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
     return dq, dk, dbeta

@@ -306,7 +306,8 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
             qn=qn, kn=kn, gc=gc, v=v, b=b, Mqk=Mqk, S=S, U=U, o=o, chunk_start=chunks.chunk_start,
             chunk_len=chunks.chunk_len, scale=float(scale), t_S=t_S, t_vcorr=t_vcorr, t_U=t_U, head_slot=slot,
-            tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0, H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
+            tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
+            H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
             STORE_O=not taps_only, **LAUNCH,
             num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),

@@ -60,7 +60,8 @@ KNOBS: dict[str, Knob] = {
     "REC_U_AHEAD": Knob("1 only where it buys a pipeline stage (recurrence.state_pass_plan)",
                         "1: the forward state pass loads u one step ahead into registers", False),
     "REC_WARPS": Knob("4", "warps of the forward state pass", False),
-    "OUT_NVB": Knob("every V block", "V blocks of 64 columns one output-pass program covers", False),
+    "OUT_NVB": Knob("every V block", "V blocks (up to 64 columns each) one output-pass program covers",
+                    False),
     "OUT_WARPS": Knob("8 with taps at C * BK > 4096, else 4", "warps of the output pass", False),
     "OUT_STAGES": Knob("1", "pipeline stages of the output pass", False),
     "STATE_LONGEST_FIRST": Knob("1", "1: the state passes launch the sequences with most chunks first; "
@@ -75,7 +76,8 @@ KNOBS: dict[str, Knob] = {
                           "before dSn", False),
     "DQKGV_UNCOND": Knob("1 in fp32 mode, 0 in bf16 mode",
                          "1: the V pass forms its V-only products in every K block (only block 0's are "
-                         "kept); 0: in block 0 alone", False),
+                         "kept); 0: in block 0 alone, which the H200 build of Triton 3.6 got wrong in fp32 "
+                         "mode", False),
     "DQKGV_WARPS": Knob("4 at chunk 16, else 8", "warps of the backward V pass", False),
     "DQKGV_STAGES": Knob("3", "pipeline stages of the backward V pass", False),
     "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
