@@ -25,7 +25,7 @@ if [ -d .peer ] && ls .peer/fla_core-*.whl >/dev/null 2>&1; then
     python3 -m pip install -q --no-index --no-deps --target "$PWD/.peer/site" .peer/fla_core-*.whl \
         && export PYTHONPATH="$PWD/.peer/site:$PYTHONPATH"
 else
-    # round 15 lost a call's fla timing to this: say it before anything runs
+    # a call without .peer in carry loses its fla timing: say it before anything runs
     echo "gpu_check.sh: WARNING: no .peer/fla_core-*.whl here, so fla is not importable and will not be timed" \
          "(copy shared/peer/ to .peer/ and name .peer in the device tool's carry)" >&2
 fi

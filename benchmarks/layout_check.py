@@ -6,11 +6,11 @@
 Why: ``tl.sum`` and ``tl.cumsum`` add in an order that follows the register layout the compiler gives
 their operand, and that layout is chosen from the whole kernel, tap stores included. On the H200
 (Triton 3.6) switching taps on moved the K pass's reverse scan of dgc to another layout, and dg changed
-in its last bits (docs/gpu/round7). Outputs with taps on must be the same bits as with taps off.
+in its last bits. Outputs with taps on must be the same bits as with taps off.
 
 It also compares the products (``tt.dot``, ``ttng.warp_group_dot``) whose accumulator is not a constant:
 Triton folds ``dot(a, b) + c`` into ``dot(a, b, c)`` only where the product has no other use, so a tap
-that reads a product's result can change how the sum after it rounds (dg in fp32 mode, round 22).
+that reads a product's result can change how the sum after it rounds (it did for dg in fp32 mode on the H200).
 
 Runs one forward+backward on small CPU tensors with every launch intercepted (as
 ``kernel_resources.py`` does), once with taps off and once with every tap on; compiles each launch for
@@ -99,7 +99,7 @@ DOT = re.compile(r"= (tt\.dot|ttng\.warp_group_dot) %[\w#]+, %[\w#]+, (%[\w#]+)"
 def accumulating_dots(ttgir: str) -> list[str]:
     """The products whose accumulator is not a constant, in program order: where Triton folded the add
     that follows a product into the product's accumulator. A second use of the product's result stops
-    that fold, and the sum then rounds differently: dg with taps on in fp32 mode, round 22."""
+    that fold, and the sum then rounds differently (dg with taps on in fp32 mode did on the H200)."""
     out = []
     for line in ttgir.splitlines():
         m = DOT.search(line)

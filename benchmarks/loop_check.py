@@ -3,11 +3,11 @@
     python benchmarks/loop_check.py [--H 16] [--chunk-size 64] [--K 128] [--V 128] [--precision bf16] [--taps]
 
 Why: the two state passes walk a sequence's chunks one after the other, so each step's latency adds
-up over the sequence. Until round 15 their sm_90 code had loads that one step waited on: the chunk
+up over the sequence. Their sm_90 code once had loads that one step waited on: the chunk
 table's ``chunk_start``/``chunk_len`` (which the next step's tile copies needed for their addresses)
 and the loads that feed no ``tl.dot`` (``gT``; the backward's ``dU0``), which Triton's pipeliner
 leaves synchronous. Removing them took the backward state pass from 0.834 to 0.363 ms and the
-forward from 0.614 to 0.510 at H16 T16384 on the H200 (docs/gpu/round15/call2).
+forward from 0.614 to 0.510 at H16 T16384 on the H200.
 
 Runs one forward+backward on small CPU tensors with the launches intercepted (as
 ``kernel_resources.py`` does), compiles the two state passes (taps off, or on with ``--taps``) for

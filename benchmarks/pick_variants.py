@@ -25,7 +25,7 @@ def pick(lines: list[dict], stage: str, groups: list[set[str]], baseline: str, m
     for group in groups:
         best, best_t = None, t0 * (1 - margin)
         for x in lines:
-            knobs = {k.removeprefix("KDADBG_"): v for k, v in x["knobs"].items() if k != "KDADBG_ALLOW_ABLATE"}
+            knobs = {k.removeprefix("KDADBG_"): v for k, v in x["knobs"].items()}
             if knobs and set(knobs) <= group and x["ms"][stage] < best_t:
                 best, best_t = knobs, x["ms"][stage]
         print(f"pick_variants: {sorted(group)}: {best or 'defaults'} ({stage} {best_t if best else t0:.3f} "

@@ -5,9 +5,9 @@
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid),
 bf16 mode. One line per run: the stage times in ms and the ``KDADBG_*`` overrides in effect
-(``kernels/tuning.py``), so one GPU call can time many launch variants and ablations:
+(``kernels/tuning.py``), so one GPU call can time many launch variants:
 
-    for v in "" KDADBG_REC_BV=64 KDADBG_PREP_ABLATE=1; do env $v python benchmarks/stage_bench.py --tag "$v"; done
+    for v in "" KDADBG_REC_BV=64 KDADBG_PREP_WARPS=8; do env $v python benchmarks/stage_bench.py --tag "$v"; done
 """
 
 from __future__ import annotations

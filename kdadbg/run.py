@@ -14,6 +14,7 @@ from typing import Callable
 import torch
 
 from .compare import Compare, compare, nan_positions_agree, nonfinite_inputs, nonfinite_note
+from .compare.result import knob_overrides
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
@@ -38,6 +39,7 @@ class RunResult:
     notes: list[str] = field(default_factory=list)
     nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
     window: list[int] | None = None         # [lo, hi): the chunks the implementation ran on (--chunks)
+    knobs: dict[str, str] = field(default_factory=knob_overrides)  # KDADBG_* knob overrides in effect
 
     @property
     def passed(self) -> bool:
@@ -67,6 +69,7 @@ class RunResult:
             "nonfinite_inputs": self.nonfinite_inputs,
             "window": self.window,
             "notes": self.notes,
+            "knobs": self.knobs,
             "config": self.config.as_dict(),
             "env": environment(self.device),
             "timings_s": self.timings,

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import torch
 
-from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, chunk_layout
 from .prepare import kda_fwd_prepare
 from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
@@ -107,7 +106,6 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         dt_bias = dt_bias.reshape(H, K).float().contiguous()
     if h0 is not None:
         h0 = h0.float().contiguous()
-    faults.bind(q, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
 
     fused = fuse_out(precision)
     qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd = kda_fwd_prepare(

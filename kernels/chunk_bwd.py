@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import torch
 
-from . import faults
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
 from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
@@ -72,7 +71,6 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
 
     qf, kf, gf, vf, dof = flat(q, K), flat(k, K), flat(g, K), flat(v, V), flat(do, V)
     betaf = beta.contiguous().view(BT, H)
-    faults.bind(qf, chunks.chunk_start)  # test-only fault hook: a no-op unless a fault is planted
     # qn, kn may be q, k themselves (no l2norm): the kernels read any float dtype, so no fp32 copy
     sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") else getattr(saved, f).float().contiguous()
           for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}

@@ -4,6 +4,7 @@ tensors (the contract between the forward and the backward stages) and the tap p
 from __future__ import annotations
 
 import functools
+import os
 from dataclasses import dataclass, field
 
 import torch
@@ -19,10 +20,27 @@ PRECISIONS = ("fp32", "bf16")
 LAUNCH = dict(enable_fp_fusion=False)
 
 
+def dot_mode(precision: str) -> int:
+    """The backward kernels' ``DOT``: 0 exact fp32 products; 1 bf16 MMA operands (``precision="bf16"``
+    on the GPU); 2 the same emulated under the interpreter (``tlmath.mm``)."""
+    if precision == "fp32":
+        return 0
+    return 2 if os.environ.get("TRITON_INTERPRET") == "1" else 1
+
+
+def fwd_lowp(precision: str) -> int:
+    """Which of the forward state pass's inputs are bf16 in the fast mode (knob ``FWD_LOWP``, a bit mask):
+    1 ``w``, 2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``)
+    instead of tf32. None in fp32 mode."""
+    lowp = knob("FWD_LOWP", 15) if precision == "bf16" else 0
+    if lowp & ~15:
+        raise ValueError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
+    return lowp
+
+
 def to_device(host: torch.Tensor, device) -> torch.Tensor:
     """``host`` on ``device`` without waiting for the GPU: on CUDA from pinned memory (a pageable copy makes
-    the host wait for the GPU's queued work; round 15's taps-on profile at H16 T16384 had one such copy per
-    call and 0.84 ms more wall than kernel time per fwd+bwd)."""
+    the host wait for the GPU's queued work, which left the host the bound of a taps-on call)."""
     if torch.device(device).type == "cuda":
         return host.pin_memory().to(device, non_blocking=True)
     return host.to(device)

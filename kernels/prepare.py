@@ -23,25 +23,14 @@ import torch
 import triton
 import triton.language as tl
 
-from . import faults
-from .common import LAUNCH, chunk_launches, tap_kernel_args
+from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
 from .tuning import block_size, knob
 from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
 
-@triton.jit
-def _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT: tl.constexpr):
-    """Rows (and their mask) the chunk's inputs are loaded from: its own, or with the test-only planted
-    fault 6 (varlen_offset, faults.py) one token late from the planted chunk on."""
-    if FAULT == 6:
-        sh = tl.where((fault_chunk >= 0) & (i_c >= fault_chunk), 1, 0)
-        return o_tok + sh, o_t + sh < n_valid
-    return o_tok, o_t < n_valid
-
-
-@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "fault_chunk", "c0"])
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
 def kda_fwd_token_kernel(
     q,               # [BT, H, K] raw query (any float dtype)
     k,               # [BT, H, K] raw key
@@ -66,7 +55,6 @@ def kda_fwd_token_kernel(
     tap_lo,          # first tapped chunk
     tap_hi,          # one past the last tapped chunk
     n_sel,           # number of tapped heads
-    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     c0,              # first chunk of this launch (common.chunk_launches)
     H: tl.constexpr,
     K: tl.constexpr,
@@ -75,12 +63,11 @@ def kda_fwd_token_kernel(
     GATE: tl.constexpr,          # 0 none, 1 lower_bound, 2 softplus
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
-    STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, or a planted fault that shifts the loads)
+    STORE_QK: tl.constexpr,      # write qn, kn (with l2norm)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
-    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 3 gate_padding, 6 varlen_offset
 ):
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -89,7 +76,6 @@ def kda_fwd_token_kernel(
     o_t = tl.arange(0, BC)
     m_t = o_t < n_valid
     o_tok = bos + o_t
-    o_ld, m_ld = _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT)  # where inputs are loaded from
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
         a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
@@ -99,7 +85,7 @@ def kda_fwd_token_kernel(
     tapped = STORE_TAPS & (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
     o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
 
-    b_beta = tl.load(beta + o_ld * H + i_h, mask=m_ld, other=0).to(tl.float32)
+    b_beta = tl.load(beta + o_tok * H + i_h, mask=m_t, other=0).to(tl.float32)
     if BETA_SIGMOID:
         b_b = tl.where(m_t, sigmoid(b_beta), 0.0)
     else:
@@ -113,10 +99,10 @@ def kda_fwd_token_kernel(
         b_sk = tl.zeros([BC], dtype=tl.float32)
         for i_k in range(tl.cdiv(K, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
-            o_ldk = (o_ld[:, None] * H + i_h) * K + o_k[None, :]
-            m_ldk = m_ld[:, None] & (o_k < K)[None, :]
-            b_q = tl.load(q + o_ldk, mask=m_ldk, other=0).to(tl.float32)
-            b_k = tl.load(k + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+            o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+            m_tk = m_t[:, None] & (o_k < K)[None, :]
+            b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32)
+            b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32)
             b_sq += tl.sum(b_q * b_q, 1)
             b_sk += tl.sum(b_k * b_k, 1)
         b_rq = 1.0 / tl.sqrt(b_sq + 1e-6)
@@ -129,24 +115,17 @@ def kda_fwd_token_kernel(
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-        o_ldk = (o_ld[:, None] * H + i_h) * K + o_k[None, :]
-        m_ldk = m_ld[:, None] & m_k[None, :]
-        b_q = tl.load(q + o_ldk, mask=m_ldk, other=0).to(tl.float32) * b_rq[:, None]
-        b_k = tl.load(k + o_ldk, mask=m_ldk, other=0).to(tl.float32) * b_rk[:, None]
-        b_g = tl.load(g + o_ldk, mask=m_ldk, other=0).to(tl.float32)
+        b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None]
+        b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None]
+        b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
         if GATE != 0:
             b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
         else:
             b_dt = tl.zeros([BK], dtype=tl.float32)
         # padding rows decay nothing, so gc stays flat past the last valid row
         b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
-        if FAULT == 3:  # test-only: padding rows' decay left in the planted chunk, gT read at the tile's last row
-            b_gam = tl.where((i_c == fault_chunk) & m_k[None, :], gate_act(b_g, b_dt, a_h, lower_bound, GATE),
-                             b_gam)
         b_gc = tl.cumsum(b_gam, axis=0)
         b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
-        if FAULT == 3:
-            b_gT = tl.where(i_c == fault_chunk, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)
         b_kr = tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0)
         if STORE_QK:
             tl.store(qn + o_tk, b_q, mask=m_tk)
@@ -344,7 +323,7 @@ def kda_fwd_intra_solve_kernel(
             _store_lower(t_INV + o_tap, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, NB, BC)
 
 
-@triton.jit(do_not_specialize=["fault_chunk"])
+@triton.jit
 def kda_fwd_wu_kernel(
     v,               # [BT, H, V] value
     kn,              # [BT, H, K]: keys after l2norm (or the raw keys)
@@ -355,14 +334,12 @@ def kda_fwd_wu_kernel(
     u,               # out [BT, H, V] fp32 (bf16 with FWD_LOWP & 4): INV Diag(b) v
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
-    fault_chunk,     # test-only: the chunk a planted fault applies to
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
     BC: tl.constexpr,
     BK: tl.constexpr,            # column block of both products
     BF16: tl.constexpr,
-    FAULT: tl.constexpr = 0,     # test-only: 6 varlen_offset (v loaded one token late)
 ):
     """The WY products, program 0 of axis 2 forms ``w = INV Diag(b) kd``, program 1 ``u = INV Diag(b) v``."""
     i_c, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -383,24 +360,13 @@ def kda_fwd_wu_kernel(
                 tl.load(gc + o_tk, mask=m_tk, other=0))
             store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
     else:
-        o_ld, m_ld = _load_rows(o_tok, o_t, n_valid, i_c, fault_chunk, FAULT)
         for i_v in range(tl.cdiv(V, BK)):
             o_v = i_v * BK + tl.arange(0, BK)
             m_v = (o_v < V)[None, :]
-            b_v = tl.load(v + (o_ld[:, None] * H + i_h) * V + o_v[None, :], mask=m_ld[:, None] & m_v,
+            b_v = tl.load(v + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v,
                           other=0).to(tl.float32)
             store_rn(u + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mm_tf32(b_inv, b_v * b_b[:, None], BF16),
                      m_t[:, None] & m_v)
-
-
-def fwd_lowp(precision: str) -> int:
-    """Which of the state pass's inputs are bf16 in the fast mode (``KDADBG_FWD_LOWP``, a bit mask): 1 ``w``,
-    2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``) instead of
-    tf32. None in fp32 mode."""
-    lowp = knob("FWD_LOWP", 15) if precision == "bf16" else 0
-    if lowp & ~15:
-        raise ValueError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
-    return lowp
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
@@ -410,7 +376,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
     own dtype: the same values, no copy); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
     INV, Mqk [NC,H,C,C]``; ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``,
-    else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``fwd_lowp``). ``krT`` is
+    else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``). ``krT`` is
     ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left operand
     with the reduction axis contiguous, as the MMAs need.
     """
@@ -418,9 +384,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
-    fault, fault_chunk = faults.args("gate_padding", "varlen_offset")
-    store_qk = qk_l2norm or fault != 0
-    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2)) if store_qk else (q, k)
+    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2)) if qk_l2norm else (q, k)
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
     gc = torch.empty(BT, H, K, device=dev, dtype=f32)
@@ -437,38 +401,37 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd
     if tap_plan is not None:
         tap_plan.alias(chunks, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk)
-    has_gate, bf16, ablate = GATE_IDS[gate] != 0, precision == "bf16", knob("PREP_ABLATE", 0)
-    if ablate & ~8:
-        raise ValueError(f"KDADBG_PREP_ABLATE={ablate}: only bit 8 (skip the w/u kernel) is left; bits 1, 2 "
-                         "and 4 switched parts of the intra and inverse kernels, which are now one kernel")
+    has_gate, bf16 = GATE_IDS[gate] != 0, precision == "bf16"
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
-    # K blocks of 64 (32 before): the forward's prepare 1.423 -> 1.405 ms at H32 T16384; for the WY
-    # products blocks of 32 (64 before, when w and u were fp32): 1.423 -> 1.323 (docs/gpu/round17/call5)
+    # K blocks of 64: the forward's prepare 1.423 -> 1.405 ms at H32 T16384 against 32; for the WY
+    # products blocks of 32 (with w and u in bf16): 1.423 -> 1.323 against 64
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
-            q, k, g, beta, A_log if has_gate else qn, dt_bias if has_gate else qn,
-            qn, kn, gc, krT, qn if qd is None else qd, b, gT, chunks.chunk_start, chunks.chunk_len,
-            float(scale), float(lower_bound), *bufs, slot, lo, hi, n_sel, fault_chunk, c0,
+            q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
+            qn=qn, kn=kn, gc=gc, krT=krT, qd=qn if qd is None else qd, b=b, gT=gT,
+            chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
+            lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
+            tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_QD=qd is not None,
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=qk_l2norm, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
-            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], FAULT=fault, **LAUNCH,
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
-            qn, kn, gc, b, INV, Mqk, chunks.chunk_start, chunks.chunk_len, float(scale), t_L, t_inv, t_M,
-            slot, lo, hi, n_sel, c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
+            qn=qn, kn=kn, gc=gc, b=b, INV=INV, Mqk=Mqk, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
+            scale=float(scale), t_L=t_L, t_INV=t_inv, t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
+            n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
             TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
-    if not ablate & 8:
-        kda_fwd_wu_kernel[(NC, H, 2)](
-            v, kn, gc, b, INV, w, u, chunks.chunk_start, chunks.chunk_len, fault_chunk, H=H, K=K, V=V, BC=C,
-            BK=knob("PREP_WU_BK", block_size(max(K, V), 32)), BF16=bf16,
-            FAULT=fault if fault == 6 else 0, **LAUNCH, num_warps=knob("PREP_WU_WARPS", 4),
-        )
+    kda_fwd_wu_kernel[(NC, H, 2)](
+        v=v, kn=kn, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
+        H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)), BF16=bf16, **LAUNCH,
+        num_warps=knob("PREP_WU_WARPS", 4),
+    )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd

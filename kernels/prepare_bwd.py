@@ -36,13 +36,10 @@ import torch
 import triton
 import triton.language as tl
 
-from . import faults
-from .common import LAUNCH, chunk_launches
+from .common import LAUNCH, chunk_launches, dot_mode
+from .tlmath import GATE_IDS, mm, mm_tf32, slot_index, store_rn, tap_index, truncate_mantissa
 from .tuning import block_size, knob
-from .recurrence_bwd import dot_mode, mm, mm_tf32, slot_index, tap_index
-from .tlmath import store_rn, truncate_mantissa
 
-GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
 K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
 DQKG_TAPS = V_TAPS + K_TAPS
@@ -50,9 +47,6 @@ DQKG_TAPS = V_TAPS + K_TAPS
 
 @triton.jit(do_not_specialize=["c0"])
 def chunk_bwd_dqkg_v_kernel(
-    gc,              # [BT, H, K] fp32 (planted fault 4 only)
-    qn, kn,          # [BT, H, K] fp32 (planted fault 4 only)
-    gT,              # [NC, H, K] fp32 (planted fault 4 only)
     b,               # [BT, H] fp32
     INV,             # [NC, H, C, C] fp32
     S, dSn,          # [NC, H, K, V] fp32: state entering each chunk; dS arriving from the next chunk
@@ -66,13 +60,10 @@ def chunk_bwd_dqkg_v_kernel(
     t_dU, t_dvcorr, t_dMqk, t_dL,  # tap buffers
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
-    scale,           # query scale (planted fault 4 only)
-    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     c0,              # first chunk of this launch (common.chunk_launches)
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
-    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 1 dL_sign, 4 dgT_after_update
     UNCOND: tl.constexpr = 0,    # the V-only products in every K-block, not under `if first` (see the host)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
@@ -98,11 +89,6 @@ def chunk_bwd_dqkg_v_kernel(
     b_dkr = tl.zeros([C, BK], dtype=tl.float32)
     b_dgTs = tl.zeros([BK], dtype=tl.float32)
     b_dbv = tl.zeros([C], dtype=tl.float32)
-    if FAULT == 4:  # test-only: the planted chunk's dgT reads dS after this chunk's update
-        f_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
-        f_E = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))
-        f_qd = tl.where(m_tk, scale * tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32) * f_E, 0.)
-        f_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32) * f_E, 0.)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
         m_v = o_v < V
@@ -120,10 +106,6 @@ def chunk_bwd_dqkg_v_kernel(
         b_dcS += mm(b_dvc, tl.trans(b_S), DOT)
         b_dkr += mm(b_U, tl.trans(b_dSp), DOT)
         b_dgTs += tl.sum(b_dSp * b_S, axis=1)
-        if FAULT == 4:
-            f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)
-                    - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))
-            b_dgTs += tl.where(i_c == fault_chunk, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)
         if UNCOND:
             b_dMqk += mm(b_do, tl.trans(b_U), DOT)
             b_dL += mm(b_dvc, tl.trans(b_U), DOT)
@@ -147,8 +129,6 @@ def chunk_bwd_dqkg_v_kernel(
     if first:
         b_dMqk = tl.where((o_t[:, None] >= o_t[None, :]) & m_tt, b_dMqk, 0.)
         b_dL = tl.where((o_t[:, None] > o_t[None, :]) & m_tt, -b_dL, 0.)
-        if FAULT == 1:  # test-only: dL of the planted chunk with the wrong sign
-            b_dL = tl.where(i_c == fault_chunk, -b_dL, b_dL)
         tl.store(dMqk + o_cc, b_dMqk)
         tl.store(dL + o_cc, b_dL)
         tl.store(dbv + (bos + o_t) * H + i_h, b_dbv, mask=m_t)
@@ -181,9 +161,8 @@ def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     SPLIT 3 (chunks of 16 and 32): three tf32 MMAs (``tf32x3``). SPLIT 2 (the default at chunk 64):
     two, ``a·hi(b) + a·lo(b)`` with ``hi(b)`` b's tf32 truncation and ``lo(b) = b - hi(b)``: b (the keys
     or queries with their decay) kept to about fp32, a (dMqk, dL) to tf32; 0.44 ms less than SPLIT 3 at
-    H16 T16384 on the H200 (3.26 against 3.70 ms, docs/gpu/round10), and it passed every GPU test
-    (round 12). In CPU emulation at chunk 64 over 8 seeds (``benchmarks/bf16_margin.py``,
-    docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
+    H16 T16384 on the H200 (3.26 against 3.70 ms), and it passes the GPU tests. In CPU emulation at
+    chunk 64 over 8 seeds (``benchmarks/bf16_margin.py``, docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
     reaches 2.70x its bar (mean 1.58x) against 0.86x (0.51x). At chunk 32 `chunk32`'s dA_log reached
     1.06x (0.90x with SPLIT 3), hence SPLIT 3 there. Keeping a exact instead was far worse (ddt_bias
     1.87x on `chunk64_varlen`). Under the interpreter (DOT 2) tf32 operands are truncated as the tensor
@@ -208,9 +187,9 @@ def row_sums(x, o_t, SUFFIX: tl.constexpr, DOT: tl.constexpr):
 
     In fp32 mode as an IEEE product with a 0/1 triangle, whose FMA order is fixed: ``tl.cumsum``'s
     order follows the register layout the compiler picks, and on the H200 (Triton 3.6) switching taps
-    on moved this scan to another layout and changed dg's last bits (docs/gpu/round7). The bf16 modes
-    keep the scan (no extra MMAs there), whose layout is the same with taps on and off, except with a
-    padded K block (K = 8 at chunks 32 and 64, round 16): the K pass then passes DOT 0."""
+    on moved this scan to another layout and changed dg's last bits. The bf16 modes keep the scan (no
+    extra MMAs there), whose layout is the same with taps on and off, except with a padded K block
+    (K = 8 at chunks 32 and 64): the K pass then passes DOT 0."""
     if DOT == 0:
         if SUFFIX:
             m = o_t[None, :] >= o_t[:, None]
@@ -367,15 +346,12 @@ def chunk_bwd_dqkg_kernel(
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
     scale, lower_bound,  # floats
-    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     c0,              # first chunk of this launch (common.chunk_launches)
     fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
     BT, H, K,        # sizes
     C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
     TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
-    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 5 ln2_twice
-    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no P products, 2 no Q products
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
@@ -425,7 +401,7 @@ def chunk_bwd_dqkg_kernel(
     if TAP_T and BLOCKED and TAP_TAME:
         tame = _tame(b_gc, m_k)
     if BLOCKED:
-        for J in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):  # not unrolled: bounds the live tiles
+        for J in tl.range(0, C // 16, num_stages=1):  # not unrolled: bounds the live tiles
             d_q, d_l, b_dM, b_kc, b_ml, b_a, r = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h,
                                                           o_k, m_k, H, K, C, DOT, SPLIT)
             b_Pq += d_q
@@ -440,7 +416,7 @@ def chunk_bwd_dqkg_kernel(
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
         b_dL = tl.load(dL + o_cc)
-        for I in tl.range(0, C // 16 if (ABLATE & 1) == 0 else 0, num_stages=1):
+        for I in tl.range(0, C // 16, num_stages=1):
             d_q, d_l, t_q, t_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
@@ -474,14 +450,14 @@ def chunk_bwd_dqkg_kernel(
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
     if BLOCKED:
-        for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
+        for I in tl.range(0, C // 16, num_stages=1):
             d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C,
                                 DOT, SPLIT)
             b_Qq += d_q
             b_Ql += d_l
     else:
         b_dbL = b_b[:, None] * b_dL
-        for I in tl.range(0, C // 16 if (ABLATE & 2) == 0 else 0, num_stages=1):
+        for I in tl.range(0, C // 16, num_stages=1):
             d_q, d_l = _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT, SPLIT)
             b_Qq += d_q
             b_Ql += d_l
@@ -489,7 +465,7 @@ def chunk_bwd_dqkg_kernel(
     b_Ei = scale * b_Qq + b_Ql                    # E⁻⊙dki without the dMqk diagonal
     idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DKI and on:  # E from gc masked as its load was (0 on padding rows): not the E formed first,
-        # which would then stay live through the Q loop; a reload of gc waited on memory (round 22)
+        # which would then stay live through the Q loop; a reload of gc waited on memory
         b_Et = tl.exp(tl.where(m_tk, b_gc, 0.))
         _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_Et, o_t, o_k, m_k, K, C)
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
@@ -499,8 +475,6 @@ def chunk_bwd_dqkg_kernel(
     b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
     store_rn(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, m_tk)
     b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path
-    if FAULT == 5:  # test-only: ln 2 applied to the planted chunk's gate gradient a second time
-        b_dgx = tl.where(i_c == fault_chunk, b_dgx * 0.6931471805599453, b_dgx)
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
     idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DGC and on:
@@ -516,7 +490,7 @@ def chunk_bwd_dqkg_kernel(
         # sum_r kr⊙dkr[r] as the scan's last row plus that row (0 on padding rows), stored from the threads
         # that hold the row: no reduction of its own, and kr⊙dkr is not live past the scan. Not with the
         # fixed-order product (SCAN 0): a second use of its result kept Triton from folding the add that
-        # follows into the product's accumulator, and dg changed in its last bits (round 22, call 3)
+        # follows into the product's accumulator, and dg changed in its last bits
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
             _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None],
@@ -625,6 +599,14 @@ def chunk_bwd_finish_kernel(
     store_rn(dbeta + o_th, b_db, m_t)
 
 
+def _plan_args(tap_plan, chunks) -> dict:
+    """The tap plan's kernel arguments (``head_slot, tap_lo, tap_hi, n_sel``); without a plan, nothing to
+    store (``head_slot`` is then any int32 pointer: it is never read)."""
+    if tap_plan is None:
+        return dict(head_slot=chunks.chunk_len, tap_lo=0, tap_hi=0, n_sel=0)
+    return dict(head_slot=tap_plan.head_slot, tap_lo=tap_plan.lo, tap_hi=tap_plan.hi, n_sel=tap_plan.n_sel)
+
+
 def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
                    gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None):
     """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis.
@@ -669,34 +651,33 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     if fill is not None and not any(not w for _, _, w in launches):
         fill.fill_(float("nan"))
         fill = None
-    plan = ((tap_plan.head_slot, tap_plan.lo, tap_plan.hi, tap_plan.n_sel) if tap_plan is not None
-            else (chunks.chunk_len, 0, 0, 0))
-    fault, fault_chunk = faults.args("dL_sign", "dgT_after_update", "ln2_twice")
+    plan = _plan_args(tap_plan, chunks)
     DOT = dot_mode(precision)
     for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
         chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
-            gc, qn, kn, gT, b, INV, S, dSn, U, dU, v, do, dv, dMqk, dL, dOS, dcS, dkr, dgTs, dbv,
-            *(bufs[n] for n in V_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, fault_chunk, c0,
-            H, K, V, C=C, BK=BK, BV=knob("DQKGV_BV", block_size(V, hi=32)), DOT=DOT,
-            **{f"TAP_{name.upper()}": on[name] for name in V_TAPS}, FAULT=fault if fault in (1, 4) else 0,
+            b=b, INV=INV, S=S, dSn=dSn, U=U, dU=dU, v=v, do=do, dv=dv, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS,
+            dkr=dkr, dgTs=dgTs, dbv=dbv, **{f"t_{n}": bufs[n] for n in V_TAPS}, **plan,
+            chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, c0=c0,
+            H=H, K=K, V=V, C=C, BK=BK, BV=knob("DQKGV_BV", block_size(V, hi=32)), DOT=DOT,
+            **{f"TAP_{name.upper()}": on[name] for name in V_TAPS},
             # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop
-            # came out wrong (dq, dk, dg; docs/gpu/round6); computed in every K-block they are right. bf16
-            # mode keeps the cheaper form, which passed the same GPU checks.
+            # came out wrong (dq, dk, dg); computed in every K-block they are right. bf16 mode keeps the
+            # cheaper form, which passes the same GPU checks.
             UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
             num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
         chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
-            qn, kn, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g,
-            A_log if has_params else dv, dt_bias if has_params else dv,
-            dqn, dkn, dg, db_part, dA_part if has_params else dv, ddt_part if has_params else dv,
-            *(bufs[n] for n in K_TAPS), *plan, chunks.chunk_start, chunks.chunk_len, scale, lower_bound,
-            fault_chunk, c0, dMqk if fill_here is None else fill_here, 0 if fill_here is None else fill_here.numel(),
-            BT, H, K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate], FILL=fill_here is not None,
-            **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, FAULT=fault if fault == 5 else 0,
-            ABLATE=knob("DQKG_ABLATE", 0), SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
-            # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16, docs/gpu/round16/call3); fp32 mode keeps
-            # the [C, C] products, as accurate as before (with blocks its ddt_bias error doubled on the H200)
+            qn=qn, kn=kn, gc=gc, gT=gT, b=b, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS, dkr=dkr, dgTs=dgTs, dbv=dbv, g=g,
+            A_log=A_log if has_params else dv, dt_bias=dt_bias if has_params else dv,
+            dq=dqn, dk=dkn, dg=dg, db_part=db_part, dA_part=dA_part if has_params else dv,
+            ddt_part=ddt_part if has_params else dv, **{f"t_{n}": bufs[n] for n in K_TAPS}, **plan,
+            chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, lower_bound=lower_bound,
+            c0=c0, fill=dMqk if fill_here is None else fill_here, fill_n=0 if fill_here is None else fill_here.numel(),
+            BT=BT, H=H, K=K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate], FILL=fill_here is not None,
+            **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
+            # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16); fp32 mode keeps the [C, C]
+            # products, twice as accurate in ddt_bias on the H200
             BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
@@ -718,10 +699,9 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     if chunks.n_chunks == 0:
         return dq, dk, dbeta
     tap = tap_plan is not None and tap_plan.has("db")
-    plan = ((tap_plan.head_slot, tap_plan.lo, tap_plan.hi, tap_plan.n_sel) if tap_plan is not None
-            else (chunks.chunk_len, 0, 0, 0))
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
-        q, k, dqn, dkn, dq, dk, beta, db_part, dbeta, tap_plan.get("db") if tap else dbeta, *plan,
-        chunks.chunk_start, chunks.chunk_len, BT, H, K, db_part.shape[0],
-        C=chunks.chunk_size, BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
+        q=q, k=k, dqn=dqn, dkn=dkn, dq=dq, dk=dk, beta=beta, db_part=db_part, dbeta=dbeta,
+        t_db=tap_plan.get("db") if tap else dbeta, **_plan_args(tap_plan, chunks), chunk_start=chunks.chunk_start,
+        chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size,
+        BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
     return dq, dk, dbeta

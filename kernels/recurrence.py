@@ -10,7 +10,7 @@ V-blocks of 16 to 64 columns (``tuning.state_block_v``: at most one program per 
 programs per head at H = 16 (128 chains), 4 at H = 32, 2 on a batch of six sequences at H = 32.
 
 In bf16 mode (``fuse_out``) the state pass also forms ``o = qd S + Mqk U`` chunk by chunk, from ``qd``
-(bf16, from the token stage) and ``Mqk``; its inputs w, krT and u are bf16 there (``prepare.fwd_lowp``).
+(bf16, from the token stage) and ``Mqk``; its inputs w, krT and u are bf16 there (``common.fwd_lowp``).
 
 Output pass, grid (NC, H, V-groups): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``, formed once
 per program with ``Mqk`` and reused over its V blocks (by default one program per chunk and head); it also
@@ -24,8 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, seq_order, state_grid, tap_kernel_args
-from .prepare import fwd_lowp
+from .common import LAUNCH, chunk_launches, fwd_lowp, seq_order, state_grid, tap_kernel_args
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -34,7 +33,7 @@ OUTPUT_TAPS = ("S", "vcorr", "U")
 
 @triton.jit
 def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr):
-    """A product of the state pass: bf16 MMA (``MM_BF16``, prepare.fwd_lowp bit 8) or ``mm_tf32``."""
+    """A product of the state pass: bf16 MMA (``MM_BF16``, common.fwd_lowp bit 8) or ``mm_tf32``."""
     if MM_BF16:
         r = mm(a, b, BF16)
     else:
@@ -44,7 +43,7 @@ def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr):
 
 @triton.jit
 def kda_fwd_recurrence_kernel(
-    krT,             # [NC, H, K, BC] fp32 or bf16 (prepare.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
+    krT,             # [NC, H, K, BC] fp32 or bf16 (common.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
     w,               # [BT, H, K] fp32 or bf16: INV Diag(b) kd
     u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v
@@ -68,9 +67,8 @@ def kda_fwd_recurrence_kernel(
     HAS_H0: tl.constexpr,
     BF16: tl.constexpr,
     U_AHEAD: tl.constexpr = 0,   # 1: u loaded one step ahead into registers (out of the pipeliner's stages)
-    MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (prepare.fwd_lowp bit 8), else tf32
+    MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (common.fwd_lowp bit 8), else tf32
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
-    ABLATE: tl.constexpr = 0,    # timing only (tuning.py): 1 no w S product, 2 no kr^T U product, 4 no S/U stores
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -112,17 +110,14 @@ def kda_fwd_recurrence_kernel(
             b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :],
                                other=0).to(tl.float32)
 
-        if (ABLATE & 4) == 0:
-            tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
+        tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
         if U_AHEAD:
             b_U = b_u
             b_u = b_u_next
         else:
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(tl.float32)
-        if (ABLATE & 1) == 0:
-            b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16)
-        if (ABLATE & 4) == 0:
-            tl.store(U + o_tv, b_U, mask=m_tv)
+        b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16)
+        tl.store(U + o_tv, b_U, mask=m_tv)
         if FUSE_OUT:  # off the chain: S and U of this chunk are final here
             b_qd = tl.load(qd + o_tk, mask=m_tk, other=0)
             b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
@@ -130,8 +125,7 @@ def kda_fwd_recurrence_kernel(
 
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
         b_S = b_S * tl.exp(b_gT)[:, None]
-        if (ABLATE & 2) == 0:
-            b_S += _state_mm(b_krT, b_U, BF16, MM_BF16)
+        b_S += _state_mm(b_krT, b_U, BF16, MM_BF16)
         b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
@@ -225,15 +219,15 @@ def _block_v(K: int, V: int) -> int:
 def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4), extra: int = 0) -> tuple[int, int]:
     """``(num_stages, U_AHEAD)`` of the forward state pass for chunk C and a [BK, BV] state tile.
 
-    Three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384 (docs/gpu/round15/call2). Per
+    Three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384. Per
     stage the fp32 w, krT and u tiles; besides, the S operand and a [C, BV] tile (221184 bytes at 16
     columns, as compiled for sm_90; at 32 columns three stages would need 245760). With u loaded one
     step ahead into registers (U_AHEAD), u leaves the stages and a second [C, BV] tile joins the rest:
     three stages then fit at 32 columns (229376 bytes). That is taken only where it buys a stage: at
     H32 T16384 0.771 -> 0.698 ms (2 -> 3 stages), but at equal stages it cost 0.430 -> 0.530 (H16) and
-    0.709 -> 1.120 (varlen H32, 64 columns) (docs/gpu/round16/call1). ``KDADBG_REC_U_AHEAD`` and
+    0.709 -> 1.120 (varlen H32, 64 columns). ``KDADBG_REC_U_AHEAD`` and
     ``KDADBG_REC_STAGES`` override. ``sizes``: bytes per element of w, krT, u and the products' operands
-    (``prepare.fwd_lowp``); ``extra``: more bytes per stage (the fused output's qd and Mqk tiles)."""
+    (``common.fwd_lowp``); ``extra``: more bytes per stage (the fused output's qd and Mqk tiles)."""
     ew, ek, eu, eo = sizes
     stages = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + eu * C * BV + extra, eo * BV * (BK + C), device)
     stages_u = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + extra, eo * BV * (BK + C) + 4 * C * BV,
@@ -276,11 +270,12 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + 4 * C * C if fused else 0)
     kda_fwd_recurrence_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
-        krT, gT, w, u, h0 if h0 is not None else ht, S, U, ht, qd if fused else ht, Mqk if fused else ht,
-        o if fused else ht, chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
+        krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S, U=U, ht=ht, qd=qd if fused else ht,
+        Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
+        chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), **LAUNCH,
-        num_warps=knob("REC_WARPS", 4), num_stages=stages, ABLATE=knob("REC_ABLATE", 0),
+        num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o
 
@@ -301,15 +296,17 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     BV = _block_v(K, V)
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
-    # two stages 0.211, three 0.308 (docs/gpu/round16/call1)
+    # two stages 0.211, three 0.308
     NVB = knob("OUT_NVB", triton.cdiv(V, BV))
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         if taps_only and not (taps and store):
             continue
         on = {n: taps and present[n] for n in OUTPUT_TAPS}
+        t_S, t_vcorr, t_U = bufs
         kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
-            qn, kn, gc, v, b, Mqk, S, U, o, chunks.chunk_start, chunks.chunk_len, float(scale),
-            *bufs, slot, lo, hi, n_sel, c0,
+            qn=qn, kn=kn, gc=gc, v=v, b=b, Mqk=Mqk, S=S, U=U, o=o, chunk_start=chunks.chunk_start,
+            chunk_len=chunks.chunk_len, scale=float(scale), t_S=t_S, t_vcorr=t_vcorr, t_U=t_U, head_slot=slot,
+            tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
             STORE_O=not taps_only, **LAUNCH,

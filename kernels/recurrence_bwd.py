@@ -14,60 +14,13 @@ The state gradient obeys ``dS = exp(gT) ⊙ dS⁺ + qd^T dO − kd^T dv`` with
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-from . import faults
-from .common import LAUNCH, seq_order, state_grid
-from .tlmath import round_mantissa, seq_span, truncate_mantissa
+from .common import LAUNCH, dot_mode, seq_order, state_grid
+from .tlmath import mm, seq_span
 from .tuning import block_size, knob, pipeline_stages, state_block_v
-
-
-@triton.jit
-def mm(a, b, DOT: tl.constexpr):
-    """fp32-accumulating tensor-core product. DOT 0: fp32 operands, IEEE precision; 1: bf16 operands;
-    2: bf16 operands emulated in fp32 (the Triton interpreter truncates casts to bf16)."""
-    if DOT == 1:
-        return tl.dot(a.to(tl.bfloat16), b.to(tl.bfloat16))
-    elif DOT == 2:
-        return tl.dot(round_mantissa(a, 16), round_mantissa(b, 16), input_precision="ieee")
-    else:
-        return tl.dot(a, b, input_precision="ieee")
-
-
-@triton.jit
-def mm_tf32(a, b, DOT: tl.constexpr):
-    """Like ``mm`` but tf32 operands in the bf16 modes: for the gate-sensitive intra-chunk products,
-    whose errors the reverse cumsum of dgc would otherwise expose (as fla does)."""
-    if DOT == 1:
-        return tl.dot(a, b, input_precision="tf32")
-    elif DOT == 2:
-        return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), input_precision="ieee")
-    else:
-        return tl.dot(a, b, input_precision="ieee")
-
-
-def dot_mode(precision: str) -> int:
-    if precision == "fp32":
-        return 0
-    return 2 if os.environ.get("TRITON_INTERPRET") == "1" else 1
-
-
-@triton.jit
-def tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel):
-    """Flat ``[hi-lo, n_sel]`` index of (chunk c, head i_h) in a tap buffer, and whether to write it."""
-    return slot_index(c, tl.load(head_slot + i_h), tap_lo, tap_hi, n_sel)
-
-
-@triton.jit
-def slot_index(c, slot, tap_lo, tap_hi, n_sel):
-    """``tap_index`` from the head's slot ``head_slot[i_h]`` already loaded."""
-    on = (c >= tap_lo) & (c < tap_hi) & (slot >= 0)
-    idx = tl.where(on, (c - tap_lo) * n_sel + slot, 0).to(tl.int64)
-    return idx, on
 
 
 @triton.jit
@@ -133,12 +86,10 @@ def recurrence_bwd_kernel(
     tap_dS,          # [hi-lo, n_sel, K, V] fp32 tap buffer
     head_slot,       # [H] int32: tap slot of each head, or -1
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
-    fault_chunk,     # test-only (kdadbg_kernels.faults): the chunk a planted fault applies to
     H, K, V,         # sizes
     n_seqs,          # N (DH0_SLOT)
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
-    FAULT: tl.constexpr = 0,     # test-only planted fault (faults.py): 2 dS_untransposed (needs BK == BV)
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
@@ -202,8 +153,6 @@ def recurrence_bwd_kernel(
         tl.store(dU + o_tv, b_dU, mask=m_tv)
         b_dS = tl.exp(b_gT)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
-        if FAULT == 2:  # test-only: the planted chunk passes its dS on transposed
-            b_dS = tl.where(c == fault_chunk, tl.trans(b_dS), b_dS)
         if TAP_DS:
             if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
                 tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
@@ -227,7 +176,8 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     if tap_plan is not None:
         tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
-        qn, kn, gc, gT, b, INV, Mqk, do, qd, kr, w, dU, chunks.chunk_start, chunks.chunk_len, scale, H, K, V,
+        qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
+        chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), **LAUNCH,
         num_warps=8 if C >= 64 else 4)
     return qd, kr, w, dU
@@ -245,16 +195,16 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
     # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order.
     alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
-    store_dh0 = has_h0 or alias_dS or bool(knob("RECB_STORE_DH0", 0))  # the knob: timing the store alone
+    store_dh0 = has_h0 or alias_dS
     N, NC = chunks.n_seqs, chunks.n_chunks
     # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
-    # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16 (docs/gpu/round15/call3)
+    # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16
     BV = state_block_v("RECB_BV", N * H, K, V, dev, per_sm=6)
     # RECB_DH0_SLOT (default 1 at 32 columns or more): dh0 just before dSn, stored by one more step of the
     # loop (the kernel's DH0_SLOT). At 32 columns the sm_90 build of Triton 3.6 spills 8 B with the store
     # after the loop, not with this: on the varlen batch at H32 the pass took 0.614 ms with dh0 so stored,
-    # 0.776 with the store after the loop, 0.611 without dh0 (docs/gpu/round21/call1). At 16 columns
-    # neither spills and the extra step cost: 0.390 against 0.373 ms at H16 T16384 (round21/call2)
+    # 0.776 with the store after the loop, 0.611 without dh0. At 16 columns neither spills and the extra
+    # step cost: 0.390 against 0.373 ms at H16 T16384
     dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 1 if BV >= 32 else 0))
     ext = None
     if dh0_slot or (alias_dS and N == 1):
@@ -270,23 +220,19 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     BK = block_size(K)
     # per stage the kr, qd, w and dO tiles (bf16 on the GPU's bf16 mode, else fp32); besides, the dS
     # operand and two [C, BV] tiles. Three stages: 0.36 ms at H16 T16384, two 0.51, four 0.39
-    # (docs/gpu/round15/call2)
     e = qd.element_size()
     stages = pipeline_stages("RECB_STAGES", 3, chunks.chunk_size * (3 * BK * e + BV * do.element_size()),
                              e * BV * (BK + 2 * chunks.chunk_size), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
-    fault, fault_chunk = faults.args("dS_untransposed")
-    if fault and (BK != BV or triton.cdiv(V, BV) != 1):
-        raise ValueError("fault dS_untransposed needs K == V in one block")
     recurrence_bwd_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
-        qd, kr, w, do, dU, gT, dht if dht is not None else dummy, dSn, dh0 if store_dh0 else dummy,
-        chunks.chunk_start, chunks.chunk_len, chunks.seq_chunk_base, seq_order(chunks),
-        tap_plan.get("dS") if tap else dummy, tap_plan.head_slot if tap else chunks.chunk_len,
-        tap_plan.lo if tap else 0, tap_plan.hi if tap else 0,
-        tap_plan.n_sel if tap else 0, fault_chunk,
-        H, K, V, N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, FAULT=fault, DH0_SLOT=dh0_slot, **LAUNCH,
+        qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,
+        dh0=dh0 if store_dh0 else dummy, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
+        seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
+        tap_dS=tap_plan.get("dS") if tap else dummy, head_slot=tap_plan.head_slot if tap else chunks.chunk_len,
+        tap_lo=tap_plan.lo if tap else 0, tap_hi=tap_plan.hi if tap else 0, n_sel=tap_plan.n_sel if tap else 0,
+        H=H, K=K, V=V, n_seqs=N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
+        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:
         return dSn, None

@@ -1,12 +1,14 @@
-"""Triton device helpers shared by the forward and backward stages: matmul precision modes, the
-stable sigmoid/softplus and the gate activations of spec §1.3 (natural-log units).
+"""Triton device helpers shared by the forward and backward stages: the matmul precision modes, the
+stable sigmoid/softplus and the gate activations of spec §1.3 (natural-log units), a sequence's rows, a
+tap buffer's slot, and the rounding bf16 store.
 
-Precision modes of a product: ``mm`` is one MMA (ieee fp32, or bf16 operands in the fast mode);
+Precision modes of a product (the ``BF16`` argument: 0 exact, else the fast mode; the backward passes
+its ``DOT``, ``common.dot_mode``): ``mm`` is one MMA (ieee fp32, or bf16 operands in the fast mode);
 ``mm_tf32`` is ieee fp32, or in the fast mode one tf32 MMA (10 mantissa bits). The fast forward uses
 ``mm_tf32`` where an error would be carried on (the anchored ``kd ki^T`` and ``qd ki^T``, the ``INV``
-products, ``w``, ``u``) and ``mm`` for the output ``o`` and, since round 17, the state pass
-(``prepare.fwd_lowp``: ht's error 1.1e-3 -> 2.4e-3 of the 5e-3 bar on the H200). With bf16 operands
-everywhere, o and ht landed at 3-5e-3, too close to the bar.
+products, ``w``, ``u``) and ``mm`` for the output ``o`` and the state pass (``common.fwd_lowp``: ht's
+error 1.1e-3 -> 2.4e-3 of the 5e-3 bar on the H200). With bf16 operands everywhere, o and ht landed at
+3-5e-3, too close to the bar.
 """
 
 import os
@@ -19,8 +21,7 @@ import triton.language as tl
 # is what a bf16 tensor-core MMA with fp32 accumulation computes.
 INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
-GATE_NONE, GATE_LOWER_BOUND, GATE_SOFTPLUS = 0, 1, 2
-GATE_IDS = {"none": GATE_NONE, "lower_bound": GATE_LOWER_BOUND, "softplus": GATE_SOFTPLUS}
+GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}  # the kernels' GATE constexpr
 
 
 @triton.jit
@@ -41,7 +42,8 @@ def truncate_mantissa(x, DROP: tl.constexpr):
 
 @triton.jit
 def mm(a, b, BF16: tl.constexpr):
-    """a @ b with fp32 accumulation: bf16 operands (fast mode) or exact fp32 ("ieee", debug mode)."""
+    """a @ b with fp32 accumulation: bf16 operands (fast mode, ``BF16`` non-zero) or exact fp32 ("ieee",
+    debug mode)."""
     if BF16:
         if INTERPRET:
             return tl.dot(round_mantissa(a, 16), round_mantissa(b, 16), input_precision="ieee")
@@ -63,7 +65,9 @@ def mm_operand(a, BF16: tl.constexpr):
 
 @triton.jit
 def mm_tf32(a, b, BF16: tl.constexpr):
-    """a @ b with fp32 accumulation: tf32 operands (fast mode: one MMA, 10 mantissa bits) or ieee fp32."""
+    """a @ b with fp32 accumulation: tf32 operands (fast mode: one MMA, 10 mantissa bits) or ieee fp32.
+    The backward uses it for the gate-sensitive intra-chunk products, whose errors the reverse cumsum
+    of dgc would otherwise expose (as fla does)."""
     if BF16:
         if INTERPRET:
             return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), input_precision="ieee")
@@ -83,6 +87,20 @@ def seq_span(chunk_start, chunk_len, c_lo, c_hi):
     eos = tl.load(chunk_start + c_last, mask=c_lo < c_hi, other=0).to(tl.int64) \
         + tl.load(chunk_len + c_last, mask=c_lo < c_hi, other=0)
     return bos0, eos
+
+
+@triton.jit
+def tap_index(c, i_h, tap_lo, tap_hi, head_slot, n_sel):
+    """Flat ``[hi-lo, n_sel]`` index of (chunk c, head i_h) in a tap buffer, and whether to write it."""
+    return slot_index(c, tl.load(head_slot + i_h), tap_lo, tap_hi, n_sel)
+
+
+@triton.jit
+def slot_index(c, slot, tap_lo, tap_hi, n_sel):
+    """``tap_index`` from the head's slot ``head_slot[i_h]`` already loaded."""
+    on = (c >= tap_lo) & (c < tap_hi) & (slot >= 0)
+    idx = tl.where(on, (c - tap_lo) * n_sel + slot, 0).to(tl.int64)
+    return idx, on
 
 
 @triton.jit

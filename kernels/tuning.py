@@ -1,30 +1,110 @@
-"""Launch parameters of the kernels, with benchmark-only overrides.
+"""Launch knobs of the kernels: one table of every knob, its default and meaning, and the helpers that
+size blocks, V blocks and pipeline stages.
 
-Each kernel asks ``knob(NAME, default)`` for a block size, warp count or stage count; the default is
-what was chosen from ``benchmarks/kernel_resources.py`` (no register spills on sm_90) and the H200
-profiles in ``docs/benchmarks.md``. Setting ``KDADBG_<NAME>`` in the environment overrides it, so that
-``benchmarks/stage_bench.py`` can time variants in one GPU call without editing code. ``*_ABLATE``
-knobs switch parts of a kernel off (wrong results, timing only); they are 0 in normal use, and a
-non-zero one raises unless ``KDADBG_ALLOW_ABLATE=1``.
+Each launch asks ``knob(NAME, default)``; the default is written beside the launch and described in
+``KNOBS``. Setting ``KDADBG_<NAME>`` in the environment overrides it, so that ``benchmarks/stage_bench.py``
+and ``benchmarks/accuracy_ab.py`` can time or check variants without editing code; normal use sets
+none. ``Knob.results`` separates the knobs that may change results (outputs, gradients or taps) from
+the launch-only ones, which keep every bit. ``overrides()`` lists the overrides in effect: the
+``run``/``diff`` JSON records them.
+
+The defaults come from register use on sm_90 (``benchmarks/kernel_resources.py``) and H200 stage
+timings (``docs/benchmarks.md``, ``docs/kernels.md``).
 """
 
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Knob:
+    default: str     # the default, or the rule that picks it
+    meaning: str
+    results: bool    # True: an override may change results; False: launch only, the same bits
+
+
+KNOBS: dict[str, Knob] = {
+    # knobs that may change results
+    "FWD_LOWP": Knob("15 in bf16 mode, 0 in fp32 mode",
+                     "bit mask, bf16 mode: 1 w, 2 krT, 4 u stored in bf16; 8 the state pass's products as "
+                     "bf16 MMAs (else tf32)", True),
+    "FWD_FUSE_OUT": Knob("1 in bf16 mode, 0 in fp32 mode",
+                         "1: the forward state pass forms o; the output pass then writes taps only", True),
+    "PREP_BK": Knob("K rounded up to a power of two, 16 to 64",
+                    "K block of the forward token kernel (the l2norm row sums add per block)", True),
+    "PREP_SOLVE_BK": Knob("16", "K block of the forward intra/solve kernel's products", True),
+    "DQKG_BK": Knob("K rounded up to a power of two, 16 to 32",
+                    "K block of the backward K pass (db adds one partial per block)", True),
+    "DQKGV_BV": Knob("V rounded up to a power of two, 16 to 32",
+                     "V tile of the backward V pass's loop (its products add per tile)", True),
+    "DQKG_SPLIT": Knob("2 at chunk 64, else 3",
+                       "bf16 modes: tf32 MMAs per gate-sensitive K pass product (2: a·hi(b) + a·lo(b); "
+                       "3: tf32x3)", True),
+    "DQKG_BLOCKED": Knob("1 in bf16 mode, 0 in fp32 mode",
+                         "1: the K pass's intra-chunk products as [C, 16]·[16, BK] blocks; 0: masked "
+                         "[C, C]·[C, BK] products", True),
+    "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
+                               "(block products); 0 forms them from products of their own everywhere", True),
+    # launch-only knobs: the same bits
+    "PREP_WARPS": Knob("4", "warps of the forward token kernel", False),
+    "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
+    "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",
+                       "column block of the forward w/u kernel", False),
+    "PREP_WU_WARPS": Knob("4", "warps of the forward w/u kernel", False),
+    "REC_BV": Knob("tuning.state_block_v, at most 1 program per SM",
+                   "V block of the forward state pass", False),
+    "REC_STAGES": Knob("3, or fewer where shared memory is short (tuning.pipeline_stages)",
+                       "pipeline stages of the forward state pass", False),
+    "REC_U_AHEAD": Knob("1 only where it buys a pipeline stage (recurrence.state_pass_plan)",
+                        "1: the forward state pass loads u one step ahead into registers", False),
+    "REC_WARPS": Knob("4", "warps of the forward state pass", False),
+    "OUT_NVB": Knob("every V block", "V blocks (up to 64 columns each) one output-pass program covers",
+                    False),
+    "OUT_WARPS": Knob("8 with taps at C * BK > 4096, else 4", "warps of the output pass", False),
+    "OUT_STAGES": Knob("1", "pipeline stages of the output pass", False),
+    "STATE_LONGEST_FIRST": Knob("1", "1: the state passes launch the sequences with most chunks first; "
+                                     "0: in the given order", False),
+    "RECB_BV": Knob("tuning.state_block_v, at most 6 programs per SM",
+                    "V block of the backward state pass", False),
+    "RECB_STAGES": Knob("3, or fewer where shared memory is short", "pipeline stages of the backward state "
+                                                                    "pass", False),
+    "RECB_WARPS": Knob("4", "warps of the backward state pass", False),
+    "RECB_DH0_SLOT": Knob("1 at V blocks of 32 columns or more, else 0",
+                          "1: the backward state pass stores dh0 from one more loop step, into the slot "
+                          "before dSn", False),
+    "DQKGV_UNCOND": Knob("1 in fp32 mode, 0 in bf16 mode",
+                         "1: the V pass forms its V-only products in every K block (only block 0's are "
+                         "kept); 0: in block 0 alone, which the H200 build of Triton 3.6 got wrong in fp32 "
+                         "mode", False),
+    "DQKGV_WARPS": Knob("4 at chunk 16, else 8", "warps of the backward V pass", False),
+    "DQKGV_STAGES": Knob("3", "pipeline stages of the backward V pass", False),
+    "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
+    "DQKG_STAGES": Knob("3", "pipeline stages of the backward K pass", False),
+    "TAPS_ALIAS": Knob("1", "1: taps that are the kernels' own tensors are read from them; 0: stored "
+                            "again into tap buffers", False),
+    "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
+                                 "tap buffers; 0: filled up front", False),
+}
 
 
 def knob(name: str, default: int) -> int:
+    """Knob ``name`` of ``KNOBS``: ``default``, or the integer in ``KDADBG_<name>``."""
+    if name not in KNOBS:
+        raise KeyError(f"knob {name!r} is not in kernels/tuning.py's KNOBS")
     raw = os.environ.get(f"KDADBG_{name}")
     if raw is None:
         return default
     try:
-        val = int(raw)
+        return int(raw)
     except ValueError:
         raise ValueError(f"KDADBG_{name}: expected an integer, found {raw!r}") from None
-    if name.endswith("_ABLATE") and val and os.environ.get("KDADBG_ALLOW_ABLATE") != "1":
-        raise ValueError(f"KDADBG_{name}={val} switches kernel parts off (timing only); "
-                         "set KDADBG_ALLOW_ABLATE=1 to mean it")
-    return val
+
+
+def overrides() -> dict[str, str]:
+    """The knobs set in the environment, ``{NAME: value}`` (raw strings), in ``KNOBS`` order."""
+    return {n: os.environ[f"KDADBG_{n}"] for n in KNOBS if f"KDADBG_{n}" in os.environ}
 
 
 def block_size(n: int, hi: int | None = None) -> int:
@@ -56,9 +136,9 @@ def state_block_v(name: str, n_chains: int, K: int, V: int, device, per_sm: int)
     """V block of a state pass over ``n_chains`` (sequences × heads) sequential chains: the smallest of
     16, 32, 64 that launches at most ``per_sm`` programs per SM (more programs reload the same ``w``/``kr``
     tiles; fewer leave SMs idle), capped so that the [K, BV] fp32 state stays at most 8192 elements.
-    Chosen from H200 stage timings: forward per_sm 1 (docs/gpu/round11), backward 6 (round15/call3:
-    after its loads were pipelined, more and narrower programs won on the varlen batch).
-    ``KDADBG_<name>`` overrides it."""
+    The callers' ``per_sm`` come from H200 stage timings: 1 for the forward; 6 for the backward, whose
+    pipelined loads make more and narrower programs faster on a varlen batch. ``KDADBG_<name>``
+    overrides it."""
     cap = state_tile_cap(K)
     budget = per_sm * sm_count(device)
     bv = 16
@@ -84,10 +164,10 @@ def smem_limit(device) -> int:
 def pipeline_stages(name: str, want: int, per_stage: int, fixed: int, device) -> int:
     """``num_stages`` of a state pass: ``want``, or fewer while the pipeliner's buffers (``per_stage``
     bytes for each stage's prefetched tiles, ``fixed`` for the rest) would not fit in shared memory
-    (Triton then refuses the launch: at H = 32 three stages of the forward state pass needed 245760 of
-    232448 bytes, docs/gpu/round15/call2). The callers' counts match the compiled kernels' shared
-    memory to the byte in bf16 mode (``benchmarks/kernel_resources.py``, sm_90);
-    ``tests/test_layouts.py`` checks that every launch fits. ``KDADBG_<name>`` overrides it."""
+    (Triton then refuses the launch: at H = 32 three stages of the forward state pass would need 245760
+    of 232448 bytes). The callers' counts match the compiled kernels' shared memory to the byte in bf16
+    mode (``benchmarks/kernel_resources.py``, sm_90); ``tests/test_layouts.py`` checks that every launch
+    fits. ``KDADBG_<name>`` overrides it."""
     limit = smem_limit(device)
     stages = want
     while stages > 1 and fixed + stages * per_stage > limit:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from conftest import png_size
+from kernel_faults import FAULTS, faulty_module, plant
 from kdadbg.cases import get_case, make_inputs
 from kdadbg.chunks import chunk_table
 from kdadbg.compare import TAP_ORDER, ChunkInfo, cell_metrics, dataflow_key, valid_mask
@@ -311,11 +312,12 @@ def test_two_taps_files(tmp_path):
 # --- output contract -------------------------------------------------------------------------------
 
 
-def test_json_document():
+def test_json_document(monkeypatch):
+    monkeypatch.setenv("KDADBG_DQKG_SPLIT", "3")
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 2 and doc["verdict"] == "fail"
+    assert doc["schema"] == 2 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -393,10 +395,9 @@ def test_stand_in_fault_in_a_varlen_sequence():
     pytest.param("varlen_offset", "varlen_short", {}, 1, "gc", id="varlen_offset-second_sequence"),
 ])
 def test_planted_kernel_fault_is_found(kernel_device, fault, case, overrides, chunk, tap):
-    from kdadbg_kernels import faults
-
     inputs, cfg = inputs_for(case, **overrides)
-    with faults.plant(fault, chunk):
+    assert FAULTS[fault].tap == tap
+    with plant(fault, chunk):
         res = diff_dump(inputs, cfg, device=kernel_device)
     first = res.first_divergence
     assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG")
@@ -444,12 +445,27 @@ def test_planted_kernel_fault_is_found_on_realistic_presets(kernel_device, fault
 
 
 def test_fault_hook_names():
-    from kdadbg_kernels import faults
-
     with pytest.raises(ValueError, match="unknown fault"):
-        with faults.plant("nope", 0):
+        with plant("nope", 0):
             pass
-    assert faults.args("dL_sign") == (0, -1)
+
+
+@pytest.mark.parametrize("fault", list(FAULTS))
+def test_fault_edits_match_the_kernels(fault):
+    """Each fault's edits still find their lines in the production source, once each (else a change to
+    the kernels would disarm it), and the faulty copy imports."""
+    mod = faulty_module(fault, 3)
+    assert callable(getattr(mod, FAULTS[fault].entry))
+
+
+def test_production_kernels_hold_no_fault_or_ablation_code():
+    from pathlib import Path
+
+    import kdadbg_kernels
+
+    for path in Path(kdadbg_kernels.__file__).parent.glob("*.py"):
+        src = path.read_text()
+        assert "FAULT" not in src and "fault_chunk" not in src and "ABLATE" not in src, path.name
 
 
 # --- the command line ---------------------------------------------------------------------------------
@@ -479,9 +495,7 @@ def dump(tmp_path):
 
 
 def test_cli_diff_names_a_planted_fault(tmp_path, dump, kernel_device):
-    from kdadbg_kernels import faults
-
-    with faults.plant("dL_sign", 4):
+    with plant("dL_sign", 4):
         r = kdadbg("diff", dump, "--device", kernel_device, "--json", tmp_path / "d.json", "--plot", tmp_path / "d.png")
     assert r.exit_code == 1, r.output
     assert "first divergence" in r.stdout and "introduced here" in r.stdout and "amplification of dL" in r.stdout
@@ -530,10 +544,8 @@ def test_cli_diff_bad_input(tmp_path, dump, args, fragments):
 
 
 def test_planted_fault_in_bf16_is_a_bug_among_drift(kernel_device):
-    from kdadbg_kernels import faults
-
     inputs, cfg = inputs_for("basic")
-    with faults.plant("ln2_twice", 3):
+    with plant("ln2_twice", 3):
         res = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
     assert (res.first_bug["tap"], res.first_bug["chunk"], res.first_bug["label"]) == ("dgc", 3, "BUG")
     assert res.first_divergence["label"] in ("DRIFT", "BUG") and not res.passed

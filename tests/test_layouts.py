@@ -5,7 +5,7 @@ launch may need more shared memory than an H200 grants (``benchmarks/kernel_reso
 state-pass step may wait on a load (``benchmarks/loop_check.py``).
 
 Before ``row_sums`` the K pass's reverse scan of dgc moved layout in fp32 mode with taps on, and dg
-changed in its last bits on the H200 (docs/gpu/round7); this check flags that code.
+changed in its last bits on the H200; this check flags that code.
 """
 
 import os

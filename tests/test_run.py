@@ -33,6 +33,7 @@ def test_run_passes_and_writes_json_and_save(dump, tmp_path):
     doc = json.loads(js.read_text())
     assert doc["schema"] == 2 and doc["verdict"] == "pass" and doc["precision"] == "fp32"
     assert doc["impl"]["name"] == "ours" and doc["compared"]["elements"] > 0 and doc["not_provided"] == {}
+    assert doc["knobs"] == {}
     assert [t["name"] for t in doc["tensors"]] == TENSORS
     for t in doc["tensors"]:
         assert set(t) >= {"name", "shape", "max_abs", "ratio", "cosine", "nonfinite", "tol", "pass"}
@@ -53,13 +54,15 @@ def test_run_passes_and_writes_json_and_save(dump, tmp_path):
         assert torch.allclose(t.double(), ref.outputs[name], rtol=1e-4, atol=1e-5), name
 
 
-def test_run_fails_with_exit_1_over_tolerance(dump, tmp_path):
+def test_run_fails_with_exit_1_over_tolerance(dump, tmp_path, monkeypatch):
+    monkeypatch.setenv("KDADBG_OUT_NVB", "1")  # a launch-only knob: recorded in the JSON
     js = tmp_path / "r.json"
     r = kdadbg("run", dump, "--device", DEV, "--precision", "bf16", "--tol", "o=1e-9", "--json", js)
     assert r.exit_code == 1, r.output
     doc = json.loads(js.read_text())
     rows = {t["name"]: t for t in doc["tensors"]}
     assert doc["verdict"] == "fail" and rows["o"]["pass"] is False and rows["o"]["tol"] == 1e-9
+    assert doc["knobs"] == {"OUT_NVB": "1"}
     assert rows["dq"]["tol"] == TOLERANCES["bf16"]["dq"] and rows["dq"]["pass"] is True
     assert "FAIL" in r.stdout
 

@@ -23,16 +23,36 @@ def test_non_integer_override_names_the_variable(monkeypatch):
         knob("REC_BV", 16)
 
 
-def test_ablation_is_refused_unless_allowed(monkeypatch):
-    monkeypatch.delenv("KDADBG_ALLOW_ABLATE", raising=False)
-    monkeypatch.setenv("KDADBG_PREP_ABLATE", "4")
-    with pytest.raises(ValueError, match="timing only"):
-        knob("PREP_ABLATE", 0)
-    monkeypatch.setenv("KDADBG_ALLOW_ABLATE", "1")
-    assert knob("PREP_ABLATE", 0) == 4
-    monkeypatch.setenv("KDADBG_PREP_ABLATE", "0")
-    monkeypatch.delenv("KDADBG_ALLOW_ABLATE")
-    assert knob("PREP_ABLATE", 0) == 0
+def test_unknown_knob_is_refused():
+    with pytest.raises(KeyError, match="REC_BW"):
+        knob("REC_BW", 16)
+
+
+def test_every_knob_the_kernels_read_is_in_the_table_and_every_entry_is_read():
+    """One table (tuning.KNOBS) holds every knob with its default and meaning; the kernels read no other
+    and the table holds none they do not read."""
+    import re
+
+    import kdadbg_kernels
+    from kdadbg_kernels.tuning import KNOBS
+
+    read = set()
+    for path in Path(kdadbg_kernels.__file__).parent.glob("*.py"):
+        read |= set(re.findall(r'(?:knob|state_block_v|pipeline_stages)\(\s*"([A-Z0-9_]+)"', path.read_text()))
+    assert read == set(KNOBS)
+    assert all(k.default and k.meaning for k in KNOBS.values())
+    assert {n for n, k in KNOBS.items() if k.results} >= {"FWD_LOWP", "DQKG_SPLIT", "DQKG_BLOCKED"}
+
+
+def test_overrides_lists_the_knobs_set(monkeypatch):
+    from kdadbg_kernels.tuning import KNOBS, overrides
+
+    for n in KNOBS:
+        monkeypatch.delenv(f"KDADBG_{n}", raising=False)
+    assert overrides() == {}
+    monkeypatch.setenv("KDADBG_REC_BV", "32")
+    monkeypatch.setenv("KDADBG_CAPTURE", "{}")  # not a knob
+    assert overrides() == {"REC_BV": "32"}
 
 
 @pytest.mark.parametrize("chains,K,V,per_sm,want", [
@@ -65,26 +85,9 @@ def test_chunk_launches_run_the_tap_variant_only_over_the_window():
     assert chunk_launches(SimpleNamespace(lo=0, hi=4), 10) == [(0, 4, True), (4, 10, False)]
 
 
-def test_prepare_refuses_ablation_bits_of_kernels_that_are_gone(monkeypatch):
-    """Bits 1, 2, 4 of PREP_ABLATE switched parts of the intra and inverse kernels; fused, they would do
-    nothing, so asking for them is an error rather than a timing of the full kernel."""
-    import torch
-
-    from kdadbg_kernels.common import KernelChunks
-    from kdadbg_kernels.prepare import kda_fwd_prepare
-
-    monkeypatch.setenv("KDADBG_ALLOW_ABLATE", "1")
-    monkeypatch.setenv("KDADBG_PREP_ABLATE", "4")
-    q = torch.zeros(16, 1, 16)
-    chunks = KernelChunks.build(1, 16, None, 16, "cpu")
-    with pytest.raises(ValueError, match="KDADBG_PREP_ABLATE=4: only bit 8"):
-        kda_fwd_prepare(q, q, q, q, torch.zeros(16, 1), chunks, scale=1.0, gate="none", lower_bound=-5.0,
-                        qk_l2norm=False, beta_sigmoid=False, A_log=None, dt_bias=None, precision="fp32")
-
-
 def test_pipeline_stages_drop_to_what_fits_in_shared_memory(monkeypatch):
     """The forward state pass's byte counts at H16 (16 columns: 221184 bytes with three stages) and at
-    H32 (32 columns: 245760 > 232448, so two), as the sm_90 compile of round 15 found them."""
+    H32 (32 columns: 245760 > 232448, so two), as the sm_90 compile found them."""
     from kdadbg_kernels.tuning import pipeline_stages
 
     monkeypatch.delenv("KDADBG_REC_STAGES", raising=False)
@@ -100,7 +103,7 @@ def test_pipeline_stages_drop_to_what_fits_in_shared_memory(monkeypatch):
 def test_state_pass_loads_u_ahead_only_where_it_buys_a_stage(monkeypatch, BV, want):
     """H16 (16 columns) has three stages either way: u stays in the stages (loading it ahead cost 0.10 ms
     there); H32 (32 columns) gets its third stage only with u in registers; the varlen batch (64
-    columns) has two either way (ahead it cost 0.41 ms). docs/gpu/round16/call1."""
+    columns) has two either way (ahead it cost 0.41 ms)."""
     from kdadbg_kernels.recurrence import state_pass_plan
 
     for name in ("KDADBG_REC_STAGES", "KDADBG_REC_U_AHEAD"):
@@ -125,7 +128,7 @@ def test_state_pass_stages_in_the_fast_mode(monkeypatch, BV, want):
 def test_forward_fast_mode_defaults_and_overrides(monkeypatch):
     """bf16 mode stores the state pass's inputs in bf16 with bf16 products and forms o in the state pass;
     fp32 mode does neither; KDADBG_FWD_LOWP / KDADBG_FWD_FUSE_OUT override, and a bad mask is refused."""
-    from kdadbg_kernels.prepare import fwd_lowp
+    from kdadbg_kernels.common import fwd_lowp
     from kdadbg_kernels.recurrence import fuse_out
 
     assert (fwd_lowp("bf16"), fwd_lowp("fp32")) == (15, 0)

@@ -17,6 +17,14 @@ SCHEMA = 2
 MAX_JSON_CELLS = 200_000          # beyond this, --json lists only the cells over tolerance
 
 
+def knob_overrides() -> dict[str, str]:
+    """The kernels' launch knobs set in the environment (``kernels/tuning.py``), ``{NAME: value}``; empty
+    for a copy of ``kernels/`` older than the knob table (A/B runs)."""
+    from kdadbg_kernels import tuning
+
+    return tuning.overrides() if hasattr(tuning, "overrides") else {}
+
+
 @dataclass
 class DiffResult:
     mode: str                      # impl | files
@@ -40,6 +48,7 @@ class DiffResult:
     notes: list[str] = field(default_factory=list)
     files: dict = field(default_factory=dict)
     nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
+    knobs: dict = field(default_factory=lambda: knob_overrides())  # KDADBG_* knob overrides in effect
 
     # -- counting ---------------------------------------------------------------------------------
 
@@ -246,6 +255,7 @@ class DiffResult:
             "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
             "exponents": jsonable(self.exponents), "repeat": jsonable(self.repeat), "notes": self.notes,
+            "knobs": self.knobs,
             "noise": {"k": noise.K_DRIFT, "abs": noise.DRIFT_ABS}, "cells_truncated": truncated, "cells": cells,
         }
 
