@@ -434,10 +434,8 @@ def test_kernels_are_quiet_on_realistic_presets(kernel_device, name, precision):
     pytest.param("varlen_offset", "kimi_varlen", 1, "gc", id="varlen_offset-kimi_varlen"),
 ])
 def test_planted_kernel_fault_is_found_on_realistic_presets(kernel_device, fault, case, chunk, tap):
-    from kdadbg_kernels import faults
-
     inputs, cfg = inputs_for(case)
-    with faults.plant(fault, chunk):
+    with plant(fault, chunk):
         res = diff_dump(inputs, cfg, device=kernel_device)
     first = res.first_divergence
     assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG")
