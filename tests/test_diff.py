@@ -58,7 +58,7 @@ class StandIn(Implementation):
         outputs, t = self.fn(inputs, config, self.precision, device, sel)
         ct = chunk_table(*inputs.shape[:2], inputs.cu_seqlens, config.chunk_size)
         lo, hi = sel.chunk_range(ct.n_chunks)
-        return ImplRun(outputs, t, list(range(lo, hi)), list(sel.head_list(inputs.shape[2])))
+        return ImplRun(outputs, t, list(range(lo, hi)), list(sel.head_list(inputs.HV)))
 
 
 def metrics(name, x, ref, lengths):
@@ -89,7 +89,7 @@ def stand_in(perturb=None, follow=True, nondeterministic=None):
             t = taps[tap].clone()
             t[c, 0].view(-1)[0] = torch.nextafter(t[c, 0].view(-1)[0], torch.tensor(1e9))
             taps[tap] = t
-        return res.outputs, select(taps, sel, ct.n_chunks, H)
+        return res.outputs, select(taps, sel, ct.n_chunks, inputs.HV)
 
     run.calls = calls
     return StandIn(run)
@@ -202,7 +202,7 @@ def test_fault_only_in_the_full_run_is_inherited():
     assert amp["dS"]["chunks"] == [2, 1, 0] and amp["dS"]["direction"] == "backward"
 
 
-@pytest.mark.parametrize("name", ["basic", "varlen", "kv_layout", "varlen_kv"])
+@pytest.mark.parametrize("name", ["basic", "varlen", "kv_layout", "varlen_kv", "gva_varlen"])
 def test_window_inputs_reproduce_the_reference(name):
     inputs, cfg = inputs_for(name)
     full = run_reference(inputs, cfg)
@@ -330,12 +330,15 @@ def test_json_document():
 
 @pytest.mark.parametrize("name,precision", [pytest.param("basic", "fp32", id="basic-fp32"),
                                             pytest.param("varlen_short", "fp32", id="varlen_short-fp32"),
-                                            pytest.param("tail", "bf16", id="tail-bf16")])
+                                            pytest.param("tail", "bf16", id="tail-bf16"),
+                                            pytest.param("gva", "fp32", id="gva-fp32"),
+                                            pytest.param("gva_varlen", "bf16", id="gva_varlen-bf16")])
 def test_kernels_pass(kernel_device, name, precision):
     inputs, cfg = inputs_for(name)
     res = diff_dump(inputs, cfg, ours(precision), device=kernel_device, repeat=2)
     assert res.passed and res.first_bug is None, res.first_bug
     assert res.repeat["identical"] and not res.missing["not_written"]
+    assert res.cells["dS"].heads == list(range(inputs.HV)) and res.cells["dq"].heads == list(range(inputs.shape[2]))
 
 
 def test_kernels_bf16_drift_is_not_a_bug(kernel_device):
@@ -371,6 +374,36 @@ def test_against_our_kernels_taps_file(tmp_path, kernel_device):
     assert res.missing["heads"] == [0] and "gc" in res.missing["taps"]
 
 
+def test_gva_heads_select_value_heads():
+    """GVA (H=2, HV=4): --heads names value heads; taps and per-value-head rows keep them, dq and dk
+    take the q/k heads they read (value head 3 -> q/k head 1), and the per-head summary counts them."""
+    inputs, cfg = inputs_for("gva")
+    res = diff_dump(inputs, cfg, resolve_impl("reference"), heads=(0, 3))
+    assert res.passed and res.heads == [0, 3]
+    assert res.cells["S"].heads == res.cells["o"].heads == res.cells["dA_log"].heads == [0, 3]
+    assert res.cells["dq"].heads == res.cells["dk"].heads == [0, 1] and res.cells["dq"].group == 2
+    assert res.cells["dv"].group == 1
+    doc = res.as_json()
+    dq = [c for c in doc["cells"] if c["tap"] == "dq"]
+    assert {c["head"] for c in dq} == {0, 1} and dq[0]["value_heads"] == [2 * dq[0]["head"], 2 * dq[0]["head"] + 1]
+    assert res.cells["dq"].column(3) == 1 and res.cells["dq"].column(0) == 0 and res.cells["S"].column(3) == 1
+    assert [row["head"] for row in res.per_head()] == [0, 3]
+    assert res.locate("dq", 0, 1)["value_heads"] == [2, 3] and "value_heads" not in res.locate("dv", 0, 3)
+    full = diff_dump(inputs, cfg, resolve_impl("reference"), window=0)
+    assert full.cells["S"].heads == [0, 1, 2, 3] and full.cells["dk"].heads == [0, 1]
+
+
+def test_gva_stand_in_fault_is_named_on_its_value_head():
+    """A fault in one chunk of a GVA dump is named on the value head it hit, and the window rerun
+    (q, k on their q/k heads, states per value head) says introduced."""
+    inputs, cfg = inputs_for("gva_varlen")         # H=1, HV=3; cu_seqlens [0,5,21,50]: chunks 0 | 1 | 2, 3
+    res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 2, cfg))), window=2)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["seq"]) == ("dL", 2, 2) and "value_heads" not in first
+    assert res.cells["dL"].heads == [0, 1, 2] and not res.missing["heads"]
+    assert res.origin["verdict"] == "introduced" and res.origin["window"] == [2, 3]
+
+
 def test_stand_in_fault_in_a_varlen_sequence():
     inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300]: chunks 0 | 1..6 | 7..19
     res = diff_dump(inputs, cfg, stand_in(("dkd", first_token_q(inputs, 9, cfg))), window=2)
@@ -403,6 +436,19 @@ def test_planted_kernel_fault_is_found(kernel_device, fault, case, overrides, ch
     assert res.origin["verdict"] == "introduced" and res.origin["window"][0] == chunk
     assert res.as_json()["first_divergence"]["origin"] == "introduced" and not res.passed
     assert diff_dump(inputs, cfg, device=kernel_device, window=0).passed      # the hook is off again
+
+
+def test_gva_planted_kernel_fault_is_found(kernel_device):
+    """Our kernels on a GVA dump (q, k repeated per value head on the host): a planted fault is named
+    exactly, and the window rerun on the GVA window says introduced."""
+    from kdadbg_kernels import faults
+
+    inputs, cfg = inputs_for("gva")
+    with faults.plant("dL_sign", 1):
+        res = diff_dump(inputs, cfg, device=kernel_device)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == ("dL", 1, "BUG")
+    assert res.origin["verdict"] == "introduced" and res.origin["window"][0] == 1
 
 
 def test_fault_hook_names():
