@@ -70,6 +70,9 @@ def render_header(console: Console, res) -> None:
     extra = ""
     if res.files:
         extra = f", theirs converted: state layout {res.files['state_layout']}, gates {res.files['gate_units']}"
+    qk = next((c for c in res.cells.values() if c.group > 1), None)
+    if qk is not None:   # GVA
+        extra = f" (value heads; dq, dk on the q/k heads {','.join(map(str, qk.heads))} they read){extra}"
     src = f"{escape(res.dump)}: " if res.dump else ""
     console.print(f"[bold]kdadbg diff[/bold] {src}{what}; precision {res.precision}"
                   f"{', device ' + res.device if res.device else ''}; {chunks}, heads "

@@ -565,3 +565,25 @@ def test_against_file_in_vk_layout_with_k_ne_v(tmp_path):
     f = read_taps_file(path, state_layout="vk")
     assert f["taps"]["S"].shape[-2:] == (V, K)
     assert diff_dump(inputs, cfg, theirs(path, "vk")).first_divergence is None
+
+
+def test_cli_gva_gen_inspect_taps_diff(tmp_path):
+    """Every command on a GVA dump: gen --preset gva, inspect (H and HV), taps (head.index = value
+    heads), diff --against it and --heads over the value heads."""
+    dump = tmp_path / "g.safetensors"
+    r = kdadbg("gen", dump, "--preset", "gva", "--T", 20)
+    assert r.exit_code == 0 and "H=2 HV=4" in r.stdout, r.output
+    r = kdadbg("inspect", dump, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["sizes"]["HV"] == 4, r.output
+    out = tmp_path / "t.safetensors"
+    r = kdadbg("taps", dump, "-o", out, "--source", "reference", "--taps", "S,dS", "--heads", "3")
+    assert r.exit_code == 0, r.output
+    f = read_taps_file(out)
+    assert f["heads"].tolist() == [3] and f["outputs"]["dq"].shape == (1, 20, 2, 16)
+    r = kdadbg("diff", dump, "--against", out)
+    assert r.exit_code == 0 and "verdict: pass" in r.stdout, r.output
+    r = kdadbg("diff", dump, "--impl", "reference", "--heads", "3", "--json", tmp_path / "d.json")
+    assert r.exit_code == 0 and "dq, dk on the q/k heads 1 they read" in r.stdout, r.output
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert {c["head"] for c in doc["cells"] if c["tap"] == "dk"} == {1} and doc["heads"] == [3]
+    assert_one_error_line(kdadbg("diff", dump, "--heads", "4"), "head 4 out of range", "HV=4")
