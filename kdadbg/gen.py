@@ -85,7 +85,8 @@ def generate(out, preset: str = "basic", seed: int = 0, force: bool = False, **s
                           f"--T and --B cannot change it")
     if "H" in kw and "HV" not in kw and case.HV is not None:
         kw["HV"] = kw["H"] * (case.HV // case.H)
-    H, HV = kw.get("H", case.H), kw.get("HV", case.n_value_heads)
+    H = kw.get("H", case.H)
+    HV = kw.get("HV", H if case.HV is None else case.HV)
     if HV % H:
         raise KdadbgError(f"--HV: expected a multiple of H={H} (value heads, each group sharing one q/k head), "
                           f"found {HV}")
