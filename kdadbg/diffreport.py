@@ -216,7 +216,8 @@ def render_nonfinite(console: Console, res) -> None:
         return
     if nf is not None:
         console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, "
-                      f"{_head(nf)}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, reference {num(nf['reference'])}",
+                      f"{_head(nf)}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, "
+                      f"reference {num(nf['reference'])}",
                       soft_wrap=True, highlight=False)
     t = Table(title="exp arguments per chunk (reference; above 88.7 overflows fp32)",
               title_justify="left")

@@ -203,8 +203,9 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
         if name in specs and tuple(specs[name].shape) != shape:
             raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(specs[name].shape)}")
     if "dt_bias" in specs and tuple(specs["dt_bias"].shape) not in ((HV, K), (HV * K,)):
+        src = hv_src + ", K from q" if gva else "H,K from q"
         raise err("dt_bias", f"expected shape [{hv},K] = {_fmt((HV, K))} or fla's flat [{hv}*K] = [{HV * K}] "
-                             f"({hv_src + ', K from q' if gva else 'H,K from q'}), found {_fmt(specs['dt_bias'].shape)}")
+                             f"({src}), found {_fmt(specs['dt_bias'].shape)}")
 
     cu = specs.get("cu_seqlens")
     if cu is not None:

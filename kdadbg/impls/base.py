@@ -122,7 +122,8 @@ class Implementation:
 def shapes_of(inputs: KDAInputs) -> dict:
     """What ``supports`` gets to judge a dump by."""
     B, T, H, K, V = inputs.shape
-    return {"B": B, "T": T, "H": H, "HV": inputs.HV, "K": K, "V": V, "N": inputs.n_seqs, "varlen": inputs.cu_seqlens is not None,
+    return {"B": B, "T": T, "H": H, "HV": inputs.HV, "K": K, "V": V, "N": inputs.n_seqs,
+            "varlen": inputs.cu_seqlens is not None,
             "dtype": str(inputs.q.dtype).removeprefix("torch."), "has_h0": inputs.h0 is not None,
             "has_dht": inputs.dht is not None}
 
