@@ -188,8 +188,9 @@ def call_config(get: Callable[..., Any], q, v) -> KDAConfig:
     if not (isinstance(q, torch.Tensor) and isinstance(v, torch.Tensor) and q.ndim == 4 and v.ndim == 4):
         raise _Unsupported("q and v are not [B,T,H,*] tensors")
     H, K = q.shape[2], q.shape[3]
-    if v.shape[2] != H:
-        raise _Unsupported(f"grouped value heads (v has {v.shape[2]} heads, q {H}): dump format v1 has one head count")
+    if v.shape[2] % H:
+        raise _Unsupported(f"v has {v.shape[2]} heads, q {H}: dump format v1 needs the value heads to be a multiple "
+                           f"of the q/k heads (GVA)")
     for flag, what in UNSUPPORTED_FLAGS.items():
         value = get(flag)
         if value is not None and value is not False:
@@ -462,8 +463,8 @@ class Capture:
         if not diff:
             self._skip(info, "no input needs a gradient")
             return None
-        B, T, H, K = q.shape
-        V = v.shape[-1]
+        B, T, _, K = q.shape
+        H, V = v.shape[2], v.shape[3]   # states and gate parameters are per value head (GVA: more than q's)
         state = (q.shape[0] if bound.get("cu_seqlens") is None else bound.get("cu_seqlens").numel() - 1) * H * K * V * 4
         nbytes = sum(_nbytes(t) for t in tensors.values()) + sum(_nbytes(tensors[n]) for n in diff) \
             + 2 * _nbytes(v) + (2 * state if bound.get("output_final_state") else 0)
@@ -611,10 +612,10 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
             outputs[name] = call.grads[name]
     if "ddt_bias" in outputs:
         outputs["ddt_bias"] = outputs["ddt_bias"].reshape(inputs.dt_bias.shape)
-    B, T, H, K, V = inputs.shape
+    B, T = inputs.shape[:2]
     rows = chunk_rows(chunk_table(B, T, inputs.cu_seqlens, config.chunk_size), 0, 0)
     atomic_save(tensors, meta, dump, force=force)
-    write_taps_file(theirs, outputs, {}, rows, range(H),
+    write_taps_file(theirs, outputs, {}, rows, range(inputs.HV),
                     {**taps_metadata("capture", dump, config), **origin}, force=force)
     return {"dump": str(dump), "theirs": str(theirs), "step": info.step, "call": info.call, "module": info.module,
             "rank": info.rank, "impl": info.impl, "reason": reason, "nonfinite": nonfinite,

@@ -28,6 +28,7 @@ class Case:
     B: int = 1
     T: int = 40
     H: int = 2
+    HV: int | None = None        # value heads (GVA: a multiple of H); None: H
     K: int = 16
     V: int = 16
     cu_seqlens: tuple[int, ...] | None = None
@@ -44,6 +45,10 @@ class Case:
     dtype: str = "float32"
     kernels: bool = True         # False: outside the kernels' documented range (reference only)
     note: str = field(default="", compare=False)
+
+    @property
+    def n_value_heads(self) -> int:
+        return self.H if self.HV is None else self.HV
 
     @property
     def config(self) -> KDAConfig:
@@ -111,6 +116,10 @@ CASES: tuple[Case, ...] = (
        dht=False, dtype="bfloat16"),
     _c("kimi_varlen", "kimi, cu_seqlens [0,9,100,160]", gates="layer", T=160, K=32, V=32, h0=False,
        dht=False, dtype="bfloat16", cu_seqlens=(0, 9, 100, 160)),
+    _c("gva", "grouped value heads: H=2 q/k heads, HV=4 value heads (hv reads q/k head hv // 2), T=40", H=2,
+       HV=4),
+    _c("gva_varlen", "GVA H=1, HV=3, cu_seqlens [0,5,21,50], kv layout, softplus gate", T=50, H=1, HV=3,
+       cu_seqlens=(0, 5, 21, 50), gate="softplus", state_layout="kv"),
     _c("masked_gates", "none gate with a third of the tokens masked to -1000 (reference only)",
        gate="none", gates="masked", T=50, kernels=False),
 )
@@ -134,13 +143,16 @@ def make_inputs(case: Case, seed: int = 0) -> tuple[KDAInputs, KDAConfig]:
     def uniform(lo, hi, *shape):
         return lo + (hi - lo) * torch.rand(*shape, generator=gen, dtype=torch.float64)
 
-    B, T, H, K, V = case.B, case.T, case.H, case.K, case.V
+    B, T, Hq, K, V = case.B, case.T, case.H, case.K, case.V
+    H = case.n_value_heads   # every tensor but q, k is per value head
+    if case.HV is not None and (case.HV < case.H or case.HV % case.H):
+        raise ValueError(f"case {case.name}: HV={case.HV} must be a multiple of H={case.H}")
     if case.cu_seqlens is not None:
         B = 1
         if case.cu_seqlens[-1] != T:
             raise ValueError(f"case {case.name}: cu_seqlens must end at T={T}")
     N = B if case.cu_seqlens is None else len(case.cu_seqlens) - 1
-    q, k = randn(B, T, H, K), randn(B, T, H, K)
+    q, k = randn(B, T, Hq, K), randn(B, T, Hq, K)
     v = randn(B, T, H, V)
     A_log = dt_bias = None
     if case.gate == "none":

@@ -144,7 +144,7 @@ TracebackOption = Annotated[bool, typer.Option("--traceback", help="Show the who
 # What an option's value is, in --help (typer would show the Python type).
 METAVARS = {"--tol": "NAME=VALUE", "--chunks": "A:B", "--heads": "I,J", "--taps": "NAMES", "--preset": "NAME",
             "--dtype": "DTYPE", "--seed": "N", "--window": "N", "--repeat": "N", "--chunk-size": "C",
-            "--scale": "X", "--lower-bound": "X", "--B": "N", "--T": "N", "--H": "N", "--K": "N", "--V": "N",
+            "--scale": "X", "--lower-bound": "X", "--B": "N", "--T": "N", "--H": "N", "--HV": "N", "--K": "N", "--V": "N",
             "--json": "FILE", "--save": "FILE", "--plot": "FILE.png", "--out": "FILE", "--against": "TAPS",
             "--impl": "NAME", "--source": "NAME", "--max-interpreter-s": "S"}
 
@@ -248,14 +248,16 @@ def gen(
     list_: Annotated[bool, typer.Option("--list", help="List the presets and exit.")] = False,
     B: Annotated[Optional[int], typer.Option("--B", help="Batch size (not for varlen presets).")] = None,
     T: Annotated[Optional[int], typer.Option("--T", help="Sequence length (not for varlen presets).")] = None,
-    H: Annotated[Optional[int], typer.Option("--H", help="Heads.")] = None,
+    H: Annotated[Optional[int], typer.Option("--H", help="q/k heads.")] = None,
+    HV: Annotated[Optional[int], typer.Option("--HV", help="Value heads (GVA), a multiple of H (default: H, "
+                                                          "or the preset's group).")] = None,
     K: Annotated[Optional[int], typer.Option("--K", help="Key head dim.")] = None,
     V: Annotated[Optional[int], typer.Option("--V", help="Value head dim.")] = None,
     dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, float64, bfloat16 or float16.")] = None,
 ):
     """Write a dump (format v1) from a preset of the shared case table.
 
-    --B/--T/--H/--K/--V/--dtype resize the preset; an existing OUT needs --force.
+    --B/--T/--H/--HV/--K/--V/--dtype resize the preset; an existing OUT needs --force.
 
     Example: kdadbg gen sample.safetensors --preset varlen_short --seed 1
     """
@@ -266,7 +268,7 @@ def gen(
         return
     if out is None:
         raise typer.BadParameter("missing the OUT file to write (or pass --list)", param_hint="OUT")
-    info = generate(out, preset, seed=seed, force=force, B=B, T=T, H=H, K=K, V=V, dtype=dtype)
+    info = generate(out, preset, seed=seed, force=force, B=B, T=T, H=H, HV=HV, K=K, V=V, dtype=dtype)
     report.render_generated(_out(), info)
 
 

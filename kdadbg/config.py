@@ -13,6 +13,8 @@ qk_l2norm      L2-normalise q and k                                        true
 beta_sigmoid   apply a sigmoid to the beta logits                          true
 state_layout   ``vk`` (h0/ht/dht/dh0 are [N,H,V,K]) or ``kv`` ([N,H,K,V])  vk
 =============  ==========================================================  ======================
+
+With grouped value heads (GVA) the states have the value heads HV where this table says H.
 """
 
 from __future__ import annotations
@@ -133,13 +135,23 @@ def parse_config(meta: dict[str, str], K: int, has_A_log: bool, where: str = "du
     )
 
 
+def qk_heads(value_heads, group: int) -> list[int]:
+    """The q/k heads that the value heads ``value_heads`` read (``hv // group``), in order, each once."""
+    return sorted({int(h) // group for h in value_heads})
+
+
 @dataclass
 class KDAInputs:
     """Tensors of one dump, in the dump's shapes and dtypes.
 
-    q, k, g: [B,T,H,K]; v, do: [B,T,H,V]; beta: [B,T,H]; h0, dht: [N,H,V,K] (``vk``) or
-    [N,H,K,V] (``kv``); cu_seqlens: [N+1] int (B == 1); A_log: [H]; dt_bias: [H,K] (fla's flat
-    [H*K] is viewed as [H,K] here, so a dump may store either).
+    q, k: [B,T,H,K]; g: [B,T,HV,K]; v, do: [B,T,HV,V]; beta: [B,T,HV]; h0, dht: [N,HV,V,K] (``vk``)
+    or [N,HV,K,V] (``kv``); cu_seqlens: [N+1] int (B == 1); A_log: [HV]; dt_bias: [HV,K] (fla's flat
+    [HV*K] is viewed as [HV,K] here, so a dump may store either).
+
+    H counts the q/k heads and HV the value heads (fla's ``num_v_heads``), a multiple of H: GVA when
+    HV > H, and value head ``hv`` reads q/k head ``hv // group`` (``group = HV // H``). Everything the
+    recurrence carries (states, taps, o, dv, dg, dbeta, dA_log, ddt_bias) is per value head; dq and dk
+    are per q/k head, each the sum over its group's value heads.
     """
 
     q: torch.Tensor
@@ -157,15 +169,26 @@ class KDAInputs:
     TENSORS = ("q", "k", "v", "g", "beta", "do", "dht", "h0", "cu_seqlens", "A_log", "dt_bias")
 
     def __post_init__(self):
-        if self.dt_bias is not None and self.dt_bias.ndim == 1 and self.q.ndim == 4:
-            H, K = self.q.shape[2:]
-            if self.dt_bias.numel() == H * K:
-                self.dt_bias = self.dt_bias.reshape(H, K)
+        if self.dt_bias is not None and self.dt_bias.ndim == 1 and self.q.ndim == 4 and self.v.ndim == 4:
+            HV, K = self.v.shape[2], self.q.shape[3]
+            if self.dt_bias.numel() == HV * K:
+                self.dt_bias = self.dt_bias.reshape(HV, K)
 
     @property
     def shape(self) -> tuple[int, int, int, int, int]:
+        """``(B, T, H, K, V)`` with H the q/k heads (see :attr:`HV` for the value heads)."""
         B, T, H, K = self.q.shape
         return B, T, H, K, self.v.shape[-1]
+
+    @property
+    def HV(self) -> int:
+        """Value heads: the heads of v, g, beta, do, the states, the taps and every per-head output."""
+        return self.v.shape[2]
+
+    @property
+    def group(self) -> int:
+        """Value heads per q/k head (``HV // H``; 1 without GVA)."""
+        return self.v.shape[2] // self.q.shape[2]
 
     @property
     def n_seqs(self) -> int:

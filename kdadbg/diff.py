@@ -72,7 +72,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         inputs, config: a loaded dump (``kdadbg.dump.load_dump``).
         impl: an :class:`kdadbg.impls.Implementation` (``resolve_impl("ours", "bf16")``, a taps file, ...);
             its ``precision`` picks the tolerances and the noise floor.
-        names: taps to compare; chunks: half-open global chunk range (None: all); heads: None: all.
+        names: taps to compare; chunks: half-open global chunk range (None: all); heads: value heads
+            (None: all); with GVA the dq/dk rows compared are those of the q/k heads they read.
         noise_floor: label failing cells DRIFT or BUG against the float32 reference (see ``noise``).
         window: chunks in the made-here-or-carried-in rerun (0 skips it).
         repeat: run the implementation this many times and report the first tap × chunk whose bits differ.
@@ -96,14 +97,15 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump or "")
     tols = cell_tolerances(precision, tol_overrides)
-    B, T, H, K, V = inputs.shape
+    B, T = inputs.shape[:2]
+    G = inputs.group
     ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
     info = ChunkInfo.from_table(ct)
     lo, hi = (0, ct.n_chunks) if chunks is None else (max(0, chunks[0]), min(ct.n_chunks, chunks[1]))
     seeded = seeded and (lo, hi) != (0, ct.n_chunks)
     refuse_slow_interpreter(impl, inputs, config, device, (hi - lo) * max(1, repeat) if seeded else None,
                             max_interpreter_s)
-    head_list = list(range(H)) if heads is None else list(heads)
+    head_list = list(range(inputs.HV)) if heads is None else list(heads)
     chunk_list = list(range(lo, hi))
     sel = TapSelection(names=tuple(names), chunks=(lo, hi), heads=tuple(head_list))
     missing = {"taps": [], "chunks": [], "heads": [], "not_written": []}
@@ -149,8 +151,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     outs = {n: t for n, t in run.outputs.items() if n in ref.outputs}
     # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
     # those whose last/first chunk is selected, the only ones output_rows compares
-    mine, row_ids = output_rows(outs, ct, config.state_layout, chunk_list, head_list)
-    theirs, _ = output_rows({n: ref.outputs[n] for n in mine}, ct, config.state_layout, chunk_list, head_list)
+    mine, row_ids = output_rows(outs, ct, config.state_layout, chunk_list, head_list, G)
+    theirs, _ = output_rows({n: ref.outputs[n] for n in mine}, ct, config.state_layout, chunk_list, head_list, G)
     if not cand and not mine:
         offered = ", ".join((*[n for n in ref.outputs], *names))
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {offered} for the selection "
@@ -163,11 +165,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         # a value stored in 16 bits cannot be nearer than its rounding: the floor includes it
         floor_taps = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in cand}, tap_rows, tap_heads)
         floor_rows, _ = output_rows({n: stored_as(fl_out[n], run.outputs[n].dtype) for n in mine}, ct,
-                                    config.state_layout, chunk_list, head_list)
+                                    config.state_layout, chunk_list, head_list, G)
 
     unrep = unrepresentable(ref_taps, cand, {n: tap_rows for n in cand}, tap_heads, info)
     cells = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep)
-    cells.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows))
+    cells.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows, group=G))
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
@@ -328,9 +330,9 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
     else:
         implementation = resolve_impl(impl, precision, spec)
     inputs, config = load_dump(path, overrides, allow_nonfinite=allow_nonfinite)
-    B, T, H, K, V = inputs.shape
+    B, T = inputs.shape[:2]
     table = chunk_table(B, T, inputs.cu_seqlens, implementation.config_for(config)[0].chunk_size)
-    sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
+    sel = resolve_selection(names, chunks, heads, table.n_chunks, inputs.HV, gva=inputs.group > 1)
     if implementation.kind == "taps file":
         f = implementation.read()
         if not f["outputs"] and not f["taps"]:

@@ -2,15 +2,17 @@
 
 Tensors (float: bf16, fp16, fp32 or fp64 unless noted)::
 
-    q, k, g  [B,T,H,K]          v, do  [B,T,H,V]          beta  [B,T,H]
-    h0, dht  [N,H,V,K] (state_layout=vk) or [N,H,K,V] (kv)      optional
+    q, k  [B,T,H,K]     g  [B,T,HV,K]     v, do  [B,T,HV,V]     beta  [B,T,HV]
+    h0, dht  [N,HV,V,K] (state_layout=vk) or [N,HV,K,V] (kv)     optional
     cu_seqlens [N+1] int32/int64, needs B == 1                  optional
-    A_log [H], dt_bias [H,K]    required by the lower_bound and softplus gates
+    A_log [HV], dt_bias [HV,K] or [HV*K]   required by the lower_bound and softplus gates
 
-N = B without ``cu_seqlens``, else ``len(cu_seqlens) - 1``. The config lives in the
-``__metadata__`` strings (see ``kdadbg.config``). ``load_dump`` validates every tensor before
-returning; each problem is one ``KdadbgError`` line naming the file, the tensor, what was
-expected and what was found. Tensors with other names are ignored (``describe_dump`` lists them).
+H is q's head count, HV v's: HV = H, or a multiple of H for grouped value heads (GVA, fla's
+``num_v_heads > num_heads``), where value head ``hv`` uses q/k head ``hv // (HV/H)``. Nothing in the
+config says which: HV is read from v. N = B without ``cu_seqlens``, else ``len(cu_seqlens) - 1``. The
+config lives in the ``__metadata__`` strings (see ``kdadbg.config``). ``load_dump`` validates every
+tensor before returning; each problem is one ``KdadbgError`` line naming the file, the tensor, what
+was expected and what was found. Tensors with other names are ignored (``describe_dump`` lists them).
 """
 
 from __future__ import annotations
@@ -185,18 +187,25 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
     config = apply_overrides(config, overrides, where)
 
     v = specs["v"]
-    if v.ndim != 4 or tuple(v.shape[:3]) != (B, T, H) or v.shape[3] == 0:
-        raise err("v", f"expected shape [B,T,H,V] = [{B},{T},{H},*] (B,T,H from q), found {_fmt(v.shape)}")
-    V = v.shape[3]
-    expect = {"k": ((B, T, H, K), "[B,T,H,K]", "from q"), "g": ((B, T, H, K), "[B,T,H,K]", "from q"),
-              "do": ((B, T, H, V), "[B,T,H,V]", "B,T,H,K from q, V from v"),
-              "beta": ((B, T, H), "[B,T,H]", "from q"), "A_log": ((H,), "[H]", "H from q")}
+    if v.ndim != 4 or tuple(v.shape[:2]) != (B, T) or v.shape[3] == 0 or v.shape[2] == 0 or v.shape[2] % H:
+        raise err("v", f"expected shape [B,T,H,V] = [{B},{T},{H},*] (B,T,H from q) or, for grouped value heads, "
+                       f"[B,T,HV,V] with HV a multiple of H={H}, found {_fmt(v.shape)}")
+    HV, V = v.shape[2], v.shape[3]
+    gva = HV != H
+    hv = "HV" if gva else "H"
+    hv_src = f"HV={HV} from v" if gva else "H from q"
+    expect = {"k": ((B, T, H, K), "[B,T,H,K]", "from q"),
+              "g": ((B, T, HV, K), f"[B,T,{hv},K]", f"B,T,K from q, {hv_src}" if gva else "from q"),
+              "do": ((B, T, HV, V), f"[B,T,{hv},V]", "B,T from q, HV,V from v" if gva else "B,T,H,K from q, V from v"),
+              "beta": ((B, T, HV), f"[B,T,{hv}]", f"B,T from q, {hv_src}" if gva else "from q"),
+              "A_log": ((HV,), f"[{hv}]", hv_src)}
     for name, (shape, sym, src) in expect.items():
         if name in specs and tuple(specs[name].shape) != shape:
             raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(specs[name].shape)}")
-    if "dt_bias" in specs and tuple(specs["dt_bias"].shape) not in ((H, K), (H * K,)):
-        raise err("dt_bias", f"expected shape [H,K] = {_fmt((H, K))} or fla's flat [H*K] = [{H * K}] (H,K from q), "
-                             f"found {_fmt(specs['dt_bias'].shape)}")
+    if "dt_bias" in specs and tuple(specs["dt_bias"].shape) not in ((HV, K), (HV * K,)):
+        src = hv_src + ", K from q" if gva else "H,K from q"
+        raise err("dt_bias", f"expected shape [{hv},K] = {_fmt((HV, K))} or fla's flat [{hv}*K] = [{HV * K}] "
+                             f"({src}), found {_fmt(specs['dt_bias'].shape)}")
 
     cu = specs.get("cu_seqlens")
     if cu is not None:
@@ -208,8 +217,8 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
             check_values(where, "cu_seqlens", cu_seqlens, T)
     N = B if cu is None else cu.numel() - 1
 
-    state = (N, H, V, K) if config.state_layout == "vk" else (N, H, K, V)
-    sym = "[N,H,V,K]" if config.state_layout == "vk" else "[N,H,K,V]"
+    state = (N, HV, V, K) if config.state_layout == "vk" else (N, HV, K, V)
+    sym = f"[N,{hv},V,K]" if config.state_layout == "vk" else f"[N,{hv},K,V]"
     for name in ("h0", "dht"):
         t = specs.get(name)
         if t is None:
@@ -220,7 +229,7 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
                             f"(shape {_fmt(t.shape)})")
         if tuple(t.shape) != state:
             hint = ""
-            other = (N, H, K, V) if config.state_layout == "vk" else (N, H, V, K)
+            other = (N, HV, K, V) if config.state_layout == "vk" else (N, HV, V, K)
             if tuple(t.shape) == other:
                 hint = f"; that is the {'kv' if config.state_layout == 'vk' else 'vk'} layout, set state_layout"
             raise err(name, f"expected shape {sym} = {_fmt(state)} (state_layout={config.state_layout}), "
@@ -228,8 +237,8 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
 
     for name in GATE_PARAMS[config.gate]:
         if name not in specs:
-            raise err(name, f"missing; gate={config.gate} ({GATE_FORMULA[config.gate]}) needs A_log [H] and "
-                            f"dt_bias [H,K] (or [H*K])")
+            raise err(name, f"missing; gate={config.gate} ({GATE_FORMULA[config.gate]}) needs A_log [{hv}] and "
+                            f"dt_bias [{hv},K] (or [{hv}*K])")
     return config
 
 
@@ -283,7 +292,7 @@ def describe_dump(path) -> dict:
 
     Keys: ``path``; ``ok`` and ``verdict`` ("ok" or the validation error); ``config``: a list of
     ``{key, value, default}`` (None when the metadata cannot be parsed; ``metadata`` holds the raw
-    strings); ``sizes``: B, T, H, K, V, N, n_chunks (when known); ``tensors``: per tensor
+    strings); ``sizes``: B, T, H (q/k heads), HV (value heads), K, V, N, n_chunks (when known); ``tensors``: per tensor
     ``{name, role ('input' or 'extra'), shape, dtype, min, max, mean, nan, inf}`` (stats over the
     finite values; None for extra tensors and complex ones); ``extra``: names of tensors that are
     not part of format v1; ``origin``: for a dump written by ``kdadbg.capture``, its ``capture.*``
@@ -335,11 +344,11 @@ def describe_dump(path) -> dict:
         error = error or str(e)
     if error is None:
         B, T, H, K = specs["q"].shape
-        V = specs["v"].shape[-1]
+        HV, V = specs["v"].shape[2:]
         cu = None if cu is None else cu.to(torch.int64)
         ct = chunk_table(B, T, cu, config.chunk_size)
         N = B if cu is None else cu.numel() - 1
-        out["sizes"] = {"B": B, "T": T, "H": H, "K": K, "V": V, "N": N, "n_chunks": ct.n_chunks}
+        out["sizes"] = {"B": B, "T": T, "H": H, "HV": HV, "K": K, "V": V, "N": N, "n_chunks": ct.n_chunks}
     out["ok"], out["verdict"] = error is None, error or "ok"
     if config is not None:
         out["config"] = [{"key": k, "value": getattr(config, k), "default": k not in meta} for k in CONFIG_KEYS]

@@ -41,7 +41,8 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     ``--impl`` takes) on the dump ``dump`` and write the taps file ``out``; returns a summary.
 
     ``names``: taps to export (None = all); ``chunks``: half-open global chunk range, either end
-    None; ``heads``: head indices (None = all); ``overrides``: config values that beat the dump's.
+    None; ``heads``: value head indices (None = all; the taps file's ``head.index``); ``overrides``:
+    config values that beat the dump's.
     Example: ``export_taps("d.safetensors", "t.safetensors", names=("dS",), chunks=(0, 4))``.
     """
     from kdadbg_kernels.taps import TAP_NAMES
@@ -55,9 +56,10 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     if Path(out).exists() and not force:
         raise KdadbgError(f"{out}: already exists; refusing to overwrite (use --force)")
     inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
-    B, T, H, K, V = inputs.shape
+    B, T = inputs.shape[:2]
+    H = inputs.HV   # taps and head.index are per value head
     table = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
-    sel = resolve_selection(names, chunks, heads, table.n_chunks, H)
+    sel = resolve_selection(names, chunks, heads, table.n_chunks, H, gva=inputs.group > 1)
     dev = resolve_device(device)
 
     check_supported(impl, inputs, config, str(dump))

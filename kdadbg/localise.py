@@ -47,7 +47,8 @@ def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Ch
                   ) -> KDAInputs:
     """One sequence's tokens from chunk ``first`` to the end of chunk ``last`` (same sequence), as a
     single-sequence dump: ``h0`` = the reference's ``S[first]``, ``dht`` = the reference's
-    ``dS[last + 1]`` or the dump's ``dht`` when ``last`` ends the sequence (both in the dump's layout)."""
+    ``dS[last + 1]`` or the dump's ``dht`` when ``last`` ends the sequence (both in the dump's layout,
+    per value head; q and k keep their q/k heads, so a GVA dump stays one)."""
     B, T, H, K, V = inputs.shape
     n = info.seq[first]
     t0 = info.start[first] if inputs.cu_seqlens is not None else n * T + info.start[first]
@@ -86,6 +87,7 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     from .reference import run_reference
 
     name, chunk, head = first["tap"], first["chunk"], first["head"]
+    heads = first.get("value_heads") or [head]   # dq/dk under GVA: head is a q/k head, rerun its group
     if chunk is None:
         return {"verdict": None, "reason": f"{name} sums every chunk of the head: no window to rerun"}
     if not impl.takes_initial_state:
@@ -99,32 +101,37 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     w_in = window_inputs(inputs, config, ref_taps, info, start, last)
     wref = run_reference(w_in, config, taps=TAP_ORDER, device=device)
     nwc = last - start + 1
-    wrun = impl.run(w_in, config, device=device, taps=TapSelection(names=TAP_ORDER, chunks=(0, nwc), heads=(head,)))
+    wrun = impl.run(w_in, config, device=device, taps=TapSelection(names=TAP_ORDER, chunks=(0, nwc),
+                                                                    heads=tuple(heads)))
     wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
     winfo = ChunkInfo.from_table(wct)
-    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), [head], tols)
-    d = {"window": [start, last], "seq": n, "head": head, "seeded": {
+    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), heads, tols, w_in.group)
+    d = {"window": [start, last], "seq": n, "head": head, **({"value_heads": heads} if "value_heads" in first else {}),
+         "seeded": {
         "h0": f"reference S[{start}]",
         "dht": "the dump's dht" if last == seq_chunks[-1] else f"reference dS[{last + 1}]"}}
     if name not in wcells:
         return {**d, "verdict": None, "reason": f"--impl {impl.name} gave no {name} in the window"}
     c = wcells[name]
     j = c.chunks.index(chunk - start)
-    failing = bool(c.failing[j, 0])  # still over its tolerance, DRIFT or BUG
+    col = c.column(heads[0])
+    failing = bool(c.failing[j, col])  # still over its tolerance, DRIFT or BUG
     wres = DiffResult("window", (impl.name, "reference"), "", device, None, config, winfo, list(range(nwc)),
-                      [head], wcells, drift_fails=drift_fails)
+                      heads, wcells, drift_fails=drift_fails)
     wfirst = wres.first_divergence
     if wfirst is not None:
         wfirst = {**wfirst, "chunk": wfirst["chunk"] + start if wfirst["chunk"] is not None else None}
     return {**d, "verdict": "introduced" if failing else "inherited", "tap": name, "chunk": chunk,
-            "ratio": float(c.ratio[j, 0]), "tol": c.tol,
-            "ratios": {k: [float(x) for x in v.ratio[:, 0]] for k, v in wcells.items() if v.quantity.kind != "head"},
+            "ratio": float(c.ratio[j, col]), "tol": c.tol,
+            "ratios": {k: [float(x) for x in v.ratio[:, v.column(heads[0])]] for k, v in wcells.items()
+                       if v.quantity.kind != "head"},
             "first_in_window": wfirst}
 
 
 def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chunks: list[int], heads: list[int],
-                 tols: dict[str, float]) -> dict:
-    """Taps and output rows of a window run against the window's reference (no noise floor)."""
+                 tols: dict[str, float], group: int = 1) -> dict:
+    """Taps and output rows of a window run against the window's reference (no noise floor); ``heads``
+    are value heads (``group``: value heads per q/k head, for the dq/dk rows)."""
     cand = {k: v.detach() for k, v in run.taps.items() if k in ref.taps and not all_nan(v)}
     rows = [c for c in chunks if c in run.tap_chunks]
     cells = {}
@@ -137,9 +144,9 @@ def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chun
             cells.update(compare_cells(cand, refs, {k: rows for k in cand}, [h for h in heads if h in run.tap_heads],
                                        info, tols))
     mine, ids = output_rows({k: v for k, v in run.outputs.items() if k in ref.outputs}, ct, config.state_layout,
-                            chunks, heads)
-    theirs, _ = output_rows({k: ref.outputs[k] for k in mine}, ct, config.state_layout, chunks, heads)
-    cells.update(compare_cells(mine, theirs, ids, heads, info, tols))
+                            chunks, heads, group)
+    theirs, _ = output_rows({k: ref.outputs[k] for k in mine}, ct, config.state_layout, chunks, heads, group)
+    cells.update(compare_cells(mine, theirs, ids, heads, info, tols, group=group))
     return cells
 
 
@@ -149,13 +156,15 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
     whole walk)."""
     if first["chunk"] is None:
         return []
-    n, head = first["seq"], first["head"]
+    n = first["seq"]
+    # dq/dk under GVA: first["head"] is a q/k head; S and dS are followed on the group's first value head
+    head = (first.get("value_heads") or [first["head"]])[0]
     out = []
     for name in dict.fromkeys((first["tap"], "S", "dS")):
-        if name not in res.cells or head not in res.cells[name].heads:
+        j = res.cells[name].column(head) if name in res.cells else None
+        if j is None:
             continue
         cells = res.cells[name]
-        j = cells.heads.index(head)
         seq_rows = [r for r, c in enumerate(cells.chunks) if c is not None and res.info.seq[c] == n]
         backward = cells.stage.startswith("bwd")
         seq_rows.sort(key=lambda r: -cells.chunks[r] if backward else cells.chunks[r])
@@ -165,7 +174,7 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
         ratios = [float(cells.ratio[r, j]) for r in seq_rows]
         growth = [(b / a if a > 0 and math.isfinite(a) and math.isfinite(b) else None)
                   for a, b in zip(ratios, ratios[1:])]
-        out.append({"tap": name, "head": head, "direction": "backward" if backward else "forward",
+        out.append({"tap": name, "head": cells.heads[j], "direction": "backward" if backward else "forward",
                     "chunks": [cells.chunks[r] for r in seq_rows], "ratios": ratios, "growth": growth})
     return out
 

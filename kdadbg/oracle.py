@@ -12,7 +12,13 @@ from .config import KDAConfig, KDAInputs
 
 
 def oracle_forward(q, k, v, g, beta, h0, A_log, dt_bias, cu, cfg: KDAConfig):
-    """Outputs ``o [B,T,H,V]`` and ``ht [N,H,K,V]`` (math layout) from float64 leaves."""
+    """Outputs ``o [B,T,HV,V]`` and ``ht [N,HV,K,V]`` (math layout) from float64 leaves; q, k
+    ``[B,T,H,K]`` with ``H`` dividing ``HV`` (GVA: value head ``hv`` reads q/k head ``hv // (HV/H)``)."""
+    HV = v.shape[2]
+    G = HV // q.shape[2]
+    if G > 1:
+        q = q.repeat_interleave(G, dim=2)
+        k = k.repeat_interleave(G, dim=2)
     B, T, H, K = q.shape
     if cfg.qk_l2norm:
         q = q * torch.rsqrt(q.pow(2).sum(-1, keepdim=True) + 1e-6)
@@ -49,8 +55,8 @@ def oracle_forward(q, k, v, g, beta, h0, A_log, dt_bias, cu, cfg: KDAConfig):
 
 def run_oracle(inputs: KDAInputs, cfg: KDAConfig) -> dict[str, torch.Tensor]:
     """Outputs and gradients (same names and layouts as :func:`kdadbg.reference.run_reference`)."""
-    B, T, H, K, V = inputs.shape
-    N = inputs.n_seqs
+    B, T, _, K, V = inputs.shape
+    H, N = inputs.HV, inputs.n_seqs
     leaf = {}
     for name in ("q", "k", "v", "g", "beta", "A_log", "dt_bias"):
         t = getattr(inputs, name)

@@ -58,13 +58,16 @@ def mm(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 @dataclass
 class ReferenceResult:
     outputs: dict[str, torch.Tensor]  # o, ht, dq, dk, dv, dg, dbeta, dh0?, dA_log?, ddt_bias?
-    taps: dict[str, torch.Tensor]     # name -> [n_chunks, H, *per-chunk shape], padding 0
+    taps: dict[str, torch.Tensor]     # name -> [n_chunks, HV, *per-chunk shape], padding 0
     chunks: ChunkTable
 
 
 def activate(inputs: KDAInputs, cfg: KDAConfig, dtype, device) -> tuple[dict, dict]:
-    """Leaves (raw inputs needing gradients) and token-axis activations ``[B*T, H, ...]``."""
+    """Leaves (raw inputs needing gradients) and token-axis activations ``[B*T, HV, ...]``, one per
+    value head: with GVA, q and k (after l2norm) are indexed by the group map ``hv // group``, so
+    autograd sums their gradients over each group."""
     B, T, H, K, V = inputs.shape
+    HV, G = inputs.HV, inputs.group
     leaves = {}
     for name in ("q", "k", "g", "beta", "A_log", "dt_bias"):
         t = getattr(inputs, name)
@@ -72,11 +75,14 @@ def activate(inputs: KDAInputs, cfg: KDAConfig, dtype, device) -> tuple[dict, di
             leaves[name] = t.detach().to(device=device, dtype=dtype).requires_grad_(True)
     q = leaves["q"].reshape(B * T, H, K)
     k = leaves["k"].reshape(B * T, H, K)
-    g = leaves["g"].reshape(B * T, H, K)
-    beta = leaves["beta"].reshape(B * T, H)
+    g = leaves["g"].reshape(B * T, HV, K)
+    beta = leaves["beta"].reshape(B * T, HV)
     if cfg.qk_l2norm:
         q = q / torch.sqrt((q * q).sum(-1, keepdim=True) + 1e-6)
         k = k / torch.sqrt((k * k).sum(-1, keepdim=True) + 1e-6)
+    if G > 1:
+        group_map = torch.arange(HV, device=q.device) // G
+        q, k = q.index_select(1, group_map), k.index_select(1, group_map)
     if cfg.gate == "none":
         gam = g
     else:
@@ -354,7 +360,8 @@ def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | No
         dot_dtype: round the operands of every matrix product to this dtype (e.g. ``torch.bfloat16``),
             accumulating in ``dtype``: a model of low-precision kernels for noise floors. None: exact.
     Returns:
-        outputs in the dump's shapes (``ht``/``dh0`` in its state layout), taps chunk-major.
+        outputs in the dump's shapes (``ht``/``dh0`` in its state layout), taps chunk-major
+        ``[n_chunks, HV, *]`` over the value heads (GVA: ``dq``/``dk`` per q/k head, summed over groups).
 
     Example:
         >>> res = run_reference(*make_inputs(get_case("basic")))
@@ -369,7 +376,8 @@ def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | No
 
 def _run_reference(inputs: KDAInputs, config: KDAConfig, taps: tuple[str, ...], device, dtype,
                    progress: Progress | None) -> ReferenceResult:
-    B, T, H, K, V = inputs.shape
+    B, T, _, K, V = inputs.shape
+    H = inputs.HV   # the recurrence, its taps and every output but dq, dk are per value head
     N, C = inputs.n_seqs, config.chunk_size
     ct = chunk_table(B, T, inputs.cu_seqlens, C)
     _check_memory(ct.n_chunks, H, C, K, V, dtype, device)

@@ -69,8 +69,9 @@ def parse_heads(spec: str | None) -> tuple[int, ...] | None:
 
 
 def resolve_selection(names: tuple[str, ...], chunks: tuple[int | None, int | None] | None,
-                      heads: tuple[int, ...] | None, n_chunks: int, n_heads: int) -> TapSelection:
-    """A concrete ``TapSelection`` for a dump with ``n_chunks`` chunks and ``n_heads`` heads."""
+                      heads: tuple[int, ...] | None, n_chunks: int, n_heads: int, gva: bool = False) -> TapSelection:
+    """A concrete ``TapSelection`` for a dump with ``n_chunks`` chunks and ``n_heads`` heads: its value
+    heads (``gva``: a grouped-value-heads dump, whose HV value heads outnumber the q/k heads)."""
     lo, hi = 0, n_chunks
     if chunks is not None:
         lo = chunks[0] if chunks[0] is not None else 0
@@ -82,6 +83,7 @@ def resolve_selection(names: tuple[str, ...], chunks: tuple[int | None, int | No
     if heads is not None:
         bad = [h for h in heads if not 0 <= h < n_heads]
         if bad:
-            raise KdadbgError(f"--heads: head {bad[0]} out of range; the dump has H={n_heads} "
-                              f"(heads 0 to {n_heads - 1})")
+            what = "HV" if gva else "H"
+            raise KdadbgError(f"--heads: head {bad[0]} out of range; the dump has {what}={n_heads} "
+                              f"({'value ' if gva else ''}heads 0 to {n_heads - 1})")
     return TapSelection(names=names, chunks=(lo, hi), heads=heads)

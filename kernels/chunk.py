@@ -130,6 +130,27 @@ def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_c
     return TapPlan.build(taps, NC, H, chunk_size, K, V, device)
 
 
+def _value_group(q, v) -> int:
+    """Value heads per q/k head (GVA, fla's ``num_v_heads > num_heads``): ``v.shape[2] // q.shape[2]``."""
+    _expect(q.dim() == 4, "q", "shape [B, T, H, K]", tuple(q.shape))
+    _expect(v.dim() == 4 and v.shape[2] % q.shape[2] == 0, "v",
+            f"shape [B, T, HV, V] with HV a multiple of H={q.shape[2]}", tuple(v.shape))
+    return v.shape[2] // q.shape[2]
+
+
+def _expand_groups(x, G: int):
+    """q or k ``[B,T,H,K]`` -> ``[B,T,H*G,K]``: value head ``hv`` reads q/k head ``hv // G``."""
+    return x.repeat_interleave(G, dim=2) if G > 1 else x
+
+
+def _reduce_groups(dx, G: int):
+    """dq or dk over the value heads ``[B,T,H*G,K]`` -> ``[B,T,H,K]``: the sum over each group, in float32."""
+    if G == 1:
+        return dx
+    B, T, HV, K = dx.shape
+    return dx.float().view(B, T, HV // G, G, K).sum(3)
+
+
 def _to_math(state, layout: str):
     """``[N,H,V,K]`` (``vk``) or ``[N,H,K,V]`` (``kv``) -> fp32 math layout ``[N,H,K,V]``."""
     if state is None:
@@ -150,6 +171,9 @@ def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layou
 
     Shapes as in :func:`kda_forward`; ``do`` is ``[B,T,H,V]``; ``h0``/``dht`` use ``state_layout``
     (``vk``: ``[N,H,V,K]``, ``kv``: ``[N,H,K,V]``); ``cu_seqlens_cpu``: as in :func:`kda_forward`.
+    GVA: q, k may have H heads while v, g, beta, do, the states and the gate parameters have HV, a
+    multiple of H; q and k are then repeated per value head (``hv`` reads ``hv // (HV/H)``), the kernels
+    run over HV heads (so do the taps) and dq, dk are summed back over each group in float32.
 
     Returns:
         ``(outputs, buffers, plan)``: ``outputs`` holds fp32 ``o, ht, dq, dk, dv, dg, dbeta`` and, when
@@ -165,6 +189,8 @@ def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layou
     """
     from .chunk_bwd import kda_backward
 
+    G = _value_group(q, v)
+    q, k = _expand_groups(q, G), _expand_groups(k, G)
     B, T, H, K = q.shape
     V = v.shape[-1]
     plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens, cu_seqlens_cpu, chunk_size, q.device)
@@ -175,21 +201,26 @@ def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layou
     grads = kda_backward(saved, chunks, q, k, v, g, beta, do, _to_math(dht, state_layout),
                          has_h0=h0 is not None, **opts)
     outputs = {"o": o, "ht": _from_math(ht, state_layout), **grads}
+    outputs["dq"], outputs["dk"] = _reduce_groups(outputs["dq"], G), _reduce_groups(outputs["dk"], G)
     if "dh0" in outputs:
         outputs["dh0"] = _from_math(outputs["dh0"], state_layout)
     return outputs, (plan.buffers if plan is not None else {}), plan
 
 
 class ChunkKDAFunction(torch.autograd.Function):
-    """Autograd op over :func:`kda_forward` / ``kda_backward``; states in math layout ``[N,H,K,V]``."""
+    """Autograd op over :func:`kda_forward` / ``kda_backward``; states in math layout ``[N,HV,K,V]``.
+    With GVA (v has HV = G·H heads) q, k are repeated per value head inside the op and dq, dk summed
+    back over each group in float32, then rounded once to q's and k's dtypes."""
 
     @staticmethod
     def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan):
-        o, ht, saved, chunks = kda_forward(q, k, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
+        G = _value_group(q, v)
+        qx, kx = _expand_groups(q, G), _expand_groups(k, G)
+        o, ht, saved, chunks = kda_forward(qx, kx, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
                                            A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, **opts)
-        ctx.save_for_backward(q, k, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
+        ctx.save_for_backward(qx, kx, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
                               saved.INV, saved.Mqk, saved.S, saved.U)
-        ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0 = chunks, opts, plan, h0 is not None
+        ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0, ctx.group = chunks, opts, plan, h0 is not None, G
         ctx.set_materialize_grads(False)
         return o, ht
 
@@ -199,13 +230,16 @@ class ChunkKDAFunction(torch.autograd.Function):
 
         q, k, v, g, beta, A_log, dt_bias, *rest = ctx.saved_tensors
         saved = FwdSaved(*rest)
+        G = ctx.group
         if do is None:
             do = torch.zeros_like(v, dtype=torch.float32)
         opts = {n: ctx.opts[n] for n in ("scale", "gate", "lower_bound", "qk_l2norm", "beta_sigmoid", "precision")}
+        # GVA: float32 gradients, so that dq, dk are rounded once, after the group sum
         grads = kda_backward(saved, ctx.chunks, q, k, v, g, beta, do, dht, A_log=A_log, dt_bias=dt_bias,
-                             tap_plan=ctx.plan, has_h0=ctx.has_h0, grad_dtypes=True, **opts)
+                             tap_plan=ctx.plan, has_h0=ctx.has_h0, grad_dtypes=G == 1, **opts)
+        dq, dk = _reduce_groups(grads["dq"], G), _reduce_groups(grads["dk"], G)
         has_gate = ctx.opts["gate"] != "none"
-        return (grads["dq"].to(q.dtype), grads["dk"].to(k.dtype), grads["dv"].to(v.dtype), grads["dg"].to(g.dtype),
+        return (dq.to(q.dtype), dk.to(k.dtype), grads["dv"].to(v.dtype), grads["dg"].to(g.dtype),
                 grads["dbeta"].to(beta.dtype),
                 grads["dA_log"].to(A_log.dtype) if has_gate and ctx.needs_input_grad[5] else None,
                 grads["ddt_bias"].reshape(dt_bias.shape).to(dt_bias.dtype)
@@ -224,7 +258,9 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     Args:
         q, k: ``[B, T, H, K]`` (L2-normalised in the kernel with ``use_qk_l2norm_in_kernel``);
             v: ``[B, T, H, V]``; beta: ``[B, T, H]`` (b itself, or logits with
-            ``use_beta_sigmoid_in_kernel``).
+            ``use_beta_sigmoid_in_kernel``). GVA as in fla: v, g, beta, the states, ``A_log [HV]`` and
+            ``dt_bias [HV*K]`` may have HV heads, a multiple of q's H; value head ``hv`` reads q/k head
+            ``hv // (HV/H)`` (the op repeats q, k per value head; taps are per value head).
         g: ``[B, T, H, K]`` natural-log decay, or with ``use_gate_in_kernel`` the raw gate: then
             ``gamma = -exp(A_log) softplus(g + dt_bias)``, or ``lower_bound * sigmoid(exp(A_log)
             (g + dt_bias))`` when ``lower_bound`` is given (``A_log``/``dt_bias`` default to 0).
@@ -250,7 +286,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         >>> o, ht = chunk_kda(q, k, v, g, beta, output_final_state=True, chunk_size=64)
         >>> o.sum().backward()
     """
-    B, T, H, K = q.shape
+    B, T, _, K = q.shape
+    H = v.shape[2] if v.dim() == 4 else q.shape[2]   # the value heads (GVA: a multiple of q's)
     V = v.shape[-1]
     if use_gate_in_kernel:
         gate = "softplus" if lower_bound is None else "lower_bound"

@@ -334,3 +334,32 @@ def test_capture_help_explains():
     for text in ("Run a training command unchanged", "theirs.safetensors", "exit code", "Example: kdadbg capture",
                  "--when", "--calls", "--modules", "--target", "--max-bytes"):
         assert text in res.output, text
+
+
+def test_gva_call_captured_and_replayed(tmp_path):
+    """A GVA call (fla's num_v_heads > num_heads: q, k 1 head, v, g, beta 2) is captured: its dump holds
+    the value heads where fla has them, passes check, and the theirs file holds the call's gradients."""
+    import kdadbg_kernels
+
+    gen = torch.Generator().manual_seed(4)
+    q, k = (torch.randn(1, 20, 1, 16, generator=gen, requires_grad=True) for _ in range(2))
+    v, g = (torch.randn(1, 20, 2, 16, generator=gen, requires_grad=True) for _ in range(2))
+    beta = torch.randn(1, 20, 2, generator=gen, requires_grad=True)
+    A_log, dt_bias = torch.zeros(2, requires_grad=True), (0.1 * torch.randn(32, generator=gen)).requires_grad_()
+    h0 = (0.1 * torch.randn(1, 2, 16, 16, generator=gen)).requires_grad_()
+    with capture(tmp_path / "dumps", targets=["kdadbg"]) as cap:
+        o, ht = kdadbg_kernels.chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True,
+                                         use_qk_l2norm_in_kernel=True, use_gate_in_kernel=True,
+                                         use_beta_sigmoid_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+                                         chunk_size=16, precision="fp32")
+        (o.square().sum() + ht.sum()).backward()
+    assert cap.skipped == [] and len(cap.written) == 1
+    d = cap.written[0]
+    inputs, config = load_dump(d["dump"])
+    assert inputs.shape[2] == 1 and inputs.HV == 2 and inputs.h0.shape == (1, 2, 16, 16)
+    assert config.gate == "softplus" and inputs.dt_bias.shape == (2, 16)
+    outs = read_taps_file(d["theirs"])["outputs"]
+    assert read_taps_file(d["theirs"])["heads"].tolist() == [0, 1]
+    assert same_bits(outs["dq"], q.grad) and same_bits(outs["dv"], v.grad) and same_bits(outs["dh0"], h0.grad)
+    result = check(inputs, config, precision="fp32", device="cpu")
+    assert result.passed, [(t.name, t.ratio) for t in result.tensors]

@@ -41,6 +41,8 @@ REGIMES = {
     "a model's gates (fla layer init), softplus": lambda c: c.gates == "layer" and c.gate == "softplus",
     "a model's gates (fla layer init), lower bound": lambda c: c.gates == "layer" and c.gate == "lower_bound",
     "a model's gates, varlen": lambda c: c.gates == "layer" and _has_short_sequence(c),
+    "grouped value heads (GVA)": lambda c: c.n_value_heads > c.H,
+    "GVA with varlen, a sequence shorter than a chunk": lambda c: c.n_value_heads > c.H and _has_short_sequence(c),
 }
 
 
@@ -57,6 +59,19 @@ def test_fla_layer_gates_are_strong():
     inputs, cfg = make_inputs(get_case("fla_layer"))
     gc = run_reference(inputs, cfg, taps=("gc",)).taps["gc"]
     assert -130 < float(gc.min()) < -80
+
+
+def test_gva_cases_shapes():
+    """GVA cases: q, k over H heads, everything else over HV value heads."""
+    from kdadbg.cases import get_case, make_inputs
+
+    for name in ("gva", "gva_varlen"):
+        c = get_case(name)
+        inputs, _ = make_inputs(c)
+        assert inputs.q.shape[2] == inputs.k.shape[2] == c.H and inputs.HV == c.HV > c.H
+        assert inputs.g.shape[2] == inputs.beta.shape[2] == inputs.do.shape[2] == c.HV
+        assert inputs.A_log.shape == (c.HV,) and inputs.dt_bias.shape == (c.HV, c.K)
+        assert inputs.h0.shape[1] == inputs.dht.shape[1] == c.HV
 
 
 def test_case_names_unique():

@@ -59,7 +59,7 @@ class StandIn(Implementation):
         outputs, t = self.fn(inputs, config, self.precision, device, sel)
         ct = chunk_table(*inputs.shape[:2], inputs.cu_seqlens, config.chunk_size)
         lo, hi = sel.chunk_range(ct.n_chunks)
-        return ImplRun(outputs, t, list(range(lo, hi)), list(sel.head_list(inputs.shape[2])))
+        return ImplRun(outputs, t, list(range(lo, hi)), list(sel.head_list(inputs.HV)))
 
 
 def metrics(name, x, ref, lengths):
@@ -90,7 +90,7 @@ def stand_in(perturb=None, follow=True, nondeterministic=None):
             t = taps[tap].clone()
             t[c, 0].view(-1)[0] = torch.nextafter(t[c, 0].view(-1)[0], torch.tensor(1e9))
             taps[tap] = t
-        return res.outputs, select(taps, sel, ct.n_chunks, H)
+        return res.outputs, select(taps, sel, ct.n_chunks, inputs.HV)
 
     run.calls = calls
     return StandIn(run)
@@ -203,7 +203,7 @@ def test_fault_only_in_the_full_run_is_inherited():
     assert amp["dS"]["chunks"] == [2, 1, 0] and amp["dS"]["direction"] == "backward"
 
 
-@pytest.mark.parametrize("name", ["basic", "varlen", "kv_layout", "varlen_kv"])
+@pytest.mark.parametrize("name", ["basic", "varlen", "kv_layout", "varlen_kv", "gva_varlen"])
 def test_window_inputs_reproduce_the_reference(name):
     inputs, cfg = inputs_for(name)
     full = run_reference(inputs, cfg)
@@ -332,12 +332,15 @@ def test_json_document(monkeypatch):
 
 @pytest.mark.parametrize("name,precision", [pytest.param("basic", "fp32", id="basic-fp32"),
                                             pytest.param("varlen_short", "fp32", id="varlen_short-fp32"),
-                                            pytest.param("tail", "bf16", id="tail-bf16")])
+                                            pytest.param("tail", "bf16", id="tail-bf16"),
+                                            pytest.param("gva", "fp32", id="gva-fp32"),
+                                            pytest.param("gva_varlen", "bf16", id="gva_varlen-bf16")])
 def test_kernels_pass(kernel_device, name, precision):
     inputs, cfg = inputs_for(name)
     res = diff_dump(inputs, cfg, ours(precision), device=kernel_device, repeat=2)
     assert res.passed and res.first_bug is None, res.first_bug
     assert res.repeat["identical"] and not res.missing["not_written"]
+    assert res.cells["dS"].heads == list(range(inputs.HV)) and res.cells["dq"].heads == list(range(inputs.shape[2]))
 
 
 def test_kernels_bf16_drift_is_not_a_bug(kernel_device):
@@ -373,6 +376,36 @@ def test_against_our_kernels_taps_file(tmp_path, kernel_device):
     assert res.missing["heads"] == [0] and "gc" in res.missing["taps"]
 
 
+def test_gva_heads_select_value_heads():
+    """GVA (H=2, HV=4): --heads names value heads; taps and per-value-head rows keep them, dq and dk
+    take the q/k heads they read (value head 3 -> q/k head 1), and the per-head summary counts them."""
+    inputs, cfg = inputs_for("gva")
+    res = diff_dump(inputs, cfg, resolve_impl("reference"), heads=(0, 3))
+    assert res.passed and res.heads == [0, 3]
+    assert res.cells["S"].heads == res.cells["o"].heads == res.cells["dA_log"].heads == [0, 3]
+    assert res.cells["dq"].heads == res.cells["dk"].heads == [0, 1] and res.cells["dq"].group == 2
+    assert res.cells["dv"].group == 1
+    doc = res.as_json()
+    dq = [c for c in doc["cells"] if c["tap"] == "dq"]
+    assert {c["head"] for c in dq} == {0, 1} and dq[0]["value_heads"] == [2 * dq[0]["head"], 2 * dq[0]["head"] + 1]
+    assert res.cells["dq"].column(3) == 1 and res.cells["dq"].column(0) == 0 and res.cells["S"].column(3) == 1
+    assert [row["head"] for row in res.per_head()] == [0, 3]
+    assert res.locate("dq", 0, 1)["value_heads"] == [2, 3] and "value_heads" not in res.locate("dv", 0, 3)
+    full = diff_dump(inputs, cfg, resolve_impl("reference"), window=0)
+    assert full.cells["S"].heads == [0, 1, 2, 3] and full.cells["dk"].heads == [0, 1]
+
+
+def test_gva_stand_in_fault_is_named_on_its_value_head():
+    """A fault in one chunk of a GVA dump is named on the value head it hit, and the window rerun
+    (q, k on their q/k heads, states per value head) says introduced."""
+    inputs, cfg = inputs_for("gva_varlen")         # H=1, HV=3; cu_seqlens [0,5,21,50]: chunks 0 | 1 | 2, 3
+    res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 2, cfg))), window=2)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["seq"]) == ("dL", 2, 2) and "value_heads" not in first
+    assert res.cells["dL"].heads == [0, 1, 2] and not res.missing["heads"]
+    assert res.origin["verdict"] == "introduced" and res.origin["window"] == [2, 3]
+
+
 def test_stand_in_fault_in_a_varlen_sequence():
     inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300]: chunks 0 | 1..6 | 7..19
     res = diff_dump(inputs, cfg, stand_in(("dkd", first_token_q(inputs, 9, cfg))), window=2)
@@ -404,6 +437,18 @@ def test_planted_kernel_fault_is_found(kernel_device, fault, case, overrides, ch
     assert res.origin["verdict"] == "introduced" and res.origin["window"][0] == chunk
     assert res.as_json()["first_divergence"]["origin"] == "introduced" and not res.passed
     assert diff_dump(inputs, cfg, device=kernel_device, window=0).passed      # the hook is off again
+
+
+def test_gva_planted_kernel_fault_is_found(kernel_device):
+    """Our kernels on a GVA dump (q, k repeated per value head on the host): a planted fault is named
+    exactly, and the window rerun on the GVA window says introduced."""
+    inputs, cfg = inputs_for("gva")
+    with plant("dL_sign", 1):
+        res = diff_dump(inputs, cfg, device=kernel_device)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == ("dL", 1, "BUG")
+    assert res.origin["verdict"] == "introduced" and res.origin["window"][0] == 1
+
 
 
 REALISTIC = ("fla_layer", "fla_layer_varlen", "kimi", "kimi_c64", "kimi_varlen")
@@ -567,3 +612,25 @@ def test_against_file_in_vk_layout_with_k_ne_v(tmp_path):
     f = read_taps_file(path, state_layout="vk")
     assert f["taps"]["S"].shape[-2:] == (V, K)
     assert diff_dump(inputs, cfg, theirs(path, "vk")).first_divergence is None
+
+
+def test_cli_gva_gen_inspect_taps_diff(tmp_path):
+    """Every command on a GVA dump: gen --preset gva, inspect (H and HV), taps (head.index = value
+    heads), diff --against it and --heads over the value heads."""
+    dump = tmp_path / "g.safetensors"
+    r = kdadbg("gen", dump, "--preset", "gva", "--T", 20)
+    assert r.exit_code == 0 and "H=2 HV=4" in r.stdout, r.output
+    r = kdadbg("inspect", dump, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["sizes"]["HV"] == 4, r.output
+    out = tmp_path / "t.safetensors"
+    r = kdadbg("taps", dump, "-o", out, "--source", "reference", "--taps", "S,dS", "--heads", "3")
+    assert r.exit_code == 0, r.output
+    f = read_taps_file(out)
+    assert f["heads"].tolist() == [3] and f["outputs"]["dq"].shape == (1, 20, 2, 16)
+    r = kdadbg("diff", dump, "--against", out)
+    assert r.exit_code == 0 and "verdict: pass" in r.stdout, r.output
+    r = kdadbg("diff", dump, "--impl", "reference", "--heads", "3", "--json", tmp_path / "d.json")
+    assert r.exit_code == 0 and "dq, dk on the q/k heads 1 they read" in r.stdout, r.output
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert {c["head"] for c in doc["cells"] if c["tap"] == "dk"} == {1} and doc["heads"] == [3]
+    assert_one_error_line(kdadbg("diff", dump, "--heads", "4"), "head 4 out of range", "HV=4")

@@ -17,6 +17,7 @@ from kdadbg.gen import generate
 # Small bases: batched (B=2, K=8 != V=12, lower_bound gate, h0 and dht) and varlen (N=3).
 BATCHED = with_size(get_case("basic"), T=20, K=8, V=12)
 VARLEN = with_size(get_case("varlen_short"), K=8, V=12)
+GVA = with_size(get_case("gva"), T=20, K=8, V=12)   # H=2 q/k heads, HV=4 value heads
 
 
 def base_tensors(case):
@@ -69,7 +70,7 @@ MALFORMED = [
     _bad("missing-beta", BATCHED, _drop("beta"), "tensor 'beta'", "missing"),
     _bad("q-3d", BATCHED, _set("q", lambda t: t["q"][0]), "tensor 'q'", "[B,T,H,K]", "found [20,2,8]"),
     _bad("v-short-T", BATCHED, _set("v", lambda t: t["v"][:, :19]), "tensor 'v'",
-         "expected shape [B,T,H,V] = [2,20,2,*] (B,T,H from q), found [2,19,2,12]"),
+         "expected shape [B,T,H,V] = [2,20,2,*] (B,T,H from q)", "found [2,19,2,12]"),
     _bad("k-wrong-K", BATCHED, _set("k", lambda t: t["k"][..., :7]), "tensor 'k'", "[2,20,2,8]", "found [2,20,2,7]"),
     _bad("g-wrong-H", BATCHED, _set("g", lambda t: t["g"][:, :, :1]), "tensor 'g'", "found [2,20,1,8]"),
     _bad("do-wrong-V", BATCHED, _set("do", lambda t: t["do"][..., :11]), "tensor 'do'", "[2,20,2,12]",
@@ -126,6 +127,24 @@ MALFORMED = [
          overrides={"state_layout": "kv"}),
     _bad("override-chunk-size-48", BATCHED, lambda t, m: None, "override chunk_size", "48",
          overrides={"chunk_size": 48}),
+    _bad("gva-HV-not-a-multiple", GVA, _set("v", lambda t: t["v"][:, :, :3]), "tensor 'v'",
+         "[B,T,HV,V] with HV a multiple of H=2", "found [1,20,3,12]"),
+    _bad("gva-g-over-qk-heads", GVA, _set("g", lambda t: t["g"][:, :, :2]), "tensor 'g'",
+         "[B,T,HV,K] = [1,20,4,8]", "HV=4 from v", "found [1,20,2,8]"),
+    _bad("gva-beta-over-qk-heads", GVA, _set("beta", lambda t: t["beta"][:, :, :2]), "tensor 'beta'",
+         "[B,T,HV] = [1,20,4]", "found [1,20,2]"),
+    _bad("gva-do-over-qk-heads", GVA, _set("do", lambda t: t["do"][:, :, :2]), "tensor 'do'",
+         "[B,T,HV,V] = [1,20,4,12]", "found [1,20,2,12]"),
+    _bad("gva-A_log-over-qk-heads", GVA, _set("A_log", lambda t: t["A_log"][:2]), "tensor 'A_log'",
+         "[HV] = [4]", "found [2]"),
+    _bad("gva-dt_bias-flat-over-qk-heads", GVA, _set("dt_bias", lambda t: t["dt_bias"][:2].flatten()),
+         "tensor 'dt_bias'", "[HV,K] = [4,8]", "[HV*K] = [32]", "found [16]"),
+    _bad("gva-h0-over-qk-heads", GVA, _set("h0", lambda t: t["h0"][:, :2]), "tensor 'h0'",
+         "[N,HV,V,K] = [1,4,12,8]", "found [1,2,12,8]"),
+    _bad("gva-dht-kv-layout", GVA, _set("dht", lambda t: t["dht"].transpose(-1, -2)), "tensor 'dht'",
+         "[N,HV,V,K] = [1,4,12,8]", "kv layout"),
+    _bad("gva-k-over-value-heads", GVA, _set("k", lambda t: t["k"].repeat_interleave(2, 2)), "tensor 'k'",
+         "[B,T,H,K] = [1,20,2,8]", "found [1,20,4,8]"),
 ]
 
 
@@ -152,8 +171,18 @@ def test_malformed_dump_is_one_line_naming_file_and_tensor(tmp_path, base, mutat
 
 def test_bases_are_valid(tmp_path):
     """The valid bases load, so every failure above is caused by its mutation."""
-    for base in (BATCHED, VARLEN, with_size(BATCHED, dtype="bfloat16"), with_size(BATCHED, gate="none")):
+    for base in (BATCHED, VARLEN, GVA, with_size(BATCHED, dtype="bfloat16"), with_size(BATCHED, gate="none")):
         load_dump(write_malformed(tmp_path, base, lambda t, m: None))
+
+
+def test_gva_dump_loads_with_flat_dt_bias(tmp_path):
+    """A GVA dump as fla's layer passes it (dt_bias flat [HV*K]) loads; HV comes from v."""
+    path = write_malformed(tmp_path, GVA, _set("dt_bias", lambda t: t["dt_bias"].flatten()))
+    inputs, _ = load_dump(path)
+    assert inputs.shape == (1, 20, 2, 8, 12) and inputs.HV == 4 and inputs.group == 2
+    assert inputs.dt_bias.shape == (4, 8)
+    d = describe_dump(path)
+    assert d["ok"] and d["sizes"]["H"] == 2 and d["sizes"]["HV"] == 4
 
 
 @pytest.mark.parametrize("content, start", [
@@ -241,6 +270,14 @@ def test_gen_sizes_and_seed(tmp_path):
     assert not torch.equal(a.q, b.q)
     with pytest.raises(KdadbgError, match="cu_seqlens"):
         generate(tmp_path / "c.safetensors", "varlen", T=50)
+    generate(tmp_path / "g.safetensors", "gva", H=3)          # a GVA preset keeps its group (HV = 2 H)
+    g, _ = load_dump(tmp_path / "g.safetensors")
+    assert g.shape[2] == 3 and g.HV == 6
+    generate(tmp_path / "h.safetensors", "basic", H=1, HV=3)  # any preset takes --HV
+    h, _ = load_dump(tmp_path / "h.safetensors")
+    assert h.shape[2] == 1 and h.HV == 3
+    with pytest.raises(KdadbgError, match="--HV: expected a multiple of H=2"):
+        generate(tmp_path / "c.safetensors", "basic", HV=3)
     with pytest.raises(KdadbgError, match="unknown preset 'nope'"):
         generate(tmp_path / "c.safetensors", "nope")
     assert not (tmp_path / "c.safetensors").exists()
@@ -301,7 +338,7 @@ def test_describe_valid_dump(tmp_path):
     path = write_malformed(tmp_path, VARLEN, mutate)
     d = describe_dump(path)
     assert d["ok"] and d["verdict"] == "ok"
-    assert d["sizes"] == {"B": 1, "T": 33, "H": 2, "K": 8, "V": 12, "N": 3, "n_chunks": 3}
+    assert d["sizes"] == {"B": 1, "T": 33, "H": 2, "HV": 2, "K": 8, "V": 12, "N": 3, "n_chunks": 3}
     cfg = {r["key"]: r for r in d["config"]}
     assert cfg["scale"]["default"] and cfg["scale"]["value"] == 8 ** -0.5
     assert cfg["gate"]["default"] and cfg["gate"]["value"] == "lower_bound"

@@ -89,6 +89,28 @@ def test_planted_fault_is_named_exactly(fault, case, chunk, head, want, origin):
     assert res.origin["verdict"] == origin
 
 
+@pytest.mark.parametrize("fault, case, chunk, head, want, origin", [
+    pytest.param("fwd_fault", "gva", 1, 3, ("o", 1, 3), "introduced", id="gva-forward-error-value-head"),
+    pytest.param("bwd_fault", "gva", 1, 3, ("dk", 1, 1), "introduced", id="gva-backward-error-qk-head"),
+    pytest.param("state_fault", "gva_varlen", 2, 2, ("o", 3), "inherited", id="gva-varlen-state-carried"),
+])
+def test_gva_planted_fault_is_named_on_its_head(fault, case, chunk, head, want, origin):
+    """GVA: a fault on value head 3 shows in o of value head 3, or in dk of the q/k head 1 that value
+    heads 2 and 3 share (reported with those value heads); the window rerun follows the group."""
+    inputs, config = marked(case, chunk, head)
+    assert inputs.group > 1
+    res = diff_dump(inputs, config, impl(fault))
+    first = res.first_divergence
+    got = (first["tap"], first["chunk"], first["head"])
+    assert got == (want if len(want) == 3 else (*want, head)), got
+    if first["tap"] == "dk":
+        assert first["value_heads"] == [2, 3] and res.cells["dk"].heads == [0, 1]
+    else:
+        assert "value_heads" not in first
+    assert first["label"] == "BUG" and not res.passed
+    assert res.origin["verdict"] == origin
+
+
 def test_wrong_varlen_offset_of_the_second_sequence_is_named():
     inputs, config = case_inputs("varlen_short")
     res = diff_dump(inputs, config, impl("varlen_fault"))

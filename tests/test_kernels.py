@@ -16,7 +16,8 @@ from kdadbg.tapsfile import zero_padding
 from kdadbg_kernels.chunk import kda_forward_backward
 from kdadbg_kernels.common import ALIAS_TAPS, KernelChunks, TapPlan, chunk_layout
 
-CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", "chunk32", "chunk64_varlen")
+CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", "chunk32", "chunk64_varlen", "gva",
+         "gva_varlen")
 
 
 def run_fb(inputs, cfg, precision="fp32", taps=None):
@@ -71,7 +72,7 @@ def test_forward_backward_vs_reference(name):
     check_all(out, run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["fp32"])
 
 
-@pytest.mark.parametrize("name", ("basic", "varlen_kv", "gate_softplus", "kv_layout"))
+@pytest.mark.parametrize("name", ("basic", "varlen_kv", "gate_softplus", "kv_layout", "gva", "gva_varlen"))
 def test_autograd_op_vs_reference(name):
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["fp32"])
@@ -83,10 +84,11 @@ def test_autograd_op_bf16_mode(name):
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
 
 
-@pytest.mark.parametrize("name,precision", [("bf16", "fp32"), ("bf16", "bf16"), ("raw", "bf16")])
+@pytest.mark.parametrize("name,precision", [("bf16", "fp32"), ("bf16", "bf16"), ("raw", "bf16"), ("gva", "bf16")])
 def test_op_outputs_rounded_in_kernel_like_torch(name, precision):
     """The op writes o and the gradients in the inputs' dtype inside the kernels: the same bits as the
-    fp32 results of ``kda_forward_backward`` rounded by ``torch`` (round to nearest even)."""
+    fp32 results of ``kda_forward_backward`` rounded by ``torch`` (round to nearest even). GVA: dq, dk
+    are rounded once, after the float32 group sum."""
     case = get_case(name) if name == "bf16" else with_size(get_case(name), dtype="bfloat16", T=40)
     inputs, cfg = make_inputs(case)
     assert inputs.q.dtype == torch.bfloat16
@@ -124,6 +126,43 @@ def test_op_without_final_state_and_lower_bound_without_params():
     ref = run_reference(ref_inputs, type(cfg)(scale=16 ** -0.5, gate="lower_bound", lower_bound=-3.0,
                                               qk_l2norm=False, beta_sigmoid=False), taps=())
     assert compare("o", o, ref.outputs["o"]).ratio < 1e-5
+
+
+@pytest.mark.parametrize("name,precision", [("gva", "fp32"), ("gva_varlen", "bf16")])
+def test_gva_runs_the_expanded_call(name, precision):
+    """GVA: the kernels run q, k repeated per value head (``hv`` reads ``hv // group``): the same bits as
+    the plain call on the repeated tensors, taps per value head, and dq, dk the float32 group sums."""
+    inputs, cfg = make_inputs(get_case(name))
+    B, T, H, K, V = inputs.shape
+    G = inputs.group
+    wide = type(inputs)(**{**dict(inputs.items()), "q": inputs.q.repeat_interleave(G, 2),
+                           "k": inputs.k.repeat_interleave(G, 2)})
+    sel = TapSelection(names=("S", "dS", "dki", "dgc"))
+    gva, gva_taps, _ = run_fb(inputs, cfg, precision, sel)
+    plain, plain_taps, _ = run_fb(wide, cfg, precision, sel)
+    for n, t in plain.items():
+        want = t.reshape(B, T, H, G, K).sum(3) if n in ("dq", "dk") else t
+        assert gva[n].shape == want.shape and torch.equal(gva[n], want), n
+    for n, t in plain_taps.items():
+        assert gva_taps[n].shape[1] == inputs.HV and torch.equal(gva_taps[n].nan_to_num(7.0), t.nan_to_num(7.0)), n
+
+
+def test_gva_op_takes_fla_flat_dt_bias():
+    """chunk_kda with fla's GVA arguments: A_log [HV], dt_bias flat [HV*K]; ddt_bias comes back flat."""
+    inputs, cfg = make_inputs(get_case("gva_varlen"))
+    x = inputs.to(DEVICE)
+    leaves = {n: getattr(x, n).clone().requires_grad_(True) for n in ("q", "k", "v", "g", "beta")}
+    A_log = x.A_log.clone().requires_grad_(True)
+    dt_bias = x.dt_bias.reshape(-1).clone().requires_grad_(True)
+    o, _ = chunk_kda(**leaves, scale=cfg.scale, cu_seqlens=x.cu_seqlens, use_qk_l2norm_in_kernel=True,
+                     use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, A_log=A_log, dt_bias=dt_bias,
+                     initial_state=x.h0, state_v_first=False, precision="fp32")
+    (o * x.do).sum().backward()
+    ref = run_reference(type(inputs)(**{**dict(inputs.items()), "dht": None}), cfg, taps=()).outputs
+    assert dt_bias.grad.shape == (inputs.HV * inputs.q.shape[3],)
+    for name, got in (("o", o), ("dq", leaves["q"].grad), ("dk", leaves["k"].grad), ("dA_log", A_log.grad),
+                      ("ddt_bias", dt_bias.grad.reshape(inputs.dt_bias.shape))):
+        assert compare(name, got, ref[name]).judge(TOLERANCES["fp32"][name]).passed, name
 
 
 @pytest.mark.parametrize("name,precision", [("basic", "fp32"), ("chunk64_varlen", "bf16")])

@@ -60,6 +60,8 @@ def test_outputs_that_apply():
     pytest.param(dict(gate="softplus"), id="softplus"),
     pytest.param(dict(gate="none", qk_l2norm=False, beta_sigmoid=False), id="none-raw"),
     pytest.param(dict(gate="lower_bound", T=9, cu_seqlens=(0, 2, 9)), id="varlen"),
+    pytest.param(dict(gate="lower_bound", H=1, HV=2), id="gva"),
+    pytest.param(dict(gate="softplus", T=9, H=2, HV=4, cu_seqlens=(0, 2, 9)), id="gva_varlen"),
 ])
 def test_oracle_gradcheck(case):
     c = dataclasses.replace(get_case("basic"), **{**dict(B=1, T=7, H=1, K=3, V=2), **case})
@@ -84,6 +86,27 @@ def test_every_registry_tap_with_its_shape(results):
     for name, tap in REGISTRY.items():
         assert ref.taps[name].shape == (ref.chunks.n_chunks, H, *tap.dims(cfg.chunk_size, K, V)), name
         assert ref.taps[name].dtype == torch.float64
+
+
+@pytest.mark.parametrize("name", ["gva", "gva_varlen"])
+def test_gva_is_the_expanded_call(name):
+    """A GVA call equals the plain call with q, k repeated per value head (``hv`` reads ``hv // group``),
+    with dq, dk the sums over each group; its taps are per value head."""
+    inputs, cfg = make_inputs(get_case(name), seed=2)
+    B, T, H, K, V = inputs.shape
+    G = inputs.group
+    assert G > 1 and inputs.HV == G * H
+    wide = KDAInputs(**{**dict(inputs.items()), "q": inputs.q.repeat_interleave(G, 2),
+                        "k": inputs.k.repeat_interleave(G, 2)})
+    gva, plain = run_reference(inputs, cfg, taps=("S", "dS")), run_reference(wide, cfg, taps=("S", "dS"))
+    assert gva.taps["S"].shape[1] == inputs.HV
+    for key, want in plain.outputs.items():
+        if key in ("dq", "dk"):
+            want = want.reshape(B, T, H, G, K).sum(3)
+        assert gva.outputs[key].shape == want.shape, key
+        assert rel_rms(gva.outputs[key], want) <= 1e-13, key
+    for key in ("S", "dS"):
+        assert torch.equal(gva.taps[key], plain.taps[key]), key
 
 
 def test_tap_selection_and_no_taps():

@@ -14,8 +14,9 @@ import torch
 
 from .. import noise
 from ..chunks import ChunkTable
+from ..config import qk_heads
 from .metrics import cell_metrics, passes
-from .quantities import ORDER, QUANTITIES, ChunkInfo, valid_mask
+from .quantities import ORDER, QK_ROWS, QUANTITIES, ChunkInfo, valid_mask
 
 
 @dataclass
@@ -23,7 +24,9 @@ class Cells:
     """Metrics of one quantity over ``chunks`` (rows) × ``heads`` (columns); every tensor is ``[R, Hs]``.
 
     ``chunks`` are global chunk ids (a sequence's last chunk for ``ht``, its first for ``dh0``), or
-    ``[None]`` for per-head quantities.
+    ``[None]`` for per-head quantities. ``heads`` are value heads, except when ``group > 1`` (``dq``,
+    ``dk`` under GVA): then they are q/k heads, head ``h`` shared by value heads ``h*group ..
+    (h+1)*group - 1``.
     """
 
     name: str
@@ -42,6 +45,12 @@ class Cells:
     floor: torch.Tensor | None = None
     label: torch.Tensor | None = None
     unrep_reason: list | None = None   # [R] reason per chunk row where a cell is UNREP
+    group: int = 1                     # > 1: heads are q/k heads of this many value heads each
+
+    def column(self, value_head: int) -> int | None:
+        """The column of value head ``value_head`` (its q/k head's for ``group > 1``), or None."""
+        h = value_head // self.group
+        return self.heads.index(h) if h in self.heads else None
 
     @property
     def quantity(self):
@@ -74,19 +83,24 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
 
 def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], chunks: dict[str, list],
                   heads: list[int], info: ChunkInfo, tols: dict[str, float],
-                  floor: dict[str, torch.Tensor] | None = None, unrep: dict | None = None) -> dict[str, Cells]:
+                  floor: dict[str, torch.Tensor] | None = None, unrep: dict | None = None,
+                  group: int = 1) -> dict[str, Cells]:
     """Cells of every quantity present in both sides, in dataflow order; each side
-    ``[len(chunks[name]), len(heads), *shape]``. ``unrep``: name -> ([R, Hs] bool, [R] reasons)."""
+    ``[len(chunks[name]), len(heads), *shape]`` over the value heads ``heads`` (``dq``/``dk`` with GVA,
+    ``group > 1``: over their q/k heads, as :func:`output_rows` cuts them). ``unrep``: name -> ([R, Hs]
+    bool, [R] reasons)."""
     out = {}
     for name in ORDER:
         if name not in cand or name not in ref:
             continue
+        qk = group > 1 and name in QK_ROWS
+        hs = qk_heads(heads, group) if qk else list(heads)
         ids = chunks[name]
         lengths = torch.tensor([info.length[c] if c is not None else 0 for c in ids], dtype=torch.long)
         dims = tuple(cand[name].shape[2:])
         mask = valid_mask(name, lengths, dims)
         met = cell_metrics(cand[name], ref[name], mask)
-        cells = Cells(name, list(ids), list(heads), dims, tols[name], **met)
+        cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1)
         fl = None
         if floor is not None and name in floor:
             fm = cell_metrics(floor[name], ref[name], mask)
@@ -107,15 +121,17 @@ def _state_kv(t: torch.Tensor, layout: str) -> torch.Tensor:
 
 
 def output_rows(outputs: dict[str, torch.Tensor], ct: ChunkTable, layout: str, chunks: list[int],
-                heads: list[int]) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
+                heads: list[int], group: int = 1) -> tuple[dict[str, torch.Tensor], dict[str, list]]:
     """Outputs and gradients in dump shapes -> per-cell tensors ``[R, Hs, *shape]`` (float64, padding
     rows 0) and the chunk id of each row: token rows for the chunks in ``chunks``; ``ht`` at each
     sequence's last chunk and ``dh0`` at its first (states in math layout ``[K,V]``), for sequences whose
-    chunk lies in ``chunks``; ``dA_log``/``ddt_bias`` one row per head (chunk ``None``)."""
+    chunk lies in ``chunks``; ``dA_log``/``ddt_bias`` one row per head (chunk ``None``). ``heads`` are
+    value heads; with GVA (``group`` value heads per q/k head) ``dq``/``dk`` take the q/k heads they read."""
     idx, valid = ct.token_index()
     sel = torch.tensor(chunks, dtype=torch.long)
     idx, valid = idx[sel], valid[sel]
     hsel = torch.tensor(heads, dtype=torch.long)
+    qsel = torch.tensor(qk_heads(heads, group), dtype=torch.long)
     rows, ids = {}, {}
     want = set(chunks)
     for name, t in outputs.items():
@@ -123,7 +139,7 @@ def output_rows(outputs: dict[str, torch.Tensor], ct: ChunkTable, layout: str, c
         if q is None:
             continue
         t = t.detach()
-        hs = hsel.to(t.device)
+        hs = (qsel if group > 1 and name in QK_ROWS else hsel).to(t.device)
         if q.kind == "row":
             flat = t.reshape(-1, *t.shape[2:]).index_select(1, hs)           # [B*T, Hs, *]
             x = flat[idx.reshape(-1).to(t.device)].reshape(len(chunks), ct.chunk_size, *flat.shape[1:])

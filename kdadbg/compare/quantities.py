@@ -13,7 +13,9 @@ name                       per cell    where it sits in dataflow order
 ``dA_log ddt_bias``        ``[]/[K]``  per head, over every chunk: last of all
 =========================  ==========  ==========================================================
 
-States are compared in the math layout ``[K,V]`` (converted from the dump's layout).
+States are compared in the math layout ``[K,V]`` (converted from the dump's layout). Cells are per
+value head, except ``dq`` and ``dk`` (``QK_ROWS``) under GVA: those are per q/k head, the gradient
+summed over the group of value heads that read it.
 """
 
 from __future__ import annotations
@@ -63,6 +65,7 @@ ROWS: tuple[Quantity, ...] = (
     Quantity("ddt_bias", "bwd_prepare", ("K",), "head", "ddt_bias of the head (every chunk contributes)"),
 )
 ROW_NAMES = tuple(q.name for q in ROWS)
+QK_ROWS = ("dq", "dk")   # per q/k head (GVA: each shared by a group of value heads)
 
 QUANTITIES: dict[str, Quantity] = {
     **{t.name: Quantity(t.name, t.stage, t.shape, "tap", t.meaning) for t in TAP_REGISTRY.values()},

@@ -78,10 +78,11 @@ class DiffResult:
         best = None
         for name, cells in self.cells.items():
             hit = pick(cells)
-            if head is not None:
-                if head not in cells.heads:
+            if head is not None:   # a value head (dq, dk under GVA: its q/k head's column)
+                j = cells.column(head)
+                if j is None:
                     continue
-                hit = hit[:, cells.heads.index(head)][:, None]
+                hit = hit[:, j][:, None]
             rows = hit.any(1).nonzero().flatten().tolist()
             if rows:
                 key, r = min((dataflow_key(name, cells.chunks[r], self.info), r) for r in rows)
@@ -143,6 +144,8 @@ class DiffResult:
         for axis, sym in enumerate(q.shape):
             if sym in ("K", "V"):
                 d[sym.lower()] = index[axis]
+        if cells.group > 1:   # dq, dk under GVA: ``head`` is a q/k head
+            d["value_heads"] = list(range(head * cells.group, (head + 1) * cells.group))
         return d
 
     def min_tolerance(self) -> dict[str, dict]:
@@ -201,14 +204,15 @@ class DiffResult:
         return out
 
     def per_head(self) -> list[dict]:
-        """Per head: worst ratio per stage, failing cells, and the first failing (name, chunk)."""
+        """Per (value) head: worst ratio per stage, failing cells, and the first failing (name, chunk);
+        with GVA a value head counts the dq/dk cells of the q/k head it reads."""
         out = []
         for h in self.heads:
             worst, fails = {}, 0
             for name, cells in self.cells.items():
-                if h not in cells.heads:
+                jj = cells.column(h)
+                if jj is None:
                     continue
-                jj = cells.heads.index(h)
                 ok = cells.label[:, jj] != noise.UNREP
                 if bool(ok.any()):
                     worst[cells.stage] = max(worst.get(cells.stage, 0.0), float(cells.ratio[ok, jj].max()))
@@ -241,7 +245,9 @@ class DiffResult:
                               "count": int(c.count[r, j]), "tol": c.tol,
                               "floor": None if c.floor is None else _num(c.floor[r, j]),
                               "label": noise.LABELS[lab],
-                              **({"reason": c.unrep_reason[r]} if lab == noise.UNREP and c.unrep_reason else {})})
+                              **({"reason": c.unrep_reason[r]} if lab == noise.UNREP and c.unrep_reason else {}),
+                              **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
+                                 else {})})
         return {
             "schema": SCHEMA, "verdict": "pass" if self.passed else "fail", "mode": self.mode,
             "impl": self.impl, "sources": {"candidate": self.sources[0], "reference": self.sources[1]},

@@ -79,7 +79,7 @@ class ImplRun:
     outputs: ``o, ht, dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias`` as they apply, in the dump's
         shapes (``ht``/``dh0`` in its state layout); a name absent here is not provided.
     taps: registry name -> ``[len(tap_chunks), len(tap_heads), *per-chunk shape]``, registry layout
-        and units, NaN where the implementation wrote nothing.
+        and units, NaN where the implementation wrote nothing; ``tap_heads`` are value heads (GVA).
     not_provided: output name -> why (e.g. ``"forward only"``).
     tap_storage: tap name -> the 16-bit dtype the implementation stores it in (FlashKDA's bf16 ``kd``,
         ``S``, ...): the noise floor of those cells includes that rounding, as it does for outputs
@@ -125,7 +125,7 @@ class Implementation:
 
     def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
         """``(False, why)`` when this implementation cannot run a dump of this config and these sizes
-        (``shapes``: B, T, H, K, V, N, varlen, dtype, has_h0, has_dht)."""
+        (``shapes``: B, T, H (q/k heads), HV (value heads), K, V, N, varlen, dtype, has_h0, has_dht)."""
         return True, ""
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None
@@ -140,7 +140,8 @@ class Implementation:
 def shapes_of(inputs: KDAInputs) -> dict:
     """What ``supports`` gets to judge a dump by."""
     B, T, H, K, V = inputs.shape
-    return {"B": B, "T": T, "H": H, "K": K, "V": V, "N": inputs.n_seqs, "varlen": inputs.cu_seqlens is not None,
+    return {"B": B, "T": T, "H": H, "HV": inputs.HV, "K": K, "V": V, "N": inputs.n_seqs,
+            "varlen": inputs.cu_seqlens is not None,
             "dtype": str(inputs.q.dtype).removeprefix("torch."), "has_h0": inputs.h0 is not None,
             "has_dht": inputs.dht is not None}
 

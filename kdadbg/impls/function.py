@@ -236,7 +236,8 @@ class Function(Implementation):
             their, spec = their
         if not isinstance(their, dict):
             raise KdadbgError(f"--impl {self.name}: taps: expected a dict name -> tensor, found {type(their).__name__}")
-        B, T, H, K, V = inputs.shape
+        B, T, _, K, V = inputs.shape
+        H = inputs.HV   # taps are per value head
         ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
         ids = list(spec.chunks) if spec.chunks is not None else list(range(ct.n_chunks))
         heads = list(spec.heads) if spec.heads is not None else list(range(H))

@@ -47,7 +47,8 @@ def check_tap_memory(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, de
     ``headroom`` of the free memory; returns the bytes it needs."""
     from ..chunks import chunk_table
 
-    B, T, H, K, V = inputs.shape
+    B, T, _, K, V = inputs.shape
+    H = inputs.HV   # taps are per value head
     n_chunks = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks
     need = sel.nbytes(n_chunks, H, config.chunk_size, K, V)
     free = memory.free_bytes(device)
@@ -65,8 +66,8 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     """Forward and backward of our kernels: ``(outputs, tap buffers, TapPlan | None)``.
 
     float64 inputs run cast to float32 (``kdadbg.dump.kernel_inputs``). Outputs and gradients are
-    float32 in the dump's shapes (``ht``/``dh0`` in its state layout);
-    tap buffers are ``[n_sel_chunks, n_sel_heads, *shape]``, NaN where nothing was written.
+    float32 in the dump's shapes (``ht``/``dh0`` in its state layout; GVA: dq, dk per q/k head);
+    tap buffers are ``[n_sel_chunks, n_sel_value_heads, *shape]``, NaN where nothing was written.
     """
     if precision not in PRECISIONS:
         raise KdadbgError(f"--precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}")
@@ -112,11 +113,11 @@ class Ours(Implementation):
         outputs, buffers, _ = run_kernels(inputs, config, self.precision, device, taps=taps)
         if taps is None:
             return ImplRun(outputs, notes=notes)
-        B, T, H, K, V = inputs.shape
+        B, T = inputs.shape[:2]
         from ..chunks import chunk_table
 
         lo, hi = taps.chunk_range(chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks)
-        return ImplRun(outputs, buffers, list(range(lo, hi)), list(taps.head_list(H)), notes=notes)
+        return ImplRun(outputs, buffers, list(range(lo, hi)), list(taps.head_list(inputs.HV)), notes=notes)
 
 
 # Our kernels under the Triton interpreter: seconds per (chunk x head), a + b * K*V*C / (128*128*16),
@@ -130,8 +131,8 @@ def interpreter_estimate(inputs: KDAInputs, config: KDAConfig, n_chunks: int | N
     ``n_chunks`` chunks (None: all of the dump's) and every head."""
     from ..chunks import chunk_table
 
-    B, T, H, K, V = inputs.shape
-    C = config.chunk_size
+    B, T, _, K, V = inputs.shape
+    H, C = inputs.HV, config.chunk_size   # the kernels run over the value heads (GVA repeats q, k)
     if n_chunks is None:
         n_chunks = chunk_table(B, T, inputs.cu_seqlens, C).n_chunks
     per = INTERP_A_S + INTERP_B_S * K * V * C / (128 * 128 * 16)

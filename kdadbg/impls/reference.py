@@ -25,7 +25,7 @@ class Reference(Implementation):
         res = run_reference(inputs, config, taps=names, device=device, dtype=torch.float64)
         if taps is None:
             return ImplRun(res.outputs)
-        H = inputs.shape[2]
+        H = inputs.HV   # taps are per value head
         lo, hi = taps.chunk_range(res.chunks.n_chunks)
         heads = list(taps.head_list(H))
         hi_ = torch.tensor(heads, dtype=torch.long, device=device)

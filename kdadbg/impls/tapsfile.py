@@ -19,12 +19,13 @@ from .base import Implementation, ImplRun, TapsSpec, convert_taps, select_taps
 
 
 def output_shapes(inputs: KDAInputs, config: KDAConfig) -> dict[str, tuple[int, ...]]:
-    """The dump's shape of every output and gradient (``ht``/``dh0`` in its state layout)."""
+    """The dump's shape of every output and gradient (``ht``/``dh0`` in its state layout): dq, dk over
+    the q/k heads H, everything else over the value heads HV."""
     B, T, H, K, V = inputs.shape
-    N = inputs.n_seqs
-    state = (N, H, V, K) if config.state_layout == "vk" else (N, H, K, V)
-    return {"o": (B, T, H, V), "ht": state, "dq": (B, T, H, K), "dk": (B, T, H, K), "dv": (B, T, H, V),
-            "dg": (B, T, H, K), "dbeta": (B, T, H), "dh0": state, "dA_log": (H,), "ddt_bias": (H, K)}
+    HV, N = inputs.HV, inputs.n_seqs
+    state = (N, HV, V, K) if config.state_layout == "vk" else (N, HV, K, V)
+    return {"o": (B, T, HV, V), "ht": state, "dq": (B, T, H, K), "dk": (B, T, H, K), "dv": (B, T, HV, V),
+            "dg": (B, T, HV, K), "dbeta": (B, T, HV), "dh0": state, "dA_log": (HV,), "ddt_bias": (HV, K)}
 
 
 def checked_outputs(where: str, outputs: dict[str, torch.Tensor], inputs: KDAInputs, config: KDAConfig
@@ -82,7 +83,8 @@ class TapsFile(Implementation):
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         f = self.read()
-        B, T, H, K, V = inputs.shape
+        B, T, _, K, V = inputs.shape
+        H = inputs.HV   # taps are per value head
         ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
         if f["chunks"]:
             self._check_chunks(f, ct, config)

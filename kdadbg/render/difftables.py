@@ -70,6 +70,9 @@ def render_header(console: Console, res) -> None:
     extra = ""
     if res.files:
         extra = f", theirs converted: state layout {res.files['state_layout']}, gates {res.files['gate_units']}"
+    qk = next((c for c in res.cells.values() if c.group > 1), None)
+    if qk is not None:   # GVA
+        extra = f" (value heads; dq, dk on the q/k heads {','.join(map(str, qk.heads))} they read){extra}"
     src = f"{escape(res.dump)}: " if res.dump else ""
     console.print(f"[bold]kdadbg diff[/bold] {src}{what}; precision {res.precision}"
                   f"{', device ' + res.device if res.device else ''}; {chunks}, heads "
@@ -150,6 +153,12 @@ def _where(d: dict) -> str:
     return ", ".join(parts)
 
 
+def _head(d: dict) -> str:
+    """``head 3``, or for dq/dk under GVA ``q/k head 1 (value heads 2-3)``."""
+    vh = d.get("value_heads")
+    return f"q/k head {d['head']} (value heads {vh[0]}-{vh[-1]})" if vh else f"head {d['head']}"
+
+
 def render_first(console: Console, res) -> None:
     first = res.first_divergence
     kname, rname = (escape(res.sources[0]), "reference") if res.mode != "files" else ("B", "A")
@@ -161,7 +170,7 @@ def render_first(console: Console, res) -> None:
     style = STYLE[first["label"]]
     where = "every chunk" if first["chunk"] is None else f"chunk {first['chunk']}"
     console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) {where}"
-                  f", head {first['head']}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
+                  f", {_head(first)}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
                   f" ([{style}]{first['label']}[/{style}]"
                   f"{', noise floor ' + num(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
@@ -195,8 +204,8 @@ def render_first(console: Console, res) -> None:
                           soft_wrap=True, highlight=False)
     bug = res.first_bug
     if bug is not None and (bug["tap"], bug["chunk"], bug["head"]) != (first["tap"], first["chunk"], first["head"]):
-        console.print(f"[bold]first BUG[/bold]: [bold red]{bug['tap']}[/bold red] chunk {bug['chunk']}, head "
-                      f"{bug['head']}: ratio {num(bug['ratio'])} (floor {num(bug['floor'])}); {_where(bug)}",
+        console.print(f"[bold]first BUG[/bold]: [bold red]{bug['tap']}[/bold red] chunk {bug['chunk']}, "
+                      f"{_head(bug)}: ratio {num(bug['ratio'])} (floor {num(bug['floor'])}); {_where(bug)}",
                       soft_wrap=True, highlight=False)
 
 
@@ -207,7 +216,8 @@ def render_nonfinite(console: Console, res) -> None:
         return
     if nf is not None:
         console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, "
-                      f"head {nf['head']}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, reference {num(nf['reference'])}",
+                      f"{_head(nf)}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, "
+                      f"reference {num(nf['reference'])}",
                       soft_wrap=True, highlight=False)
     t = Table(title="exp arguments per chunk (reference; above 88.7 overflows fp32)",
               title_justify="left")

@@ -78,10 +78,10 @@ def render_inspect(console: Console, desc: dict) -> None:
 
 def render_presets(console: Console, presets: list[dict]) -> None:
     t = Table(title="presets (kdadbg.cases)", title_justify="left")
-    for col in ("name", "B", "T", "H", "K", "V", "gate", "C", "layout", "dtype", "note"):
+    for col in ("name", "B", "T", "H", "HV", "K", "V", "gate", "C", "layout", "dtype", "note"):
         t.add_column(col)
     for p in presets:
-        t.add_row(p["name"], *(str(p[k]) for k in ("B", "T", "H", "K", "V")), p["gate"], str(p["chunk_size"]),
+        t.add_row(p["name"], *(str(p[k]) for k in ("B", "T", "H", "HV", "K", "V")), p["gate"], str(p["chunk_size"]),
                   p["state_layout"], p["dtype"], p["note"])
     console.print(t)
 

@@ -89,9 +89,12 @@ def _gate(g, A_log, dt_bias, lower_bound, H, K):
 def _kda(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens, chunk_size,
          use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, lower_bound,
          A_log, dt_bias, state_v_first, fault=None):
-    B, T, H, K = q.shape
-    V = v.shape[-1]
-    for name, t, want in (("k", k, (B, T, H, K)), ("g", g, (B, T, H, K)), ("v", v, (B, T, H, V)),
+    B, T, Hqk, K = q.shape
+    H, V = v.shape[2], v.shape[-1]   # value heads (GVA: a multiple of q's; value head h reads q/k head h // G)
+    if H % Hqk:
+        raise ValueError(f"v: expected a head count that is a multiple of q's {Hqk}, found {H}")
+    G = H // Hqk
+    for name, t, want in (("k", k, (B, T, Hqk, K)), ("g", g, (B, T, H, K)), ("v", v, (B, T, H, V)),
                           ("beta", beta, (B, T, H))):
         if tuple(t.shape) != want:
             raise ValueError(f"{name}: expected shape {want}, found {tuple(t.shape)}")
@@ -103,6 +106,8 @@ def _kda(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
     marked = _marked_chunks(beta.detach() == MARK, spans, C) if fault in ("fwd", "bwd", "state") else None
 
     qf, kf, vf, gf, bf = (x.to(dt) for x in (q, k, v, g, beta))
+    if G > 1:
+        qf, kf = qf.repeat_interleave(G, 2), kf.repeat_interleave(G, 2)
     if fault == "bwd":
         kf = _ScaleGrad.apply(kf, 1.0 + FAULT * marked[..., None].to(dt))
     if use_qk_l2norm_in_kernel:
@@ -169,7 +174,9 @@ q, k, g: [B,T,H,K] (g: natural-log decay, or the raw gate input with ``use_gate_
 ``lower_bound * sigmoid(exp(A_log) * (g + dt_bias))`` if ``lower_bound`` is given, else
 ``-exp(A_log) * softplus(g + dt_bias)``); v: [B,T,H,V]; beta: [B,T,H] (logits with
 ``use_beta_sigmoid_in_kernel``); initial_state: [N,H,K,V] ([N,H,V,K] with ``state_v_first``);
-cu_seqlens: [N+1] (B == 1); A_log: [H]; dt_bias: [H,K] or [H*K]. Computes in float32 (float64
+cu_seqlens: [N+1] (B == 1); A_log: [H]; dt_bias: [H,K] or [H*K]. GVA as in fla: v, g, beta, the
+states, A_log and dt_bias may have HV heads, a multiple of q's and k's H (value head hv reads q/k
+head hv // (HV/H)). Computes in float32 (float64
 for float64 q); o comes back in v's dtype, final_state (None unless ``output_final_state``) in
 float32 (float64 for float64 q) and the requested layout. ``chunk_size`` only places the faults.
 Example: ``o, ht = chunk_kda(q, k, v, g, beta, initial_state=h0, output_final_state=True)``.
