@@ -13,19 +13,20 @@ Progress = Callable[[str, int, int], None]
 
 
 @contextmanager
-def ticking(progress: Progress | None, stage: str, estimate_s: float | None, every_s: float = 2.0):
+def ticking(progress: Progress | None, stage: str, estimate_s: float | None, every_s: float = 2.0,
+            min_s: float = 10.0):
     """``with ticking(progress, "ours", 120.0): run()``: the bar counts seconds against the estimate
-    (never past 99 % of it before the call ends); without an estimate, 0/1 then 1/1."""
+    (never past it before the call ends); without an estimate, or one under ``min_s``, 0/1 then 1/1."""
     if progress is None:
         yield
         return
-    if not estimate_s:
+    if not estimate_s or estimate_s < min_s:
         progress(stage, 0, 1)
         yield
         progress(stage, 1, 1)
         return
     total = max(1, int(round(estimate_s)))
-    label = f"{stage} (about {total} s, estimated; seconds)"
+    label = f"{stage}, seconds of about {total} estimated"
     stop = threading.Event()
     t0 = time.perf_counter()
 

@@ -97,11 +97,13 @@ def test_the_estimate_follows_the_measured_rate():
 
 def test_progress_ticks_against_the_estimate():
     seen = []
-    with ticking(lambda s, d, t: seen.append((s, d, t)), "ours", 10.0, every_s=0.05):
+    with ticking(lambda s, d, t: seen.append((s, d, t)), "ours", 10.0, every_s=0.05, min_s=1.0):
         time.sleep(0.3)
     assert seen[0][1:] == (0, 10) and seen[-1][1:] == (10, 10) and "estimated" in seen[0][0]
     assert len(seen) >= 4 and all(d <= 9 for _, d, _ in seen[1:-1])
     seen.clear()
     with ticking(lambda s, d, t: seen.append((d, t)), "reference", None):
         pass
-    assert seen == [(0, 1), (1, 1)]
+    with ticking(lambda s, d, t: seen.append((d, t)), "short", 3.0):   # under 10 s: no ticking
+        pass
+    assert seen == [(0, 1), (1, 1), (0, 1), (1, 1)]

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import inspect
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -42,6 +43,8 @@ GRAD_OF = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial
 
 def load_callable(spec: str):
     """``PATH.py:NAME`` (a file, imported under a private module name) or ``MODULE:NAME`` (importable)."""
+    if not torch.cuda.is_available():   # a Triton kernel can then run only under the interpreter, which
+        os.environ.setdefault("TRITON_INTERPRET", "1")   # is chosen when its module decorates: before import
     target, sep, attr = spec.rpartition(":")
     if not sep or not target or not attr:
         raise KdadbgError(f"--impl {spec}: expected ours, reference, a registered name, PATH.py:FUNCTION or "
