@@ -25,27 +25,17 @@ from dataclasses import dataclass
 import torch
 
 from kdadbg_kernels.taps import REGISTRY as TAP_REGISTRY
+from kdadbg_kernels.taps import Tap
 from kdadbg_kernels.taps import STAGES, TAP_NAMES
 
 KINDS = ("tap", "row", "seq", "head")   # per chunk (tap, row), per sequence, per head
 
 
 @dataclass(frozen=True)
-class Quantity:
-    name: str
-    stage: str
-    shape: tuple[str, ...]   # symbolic per-cell dims: "C", "K", "V"
-    kind: str
-    meaning: str
+class Quantity(Tap):
+    """A tap, or an output row (``kind`` row, seq or head): the registry's fields, dims and row axes."""
 
-    def dims(self, C: int, K: int, V: int) -> tuple[int, ...]:
-        size = {"C": C, "K": K, "V": V}
-        return tuple(size[d] for d in self.shape)
-
-    @property
-    def row_dims(self) -> tuple[int, ...]:
-        """Axes indexed by a chunk row: padding lives there."""
-        return tuple(i for i, d in enumerate(self.shape) if d == "C")
+    kind: str = "tap"
 
     @property
     def is_tap(self) -> bool:
@@ -53,22 +43,22 @@ class Quantity:
 
 
 ROWS: tuple[Quantity, ...] = (
-    Quantity("o", "fwd_recurrence", ("C", "V"), "row", "output o of the chunk's tokens"),
-    Quantity("ht", "fwd_recurrence", ("K", "V"), "seq", "final state of the sequence (at its last chunk)"),
-    Quantity("dh0", "bwd_recurrence", ("K", "V"), "seq", "gradient of the sequence's h0 (at its first chunk)"),
-    Quantity("dv", "bwd_prepare", ("C", "V"), "row", "dv of the chunk's tokens"),
-    Quantity("dq", "bwd_prepare", ("C", "K"), "row", "dq of the chunk's tokens"),
-    Quantity("dk", "bwd_prepare", ("C", "K"), "row", "dk of the chunk's tokens"),
-    Quantity("dbeta", "bwd_prepare", ("C",), "row", "dbeta of the chunk's tokens"),
-    Quantity("dg", "bwd_prepare", ("C", "K"), "row", "dg of the chunk's tokens"),
-    Quantity("dA_log", "bwd_prepare", (), "head", "dA_log of the head (every chunk contributes)"),
-    Quantity("ddt_bias", "bwd_prepare", ("K",), "head", "ddt_bias of the head (every chunk contributes)"),
+    Quantity("o", "fwd_recurrence", ("C", "V"), "output o of the chunk's tokens", "row"),
+    Quantity("ht", "fwd_recurrence", ("K", "V"), "final state of the sequence (at its last chunk)", "seq"),
+    Quantity("dh0", "bwd_recurrence", ("K", "V"), "gradient of the sequence's h0 (at its first chunk)", "seq"),
+    Quantity("dv", "bwd_prepare", ("C", "V"), "dv of the chunk's tokens", "row"),
+    Quantity("dq", "bwd_prepare", ("C", "K"), "dq of the chunk's tokens", "row"),
+    Quantity("dk", "bwd_prepare", ("C", "K"), "dk of the chunk's tokens", "row"),
+    Quantity("dbeta", "bwd_prepare", ("C",), "dbeta of the chunk's tokens", "row"),
+    Quantity("dg", "bwd_prepare", ("C", "K"), "dg of the chunk's tokens", "row"),
+    Quantity("dA_log", "bwd_prepare", (), "dA_log of the head (every chunk contributes)", "head"),
+    Quantity("ddt_bias", "bwd_prepare", ("K",), "ddt_bias of the head (every chunk contributes)", "head"),
 )
 ROW_NAMES = tuple(q.name for q in ROWS)
 QK_ROWS = ("dq", "dk")   # per q/k head (GVA: each shared by a group of value heads)
 
 QUANTITIES: dict[str, Quantity] = {
-    **{t.name: Quantity(t.name, t.stage, t.shape, "tap", t.meaning) for t in TAP_REGISTRY.values()},
+    **{t.name: Quantity(t.name, t.stage, t.shape, t.meaning) for t in TAP_REGISTRY.values()},
     **{q.name: q for q in ROWS},
 }
 

@@ -10,6 +10,8 @@ another convention come with a :class:`TapsSpec` and are converted by :func:`con
 from __future__ import annotations
 
 import math
+import os
+import sys
 from dataclasses import dataclass, field
 
 import torch
@@ -135,6 +137,21 @@ class Implementation:
     def describe(self) -> dict:
         """The JSON ``impl`` object."""
         return {"name": self.name, "kind": self.kind, "precision": self.precision}
+
+
+def choose_interpreter(device: str, module: str, what: str) -> None:
+    """Set ``TRITON_INTERPRET`` for ``device`` before ``module``'s Triton kernels are imported (the
+    interpreter is chosen when they decorate): ``cpu`` needs it, ``cuda`` must not have it. ``what``
+    names the implementation in the one-line error."""
+    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    if device == "cpu" and not interpret:
+        if module in sys.modules:
+            raise KdadbgError(f"{what}--device cpu: {module} was already compiled for CUDA in this process; "
+                              f"set TRITON_INTERPRET=1 before starting it")
+        os.environ["TRITON_INTERPRET"] = "1"
+    if device == "cuda" and interpret:
+        raise KdadbgError(f"{what}--device cuda: TRITON_INTERPRET is set, so {module} runs only on the CPU; "
+                          f"unset it or use --device cpu")
 
 
 def shapes_of(inputs: KDAInputs) -> dict:

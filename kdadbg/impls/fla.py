@@ -44,7 +44,7 @@ from kdadbg_kernels.taps import TapSelection
 from ..chunks import ChunkTable, chunk_table
 from ..config import KDAConfig, KDAInputs
 from ..errors import KdadbgError
-from .base import LN2, Implementation, ImplRun, select_taps
+from .base import LN2, Implementation, ImplRun, choose_interpreter, select_taps
 from .function import Function
 
 FLA_VERSION = "0.6.0"
@@ -126,15 +126,7 @@ def load_fla(device: str):
     if version != FLA_VERSION:
         raise KdadbgError(f"--impl fla: expected fla-core {FLA_VERSION} (the adapter reads its stage functions), "
                           f"found {version}")
-    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    if device == "cpu" and not interpret:
-        if "fla.ops.kda" in sys.modules:
-            raise KdadbgError("--impl fla --device cpu: fla was already compiled for CUDA in this process; "
-                              "set TRITON_INTERPRET=1 before starting it")
-        os.environ["TRITON_INTERPRET"] = "1"
-    if device == "cuda" and interpret:
-        raise KdadbgError("--impl fla --device cuda: TRITON_INTERPRET is set, so fla runs only on the CPU; "
-                          "unset it or use --device cpu")
+    choose_interpreter(device, "fla.ops.kda", "--impl fla ")
     try:
         import fla.ops.kda.chunk as chunk
         import fla.ops.kda.chunk_bwd as chunk_bwd

@@ -18,7 +18,7 @@ from .. import memory
 from ..config import KDAConfig, KDAInputs
 from ..dump import kernel_inputs
 from ..errors import KdadbgError
-from .base import Implementation, ImplRun
+from .base import Implementation, ImplRun, choose_interpreter
 
 PRECISIONS = ("fp32", "bf16")
 MAX_HEAD_DIM = 256   # kernels/chunk.py's limit, known here without importing the kernels (a test keeps them equal)
@@ -26,16 +26,7 @@ MAX_HEAD_DIM = 256   # kernels/chunk.py's limit, known here without importing th
 
 def kernels_module(device: str):
     """Import ``kdadbg_kernels.chunk`` for ``device`` (``cpu``: interpreter; ``cuda``: compiled)."""
-    interpret = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
-    loaded = "kdadbg_kernels.chunk" in sys.modules
-    if device == "cpu" and not interpret:
-        if loaded:
-            raise KdadbgError("--device cpu: the kernels were already compiled for CUDA in this process; "
-                              "set TRITON_INTERPRET=1 before starting it")
-        os.environ["TRITON_INTERPRET"] = "1"
-    if device == "cuda" and interpret:
-        raise KdadbgError("--device cuda: TRITON_INTERPRET is set, so kernels run only on the CPU; "
-                          "unset it or use --device cpu")
+    choose_interpreter(device, "kdadbg_kernels.chunk", "")
     from kdadbg_kernels import chunk
 
     return chunk
