@@ -167,14 +167,22 @@ def _case(name):
     return EXTRA_CASES[name] if name in EXTRA_CASES else get_case(name)
 
 
-def check_fp32_with_taps(name):
+def float32_floor(inputs, cfg, ref_grads) -> dict[str, float]:
+    """Each gradient's ratio for the chunked reference run in float32: the error fp32 itself makes."""
+    r32 = run_reference(inputs, cfg, taps=(), dtype=torch.float32)
+    return {n: ratio(ref_grads[n], r32.outputs[n]) for n in GRADS if ref_grads.get(n) is not None}
+
+
+def check_fp32_with_taps(name, tol=1e-5):
     """fp32-mode gradients and every backward tap of case ``name`` against the reference."""
     inputs, cfg, res, chunks, saved = reference_case(_case(name))
     B, T, H, K, V = inputs.shape
     plan = TapPlan.build(TapSelection(names=BWD_TAPS), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
     grads = run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
     tap_tol = LONG_CHUNK_TAP_TOL if cfg.chunk_size > 16 else None
-    assert not compare(grads, plan.buffers, res.outputs, res.taps, chunks, cfg, K, V, tap_tol=tap_tol)
+    if callable(tol):
+        tol = tol(inputs, cfg, res.outputs)
+    assert not compare(grads, plan.buffers, res.outputs, res.taps, chunks, cfg, K, V, tol=tol, tap_tol=tap_tol)
 
 
 @pytest.mark.parametrize("name", FP32_CASES + tuple(EXTRA_CASES))
@@ -185,12 +193,18 @@ def test_reference_fp32(name):
 @pytest.mark.parametrize("name", ("t65", "varlen_short", "gate_softplus", "strong_gates_none", "chunk32",
                                   "chunk64_varlen", "chunk64_strong", "k72_v40"))
 def test_block_products_at_fp32_tolerance(name, monkeypatch):
-    """The K pass's block products (the bf16 modes' default, DQKG_BLOCKED=1) forced in fp32 mode, where
-    the CPU holds them to the fp32 bars, with every backward tap: bf16 mode's looser bars would let a
-    wrong mask or anchor on tails, sequence ends or strong gates pass. (On the H200 fp32 mode keeps the
-    [C, C] form for accuracy: docs/kernels.md.)"""
+    """The K pass's block products (the bf16 modes' default, DQKG_BLOCKED=1) forced in fp32 mode, with
+    every backward tap: bf16 mode's looser bars would let a wrong mask or anchor on tails, sequence ends
+    or strong gates pass. The CPU holds them to the fp32 bars. On a GPU (fp32 mode keeps the [C, C] form
+    there for accuracy: docs/kernels.md) a gradient may also reach twice the float32 reference's own
+    error: on chunk64_varlen that error is 1.23e-5 for ddt_bias, over the 1e-5 bar itself, and the H200
+    measured 1.6e-5 (1.3 times it)."""
     monkeypatch.setenv("KDADBG_DQKG_BLOCKED", "1")
-    check_fp32_with_taps(name)
+    if DEVICE == "cuda":
+        check_fp32_with_taps(name, tol=lambda i, c, ref: {n: max(1e-5, 2 * f)
+                                                           for n, f in float32_floor(i, c, ref).items()})
+    else:
+        check_fp32_with_taps(name)
 
 
 def tame_programs(gc, chunks, BK=32):
