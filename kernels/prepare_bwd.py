@@ -676,8 +676,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             c0=c0, fill=dMqk if fill_here is None else fill_here, fill_n=0 if fill_here is None else fill_here.numel(),
             BT=BT, H=H, K=K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate], FILL=fill_here is not None,
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
-            # blocks: K+V passes 3.170 -> 2.521 ms at H16 T16384 (bf16); fp32 mode keeps the [C, C]
-            # products, twice as accurate in ddt_bias on the H200
+            # blocks are faster in the bf16 modes; fp32 mode keeps the [C, C] products, more accurate in
+            # ddt_bias on the H200 (both measured: docs/kernels.md)
             BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K

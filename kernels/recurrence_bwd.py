@@ -197,14 +197,13 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
     store_dh0 = has_h0 or alias_dS
     N, NC = chunks.n_seqs, chunks.n_chunks
-    # per_sm 6: on the six-sequence varlen batch at H32, 32 columns (768 programs) took 0.87 ms against
-    # 1.02 with 64 and 1.47 with 16; dense H16 and H32 keep 16
+    # per_sm 6: the six-sequence varlen batch at H32 was fastest at 32 columns (768 programs), dense H16
+    # and H32 at 16 (measured: docs/kernels.md)
     BV = state_block_v("RECB_BV", N * H, K, V, dev, per_sm=6)
     # RECB_DH0_SLOT (default 1 at 32 columns or more): dh0 just before dSn, stored by one more step of the
-    # loop (the kernel's DH0_SLOT). At 32 columns the sm_90 build of Triton 3.6 spills 8 B with the store
-    # after the loop, not with this: on the varlen batch at H32 the pass took 0.614 ms with dh0 so stored,
-    # 0.776 with the store after the loop, 0.611 without dh0. At 16 columns neither spills and the extra
-    # step cost: 0.390 against 0.373 ms at H16 T16384
+    # loop (the kernel's DH0_SLOT). At 32 columns the sm_90 build of Triton 3.6 spills with the store after
+    # the loop, not with this, and the pass is as fast as without dh0; at 16 columns neither spills and the
+    # extra step costs a little (measured: docs/kernels.md, Taps)
     dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 1 if BV >= 32 else 0))
     ext = None
     if dh0_slot or (alias_dS and N == 1):

@@ -6,9 +6,9 @@ Precision modes of a product (the ``BF16`` argument: 0 exact, else the fast mode
 its ``DOT``, ``common.dot_mode``): ``mm`` is one MMA (ieee fp32, or bf16 operands in the fast mode);
 ``mm_tf32`` is ieee fp32, or in the fast mode one tf32 MMA (10 mantissa bits). The fast forward uses
 ``mm_tf32`` where an error would be carried on (the anchored ``kd ki^T`` and ``qd ki^T``, the ``INV``
-products, ``w``, ``u``) and ``mm`` for the output ``o`` and the state pass (``common.fwd_lowp``: ht's
-error 1.1e-3 -> 2.4e-3 of the 5e-3 bar on the H200). With bf16 operands everywhere, o and ht landed at
-3-5e-3, too close to the bar.
+products, ``w``, ``u``) and ``mm`` for the output ``o`` and the state pass (``common.fwd_lowp``, which
+about doubles ht's error, still well inside fla's 5e-3 bar on the H200). With bf16 operands everywhere, o
+and ht landed too close to the bar (docs/kernels.md, Numerics).
 """
 
 import os
