@@ -7,7 +7,7 @@ The state gradient obeys ``dS = exp(gT) ⊙ dS⁺ + qd^T dO − kd^T dv`` with
 
 - ``chunk_bwd_prep_kernel``, grid (NC, H), parallel: ``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO``
   [BT,H,V] (written into the ``dU`` buffer);
-- ``recurrence_bwd_kernel``, grid (N, H, NV), sequential: per chunk it stores ``dS⁺`` (the
+- ``recurrence_bwd_kernel``, grid (NV, H, N) (``common.state_grid``), sequential: per chunk it stores ``dS⁺`` (the
   gradient arriving from the next chunk, read by the prepare backward), completes ``dU`` in place,
   and steps ``dS``; after a sequence's chunk 0, ``dS`` is ``dh0``. Tap ``dS``.
 """
