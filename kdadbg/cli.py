@@ -312,7 +312,7 @@ def taps(
                                                   "side optional) or one chunk A.")] = None,
     heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices.")] = None,
     device: Annotated[Device, typer.Option("--device", help="Where to compute.")] = Device.auto,
-    precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands (--source kernel): "
+    precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands (--source ours): "
                                                  "fp32 (IEEE) or bf16.")] = Precision.fp32,
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output if it exists.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,

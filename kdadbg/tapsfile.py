@@ -9,7 +9,7 @@ Layout (v1; other implementations may write it too)::
     chunk.index chunk.seq chunk.start chunk.len     int64 [n_chunks_sel]
     head.index                                      int64 [n_heads_sel]
 
-Metadata: ``format`` (``kdadbg-taps-v1``), ``source`` (reference | kernel), ``dump`` (file name),
+Metadata: ``format`` (``kdadbg-taps-v1``), ``source`` (the implementation's name), ``dump`` (file name),
 the config keys of the dump format, ``kdadbg_version`` and, for kernels, ``precision``.
 """
 
