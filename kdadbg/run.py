@@ -101,40 +101,63 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     every output and gradient the implementation provides.
 
     ``chunks``: a half-open global chunk range: the implementation runs only on that window of each
-    sequence, seeded from the reference (:mod:`kdadbg.window`), and is compared there.
-    ``max_interpreter_s``: refuse up front a run of our kernels under the Triton interpreter estimated
-    to take longer. ``save``: also write the implementation's outputs and gradients (float32).
+    sequence, seeded from the reference (:mod:`kdadbg.window`), and is compared there (its tokens;
+    ``ht``/``dh0`` where a window ends/starts its sequence). ``max_interpreter_s``: refuse up front a
+    run of our kernels under the Triton interpreter estimated to take longer. ``save``: also write the
+    implementation's outputs and gradients (float32).
     Example: ``check(*make_inputs(get_case("basic")), precision="bf16").passed``.
     """
+    from .chunks import chunk_table
     from .reference import run_reference
 
     impl = impl or resolve_impl("ours", precision)
     config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump)
+    B, T = inputs.shape[:2]
+    ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
+    window = None
     if chunks is not None:
-        return _check_window(inputs, config, impl, chunks, dump=dump, device=device, tol_overrides=tol_overrides,
-                             progress=progress, save=save, force=force, max_interpreter_s=max_interpreter_s)
-    refuse_slow_interpreter(impl, inputs, config, device, None, max_interpreter_s)
+        window = (max(0, chunks[0]), min(ct.n_chunks, chunks[1]))
+        if window[0] >= window[1]:
+            raise KdadbgError(f"--chunks {chunks[0]}:{chunks[1]}: selects no chunk; the dump has {ct.n_chunks} chunks")
+    refuse_slow_interpreter(impl, inputs, config, device, None if window is None else window[1] - window[0],
+                            max_interpreter_s)
     tols = tolerances(impl.precision, tol_overrides)
     if save is not None and not force:
         from pathlib import Path
         if Path(save).exists():
             raise KdadbgError(f"{save}: already exists; refusing to overwrite (use --force)")
-    timings = {}
-    t0 = time.perf_counter()
-    with ticking(progress, f"{impl.name} (forward+backward)", interpreter_seconds(impl, inputs, config, device)):
-        got = impl.run(inputs, config, device=device)
-    timings[impl.name] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    ref = run_reference(inputs, config, taps=(), device=device, progress=progress)
-    timings["reference"] = time.perf_counter() - t0
+    timings, masks = {}, None
+    if window is None:
+        t0 = time.perf_counter()
+        with ticking(progress, f"{impl.name} (forward+backward)", interpreter_seconds(impl, inputs, config, device)):
+            got = impl.run(inputs, config, device=device)
+        timings[impl.name] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref = run_reference(inputs, config, taps=(), device=device, progress=progress)
+        timings["reference"] = time.perf_counter() - t0
+    else:
+        from .compare import ChunkInfo
+        from .window import seeded_run
+
+        t0 = time.perf_counter()
+        ref = run_reference(inputs, config, taps=("S", "dS"), device=device, progress=progress)
+        timings["reference"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        got, masks = seeded_run(impl, inputs, config, ref.taps, ChunkInfo.from_table(ct), ct, *window, device,
+                                progress=progress)
+        timings[impl.name] = time.perf_counter() - t0
     names = outputs_that_apply(inputs, config)
-    rows = [compare(n, got.outputs[n], ref.outputs[n]).judge(tols[n]) for n in names if n in got.outputs]
+    rows = [compare(n, got.outputs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
+                    _window_mask(n, masks, B, T, ref.outputs[n].ndim)).judge(tols[n])
+            for n in names if n in got.outputs]
     not_provided = {n: got.not_provided.get(n, "not returned") for n in names if n not in got.outputs}
     if not rows:
-        raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}")
+        where = "" if window is None else f" on chunks {window[0]}:{window[1]}"
+        raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}{where}")
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
                        [*([config_note] if config_note else []), *got.notes])
+    result.window = None if window is None else list(window)
     bad_in = nonfinite_inputs(inputs)
     if bad_in:
         agree = nan_positions_agree({n: got.outputs[n] for n in names if n in got.outputs}, ref.outputs)
@@ -142,9 +165,18 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         result.notes.append(nonfinite_note(bad_in, agree))
     if save is not None:
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
-                **config.to_metadata()}
+                **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata()}
         atomic_save({r.name: got.outputs[r.name].detach().float().cpu() for r in rows}, meta, save, force=force)
     return result
+
+
+def _window_mask(name: str, masks: dict | None, B: int, T: int, ndim: int):
+    """The elements of output ``name`` a seeded window compared (None: a whole run, every element)."""
+    if masks is None:
+        return None
+    if name in ("ht", "dh0"):
+        return masks[name].reshape(-1, *([1] * (ndim - 1)))
+    return masks["tokens"].reshape(B, T, *([1] * (ndim - 2)))
 
 
 def interpreter_seconds(impl: Implementation, inputs: KDAInputs, config: KDAConfig, device: str,
@@ -170,53 +202,3 @@ def refuse_slow_interpreter(impl: Implementation, inputs: KDAInputs, config: KDA
         raise KdadbgError(f"--impl ours under the Triton interpreter (no GPU): estimated {est:.0f} s ({how}), over "
                           f"--max-interpreter-s {max_s:g}; use --device cuda, another --impl (e.g. reference), a "
                           f"chunk window (--chunks A:B), or raise --max-interpreter-s")
-
-
-def _check_window(inputs: KDAInputs, config: KDAConfig, impl: Implementation, chunks, *, dump, device,
-                  tol_overrides, progress, save, force, max_interpreter_s) -> RunResult:
-    """``check`` on a window of chunks: the implementation on the seeded windows, whole tensors compared
-    over the window's tokens (``ht``/``dh0`` where a window ends/starts its sequence)."""
-    from .chunks import chunk_table
-    from .compare import ChunkInfo
-    from .reference import run_reference
-    from .window import seeded_run
-
-    B, T, H, K, V = inputs.shape
-    ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
-    lo, hi = max(0, chunks[0]), min(ct.n_chunks, chunks[1])
-    if lo >= hi:
-        raise KdadbgError(f"--chunks {chunks[0]}:{chunks[1]}: selects no chunk; the dump has {ct.n_chunks} chunks")
-    refuse_slow_interpreter(impl, inputs, config, device, hi - lo, max_interpreter_s)
-    tols = tolerances(impl.precision, tol_overrides)
-    timings = {}
-    t0 = time.perf_counter()
-    ref = run_reference(inputs, config, taps=("S", "dS"), device=device, progress=progress)
-    timings["reference"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    got, masks = seeded_run(impl, inputs, config, ref.taps, ChunkInfo.from_table(ct), ct, lo, hi, device,
-                            progress=progress)
-    timings[impl.name] = time.perf_counter() - t0
-    names = outputs_that_apply(inputs, config)
-    tok = masks["tokens"].reshape(B, T)
-    rows = []
-    for n in names:
-        if n not in got.outputs:
-            continue
-        x, r = got.outputs[n], ref.outputs[n].cpu()
-        if n in ("ht", "dh0"):
-            m = masks[n].reshape(-1, *([1] * (r.ndim - 1)))
-        else:
-            m = tok.reshape(B, T, *([1] * (r.ndim - 2)))
-        rows.append(compare(n, x, r, m).judge(tols[n]))
-    not_provided = {n: got.not_provided.get(n, "not returned") for n in names if n not in got.outputs}
-    if not rows:
-        raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)} on chunks "
-                          f"{lo}:{hi}")
-    result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
-                       list(got.notes))
-    result.window = [lo, hi]
-    if save is not None:
-        meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
-                "chunks": f"{lo}:{hi}", **config.to_metadata()}
-        atomic_save({r.name: got.outputs[r.name].float() for r in rows}, meta, save, force=force)
-    return result

@@ -16,12 +16,11 @@ from kdadbg_kernels.taps import TapSelection
 
 from .. import memory
 from ..config import KDAConfig, KDAInputs
-from ..dump import kernel_inputs
+from ..dump import check_kernel_dims, kernel_inputs
 from ..errors import KdadbgError
 from .base import Implementation, ImplRun, choose_interpreter
 
 PRECISIONS = ("fp32", "bf16")
-MAX_HEAD_DIM = 256   # kernels/chunk.py's limit, known here without importing the kernels (a test keeps them equal)
 
 
 def kernels_module(device: str):
@@ -91,16 +90,16 @@ class Ours(Implementation):
         self.name = "ours"
 
     def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
-        if not (1 <= shapes["K"] <= MAX_HEAD_DIM and 1 <= shapes["V"] <= MAX_HEAD_DIM):
-            return False, f"our kernels take head dims K, V in [1, {MAX_HEAD_DIM}], found K={shapes['K']}, " \
-                          f"V={shapes['V']} (the float64 reference takes any: --impl reference)"
+        try:
+            check_kernel_dims("dump", shapes["K"], shapes["V"])
+        except KdadbgError as e:
+            return False, str(e).removeprefix("dump: ")
         return True, ""
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         notes = []
-        if inputs.q.dtype == torch.float64:
-            inputs = inputs.to(dtype=torch.float32)
-            notes.append("float64 inputs run in float32 (our kernels take float32, bfloat16 and float16)")
+        if inputs.q.dtype == torch.float64:   # run_kernels casts (kdadbg.dump.kernel_inputs)
+            notes.append("float64 inputs run cast to float32 (our kernels take float32, bfloat16 and float16)")
         outputs, buffers, _ = run_kernels(inputs, config, self.precision, device, taps=taps)
         if taps is None:
             return ImplRun(outputs, notes=notes)
