@@ -38,13 +38,31 @@ has() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
 named() { [[ " $what " == *" $1 "* ]]; }   # parts that "all" leaves out
 
 if has tests; then
-    # the tests that touch the GPU (the rest run in CI on a CPU); a cap keeps the call inside its limit
-    # TESTS_SELECT (pytest arguments) narrows it, e.g. "tests/test_kernels_fwd.py -k taps"
+    # the tests that touch the GPU (the rest run in CI on a CPU), in TESTS_SHARDS pytest processes at once
+    # (compilation is CPU-bound; the GPU has room for all): the node ids are dealt round-robin, each shard
+    # logs to gpu_tests.shardN.log, and gpu_tests.log gets every shard's summary and failures. A cap keeps
+    # the call inside its limit. TESTS_SELECT (pytest arguments) narrows it, e.g. "tests/test_kernels_fwd.py -k taps"
+    sel=${TESTS_SELECT:-tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py \
+        tests/test_kernels_bwd.py tests/test_diff.py tests/test_reference.py -k "not oracle"}
+    shards=${TESTS_SHARDS:-4}
+    ids=$OUT/gpu_tests.ids
     # shellcheck disable=SC2086
-    timeout "${TESTS_TIMEOUT_S:-480}" python3 -m pytest -v -p no:cacheprovider --durations=20 \
-        ${TESTS_SELECT:-tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py \
-        tests/test_kernels_bwd.py tests/test_reference.py -k "not oracle"} 2>&1 | tee "$OUT/gpu_tests.log" | tail -40
-    [ "${PIPESTATUS[0]}" -eq 0 ] || status=1
+    eval python3 -m pytest --collect-only -q -p no:cacheprovider $sel 2>/dev/null | grep '::' > "$ids"
+    echo "gpu_check.sh: $(wc -l < "$ids") tests in $shards shards" > "$OUT/gpu_tests.log"
+    pids=()
+    for ((i = 0; i < shards; i++)); do
+        awk -v n="$shards" -v i="$i" 'NR % n == i' "$ids" > "$OUT/gpu_tests.shard$i.ids"
+        timeout "${TESTS_TIMEOUT_S:-480}" python3 -m pytest -v -p no:cacheprovider --durations=10 -rfE \
+            $(cat "$OUT/gpu_tests.shard$i.ids") > "$OUT/gpu_tests.shard$i.log" 2>&1 &
+        pids+=($!)
+    done
+    for ((i = 0; i < shards; i++)); do
+        wait "${pids[$i]}"; rc=$?
+        [ "$rc" -eq 0 ] || status=1
+        { echo "== shard $i: exit $rc"; grep -E '^(FAILED|ERROR)|^=+ .*(passed|failed|error).* =+$' "$OUT/gpu_tests.shard$i.log"; } \
+            >> "$OUT/gpu_tests.log"
+    done
+    cat "$OUT/gpu_tests.log"
 fi
 if has run; then
     d=$(mktemp -d)

@@ -31,8 +31,10 @@ def dot_mode(precision: str) -> int:
 def fwd_lowp(precision: str) -> int:
     """Which of the forward state pass's inputs are bf16 in the fast mode (knob ``FWD_LOWP``, a bit mask):
     1 ``w``, 2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``)
-    instead of tf32. None in fp32 mode."""
-    lowp = knob("FWD_LOWP", 15) if precision == "bf16" else 0
+    instead of tf32. None in fp32 mode. The default 11 keeps ``u`` in fp32: with it in bf16 too (15),
+    the realistic ``kimi_varlen`` dump's ``dA_log`` was 1.09e-2 from float64 (over its 1e-2 bar), 6.8e-3
+    with ``u`` in fp32 (docs/kernels.md, "bf16 operands")."""
+    lowp = knob("FWD_LOWP", 11) if precision == "bf16" else 0
     if lowp & ~15:
         raise ValueError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
     return lowp

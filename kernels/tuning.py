@@ -27,7 +27,7 @@ class Knob:
 
 KNOBS: dict[str, Knob] = {
     # knobs that may change results
-    "FWD_LOWP": Knob("15 in bf16 mode, 0 in fp32 mode",
+    "FWD_LOWP": Knob("11 in bf16 mode (u in fp32), 0 in fp32 mode",
                      "bit mask, bf16 mode: 1 w, 2 krT, 4 u stored in bf16; 8 the state pass's products as "
                      "bf16 MMAs (else tf32)", True),
     "FWD_FUSE_OUT": Knob("1 in bf16 mode, 0 in fp32 mode",

@@ -100,6 +100,10 @@ def test_tokens_to_chunks_varlen_order():
     assert got.shape == (4, 2, 4)
     assert got[:, 0].tolist() == [[0, 1, 2, 0], [3, 4, 5, 6], [7, 8, 0, 0], [9, 0, 0, 0]]
     assert got[1, 1].tolist() == [103, 104, 105, 106]
+    x = x.clone()
+    x[0, 0, 0, 0] = float("nan")       # memory fla never wrote, read by padding rows: 0 there, kept where valid
+    got = F.tokens_to_chunks(x, ct)[..., 0]
+    assert torch.isnan(got[0, 0, 0]) and not torch.isnan(got[:, :, 1:]).any() and not torch.isnan(got[1:]).any()
 
 
 def test_chunk_matrix_keeps_the_written_triangle():
@@ -142,6 +146,8 @@ TAP_CASES = [
     pytest.param("gate_none", dict(chunk_size=64, T=100), id="gate_none_c64"),
     pytest.param("gate_softplus", dict(chunk_size=32), id="softplus_c32"),
     pytest.param("no_state", dict(chunk_size=32), id="no_state_c32"),
+    pytest.param("gva", dict(chunk_size=32), id="gva_c32"),
+    pytest.param("gva_varlen", dict(chunk_size=32), id="gva_varlen_c32"),
 ]
 # fp32 dumps: exact float32 dots under the interpreter; on the GPU fla's fp32 dots are TF32 / bf16x3
 TAP_TOL = 5e-3 if HAS_GPU else 2e-5

@@ -151,12 +151,12 @@ def test_state_pass_with_u_loaded_ahead(precision, name, monkeypatch):
 
 
 @pytest.mark.parametrize("precision,fuse,lowp", [("fp32", "1", None), ("bf16", "0", None), ("bf16", "1", "0"),
-                                                ("bf16", "1", "7")])
+                                                ("bf16", "1", "7"), ("bf16", "1", "15")])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "t65", "chunk32"])
 def test_state_pass_forming_o(precision, fuse, lowp, name, monkeypatch):
     """o formed in the state pass (KDADBG_FWD_FUSE_OUT=1, the bf16 default) or in the output pass (=0,
     the fp32 default), each with the other precision, and with the state pass's inputs in fp32
-    (KDADBG_FWD_LOWP=0), bf16 with tf32 products (=7) or all bf16 (the default): o, ht and the output
+    (KDADBG_FWD_LOWP=0), bf16 with tf32 products (=7), all bf16 (=15) or all but u (the default, 11): o, ht and the output
     pass's taps, which it writes alone when the state pass formed o, across sequence ends and tails."""
     monkeypatch.setenv("KDADBG_FWD_FUSE_OUT", fuse)
     if lowp is not None:

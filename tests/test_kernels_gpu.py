@@ -121,3 +121,56 @@ def test_bf16_case_table_on_gpu():
             if not c.passed:
                 failures.append((case.name, c))
     assert not failures, failures
+
+
+# The realistic presets (fla's KimiDeltaAttention init, Kimi's lower-bound gate) at a model's size:
+# T 8192, H 8, K = V = 128; the varlen forms with the peer benchmark's mixed lengths scaled to 8192 tokens
+# (and, for kimi_varlen, a 9-token sequence first, as in its CI form).
+MIXED_8192 = (0, 1300, 1847, 3895, 4858, 5129, 8192)
+REAL_GPU = {
+    "fla_layer": {}, "kimi": {}, "kimi_c64": {},
+    "fla_layer_varlen": {"cu_seqlens": MIXED_8192},
+    "kimi_varlen": {"cu_seqlens": (0, 9, 1309, 1856, 3904, 4867, 5138, 8192)},
+}
+
+
+def _real_gpu(name):
+    from kdadbg.cases import get_case
+
+    return make_inputs(dataclasses.replace(get_case(name), T=8192, H=8, K=128, V=128, **REAL_GPU[name]), seed=1)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", list(REAL_GPU))
+def test_diff_is_quiet_on_realistic_presets_at_model_size(name, precision):
+    """issue 24's "quiet on clean" at GPU sizes: every tap and output row compared, no DRIFT over tolerance
+    in fp32 mode, no BUG in bf16 mode, and the diff passes."""
+    from kdadbg.diff import diff_dump
+    from kdadbg.impls import resolve_impl
+
+    inputs, cfg = _real_gpu(name)
+    res = diff_dump(inputs, cfg, resolve_impl("ours", precision, None), device="cuda", window=0)
+    n = res.counts()
+    assert n["tap_cells"] > 0 and n["row_cells"] > 0 and n["bug"] == 0, (n, res.first_divergence)
+    assert precision == "bf16" or n["drift"] == 0, (n, res.first_divergence)
+    assert res.passed, (n, res.first_divergence)
+
+
+@pytest.mark.parametrize("fault,name,chunk,tap", [
+    ("dL_sign", "fla_layer", 40, "dL"),
+    ("ln2_twice", "kimi_c64", 70, "dgc"),
+    ("gate_padding", "fla_layer_varlen", 20, "gT"),   # seq 0 (1300 tokens) ends in chunk 20, a tail
+    ("varlen_offset", "kimi_varlen", 200, "gc"),
+])
+def test_planted_fault_is_named_on_realistic_presets_at_model_size(fault, name, chunk, tap):
+    """Loud on bugs at GPU sizes: the planted fault is the first divergence, at its tap and chunk, a BUG,
+    introduced there (the window rerun on the GPU)."""
+    from kdadbg.diff import diff_dump
+    from kernel_faults import plant
+
+    inputs, cfg = _real_gpu(name)
+    with plant(fault, chunk):
+        res = diff_dump(inputs, cfg, device="cuda")
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG"), first
+    assert res.origin["verdict"] == "introduced" and not res.passed

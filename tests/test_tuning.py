@@ -126,12 +126,12 @@ def test_state_pass_stages_in_the_fast_mode(monkeypatch, BV, want):
 
 
 def test_forward_fast_mode_defaults_and_overrides(monkeypatch):
-    """bf16 mode stores the state pass's inputs in bf16 with bf16 products and forms o in the state pass;
+    """bf16 mode stores w and krT (not u) in bf16 with bf16 products and forms o in the state pass;
     fp32 mode does neither; KDADBG_FWD_LOWP / KDADBG_FWD_FUSE_OUT override, and a bad mask is refused."""
     from kdadbg_kernels.common import fwd_lowp
     from kdadbg_kernels.recurrence import fuse_out
 
-    assert (fwd_lowp("bf16"), fwd_lowp("fp32")) == (15, 0)
+    assert (fwd_lowp("bf16"), fwd_lowp("fp32")) == (11, 0)
     assert (fuse_out("bf16"), fuse_out("fp32")) == (True, False)
     monkeypatch.setenv("KDADBG_FWD_LOWP", "3")
     monkeypatch.setenv("KDADBG_FWD_FUSE_OUT", "0")

@@ -238,7 +238,9 @@ def tokens_to_chunks(x: torch.Tensor, ct: ChunkTable) -> torch.Tensor:
     flat = x.reshape(B * T, H, *x.shape[3:])
     idx, valid = ct.token_index()
     out = flat[idx.reshape(-1).to(x.device)].reshape(*idx.shape, H, *x.shape[3:])   # [n, C, H, *rest]
-    out = out * valid.to(x.device).reshape(*valid.shape, *([1] * (out.ndim - 2))).to(out.dtype)
+    keep = valid.to(x.device).reshape(*valid.shape, *([1] * (out.ndim - 2)))
+    # where, not a product: a padding row's source may be memory fla never wrote (NaN * 0 is NaN)
+    out = torch.where(keep, out, torch.zeros((), dtype=out.dtype, device=out.device))
     return out.movedim(2, 1).contiguous()
 
 
@@ -376,7 +378,8 @@ class Fla(Implementation):
             notes.append("float64 inputs run in float32 (fla's kernels take float32, bfloat16 and float16)")
         safe = self.use_safe_gate(config)
         raw = inspect.unwrap(chunk.chunk_kda)   # the Triton path itself, not the backend dispatcher
-        N, H, K, V = inputs.n_seqs, inputs.shape[2], inputs.shape[3], inputs.shape[4]
+        # the states and every tap are per value head (HV; GVA when HV > H: fla reads q/k head hv // (HV/H))
+        N, H, K, V = inputs.n_seqs, inputs.HV, inputs.shape[3], inputs.shape[4]
 
         def chunk_kda(q, k, v, g, beta, *, scale, initial_state, output_final_state, cu_seqlens, chunk_size,
                       use_qk_l2norm_in_kernel, use_gate_in_kernel, use_beta_sigmoid_in_kernel, lower_bound, A_log,
