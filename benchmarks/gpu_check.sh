@@ -38,31 +38,21 @@ has() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
 named() { [[ " $what " == *" $1 "* ]]; }   # parts that "all" leaves out
 
 if has tests; then
-    # the tests that touch the GPU (the rest run in CI on a CPU), in TESTS_SHARDS pytest processes at once
-    # (compilation is CPU-bound; the GPU has room for all): the node ids are dealt round-robin, each shard
-    # logs to gpu_tests.shardN.log, and gpu_tests.log gets every shard's summary and failures. A cap keeps
+    # the tests that touch the GPU (the rest run in CI on a CPU). With pytest-xdist (the GPU machine has it)
+    # in TESTS_WORKERS processes at once: compilation is CPU-bound and the GPU has room for all. A cap keeps
     # the call inside its limit. TESTS_SELECT (pytest arguments) narrows it, e.g. "tests/test_kernels_fwd.py -k taps"
     sel=${TESTS_SELECT:-tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py \
         tests/test_kernels_bwd.py tests/test_diff.py tests/test_reference.py -k "not oracle"}
-    shards=${TESTS_SHARDS:-4}
-    ids=$OUT/gpu_tests.ids
+    par=()
+    if python3 -c "import xdist" 2>/dev/null; then par=(-n "${TESTS_WORKERS:-6}"); fi
+    echo "gpu_check.sh: pytest ${par[*]} $sel" > "$OUT/gpu_tests.log"
     # shellcheck disable=SC2086
-    eval python3 -m pytest --collect-only -q -p no:cacheprovider $sel 2>/dev/null | grep '::' > "$ids"
-    echo "gpu_check.sh: $(wc -l < "$ids") tests in $shards shards" > "$OUT/gpu_tests.log"
-    pids=()
-    for ((i = 0; i < shards; i++)); do
-        awk -v n="$shards" -v i="$i" 'NR % n == i' "$ids" > "$OUT/gpu_tests.shard$i.ids"
-        timeout "${TESTS_TIMEOUT_S:-480}" python3 -m pytest -v -p no:cacheprovider --durations=10 -rfE \
-            $(cat "$OUT/gpu_tests.shard$i.ids") > "$OUT/gpu_tests.shard$i.log" 2>&1 &
-        pids+=($!)
-    done
-    for ((i = 0; i < shards; i++)); do
-        wait "${pids[$i]}"; rc=$?
-        [ "$rc" -eq 0 ] || status=1
-        { echo "== shard $i: exit $rc"; grep -E '^(FAILED|ERROR)|^=+ .*(passed|failed|error).* =+$' "$OUT/gpu_tests.shard$i.log"; } \
-            >> "$OUT/gpu_tests.log"
-    done
-    cat "$OUT/gpu_tests.log"
+    eval timeout "${TESTS_TIMEOUT_S:-480}" python3 -m pytest -v -p no:cacheprovider --durations=25 -rfE \
+        "${par[@]}" $sel >> "$OUT/gpu_tests.log" 2>&1
+    rc=$?
+    [ "$rc" -eq 0 ] || status=1
+    echo "gpu_check.sh: pytest exit $rc" >> "$OUT/gpu_tests.log"
+    tail -40 "$OUT/gpu_tests.log"
 fi
 if has run; then
     d=$(mktemp -d)

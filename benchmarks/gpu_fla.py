@@ -89,13 +89,14 @@ def part_cli(summary: dict, a) -> None:
             d["diff_first_divergence"] = doc.get("first_divergence")
 
 
-def part_fault(summary: dict, device: str, at: int = 40) -> None:
-    """fla handing its output kernel a wrong stored state for chunk ``at``: diff must name S there."""
+def part_fault(summary: dict, device: str, at: int = 40, dump: str | None = None) -> None:
+    """fla handing its output kernel a wrong stored state for chunk ``at``: diff must name S there
+    (on ``dump``, default the cli part's kimi_c64 dump)."""
     from kdadbg.diff import diff_dump
     from kdadbg.dump import load_dump
     from kdadbg.impls import fla as F
 
-    dump = OUT / "kimi_c64.safetensors"
+    dump = Path(dump) if dump else OUT / "kimi_c64.safetensors"
     inputs, config = load_dump(str(dump))
     _, chunk_fwd, _ = F.load_fla(device)
     orig = chunk_fwd.chunk_gated_delta_rule_fwd_h
@@ -128,6 +129,7 @@ def main() -> int:
     ap.add_argument("--dtype", default="bfloat16")
     ap.add_argument("--device", default="cuda", help="cpu: a dry run under the interpreter (float32 only)")
     ap.add_argument("--fault-chunk", type=int, default=40)
+    ap.add_argument("--fault-dump", default=None, help="the fault part's dump (default: the cli part's kimi_c64)")
     ap.add_argument("--autotune", action="store_true", help="keep fla's autotuning (minutes per new shape)")
     a = ap.parse_args()
     OUT.mkdir(parents=True, exist_ok=True)
@@ -142,7 +144,7 @@ def main() -> int:
                "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
                "autotune": a.autotune, "T": a.T, "H": a.H, "seconds": {}}
     parts = {"tests": lambda: part_tests(summary), "cli": lambda: part_cli(summary, a),
-             "fault": lambda: part_fault(summary, a.device, a.fault_chunk)}
+             "fault": lambda: part_fault(summary, a.device, a.fault_chunk, a.fault_dump)}
     for p in a.parts.split(","):
         t0 = time.time()
         try:
