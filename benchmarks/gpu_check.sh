@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The whole GPU check in one call on the device machine (torch, triton, pytest preinstalled, no
 # network): the GPU-facing tests on CUDA, `kdadbg run` end to end, the reference timing, and the
-# benchmark against fla (whose first call autotunes for ~3.5 min). Logs land in $OUT (default .out/).
-# Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
-#   bash benchmarks/gpu_check.sh [tests|run|bench|stages|profile|all]...   (default: all)
+# benchmark against fla (whose first call autotunes for minutes per new shape) and, with FLASHKDA_BUILD,
+# FlashKDA. Logs land in $OUT (default .out/); bench writes $OUT/benchmarks.json (docs/benchmarks.json's
+# form). Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
+#   bash benchmarks/gpu_check.sh [tests|run|profile|bench|stages|all]...   (default: all; run in this order)
 # "all" is tests, run and bench. stages: stage_bench.py once per line of $VARIANTS (a file; each line
 # "default" or comma-separated KDADBG_*=value overrides, then after a space stage_bench options, e.g.
 # "--H 32 --varlen"); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch, or at the
-# option sets of PROFILE_SHAPES, separated by ';'.
+# option sets of PROFILE_SHAPES, separated by ';' (e.g. "--H 32 --settings pregated,softplus,lower_bound":
+# the in-kernel gate's cost kernel by kernel). BENCH_ARGS passes options to bench.py (--ab, --commit).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-$PWD/.out}
@@ -35,6 +37,12 @@ status=0
     > "$OUT/env.txt" 2>&1
 
 has() { [[ " $what " == *" all "* || " $what " == *" $1 "* ]]; }
+# FLASHKDA_BUILD=fork|upstream: build FlashKDA from .peer in the background (about 100 s, on the CPUs)
+# while the parts before bench run; bench then times it
+if [ -n "${FLASHKDA_BUILD:-}" ] && has bench; then
+    bash benchmarks/build_flashkda.sh "$FLASHKDA_BUILD" .peer > "$OUT/flashkda_build.log" 2>&1 &
+    fk_pid=$!
+fi
 named() { [[ " $what " == *" $1 "* ]]; }   # parts that "all" leaves out
 
 if has tests; then
@@ -67,9 +75,28 @@ if has run; then
         python3 benchmarks/reference_cpu.py --T 16384 --H 16 --device cuda
     } 2>&1 | tee "$OUT/gpu_run.log" | tail -40
 fi
+if named profile; then
+    IFS=';' read -ra shapes <<< "${PROFILE_SHAPES:---H 16;--H 32;--H 32 --varlen}"
+    for shape in "${shapes[@]}"; do
+        tag=$(echo "$shape" | tr -cd 'A-Za-z0-9_')
+        # the whole log first: `tee | head` cut it at head's 14 lines (tee died of the closed pipe)
+        python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" > "$OUT/profile_$tag.log" 2>&1
+        grep -v -e Warning -e _warn_once "$OUT/profile_$tag.log" | head -14
+        # several settings or variants: their closing comparison tables too
+        sed -n '/kernel time per call (ms) by setting/,$p' "$OUT/profile_$tag.log" | grep -v -e Warning -e _warn_once
+    done
+fi
 if has bench; then
-    python3 benchmarks/bench.py --json "$OUT/bench.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
-        | tee "$OUT/bench.log" | tail -30
+    if [ -n "${FLASHKDA_BUILD:-}" ]; then
+        wait "$fk_pid"
+        line=$(tail -1 "$OUT/flashkda_build.log")
+        case "$line" in
+            "export PYTHONPATH="*) eval "$line" ;;
+            *) echo "gpu_check.sh: the FlashKDA build failed ($OUT/flashkda_build.log): timing without it" >&2 ;;
+        esac
+    fi
+    python3 benchmarks/bench.py --json "$OUT/benchmarks.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
+        | tee "$OUT/bench.log" | grep -v -e Warning -e _warn_once | tail -60
 fi
 if named stages; then
     if [ -z "${VARIANTS:-}" ] || [ ! -f "$VARIANTS" ]; then
@@ -83,14 +110,5 @@ if named stages; then
         env "${env_args[@]}" python3 benchmarks/stage_bench.py $opts --tag "$line" --json-lines "$OUT/stages.jsonl" 2>&1 \
             | tail -2 | tee -a "$OUT/stages.log"
     done < "$VARIANTS"
-fi
-if named profile; then
-    IFS=';' read -ra shapes <<< "${PROFILE_SHAPES:---H 16;--H 32;--H 32 --varlen}"
-    for shape in "${shapes[@]}"; do
-        tag=$(echo "$shape" | tr -d ' -')
-        # the whole log first: `tee | head` cut it at head's 14 lines (tee died of the closed pipe)
-        python3 benchmarks/kernel_profile.py $shape --json "$OUT/profile_$tag.json" > "$OUT/profile_$tag.log" 2>&1
-        grep -v -e Warning -e _warn_once "$OUT/profile_$tag.log" | head -14
-    done
 fi
 exit $status

@@ -1,13 +1,18 @@
-"""Where the time goes: CUDA time per kernel of our forward+backward (torch.profiler), one shape.
+"""Where the time goes: CUDA time per kernel of our forward and forward+backward (torch.profiler), one shape.
 
     python benchmarks/kernel_profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
-                                 [--iters 5] [--varlen] [--taps-window N] [--peer fla] [--json FILE]
+                                 [--iters 5] [--varlen] [--settings pregated,softplus,lower_bound]
+                                 [--ab KDADBG_NAME=value ...] [--taps-window N] [--peer fla] [--json FILE]
 
-Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid).
-After a warm-up call (compilation), ``--iters`` calls of forward+backward are profiled; the table
-gives each kernel's mean CUDA time per call and its share of the total kernel time, beside the
+Inputs as ``benchmarks/bench.py``, in each of ``--settings`` (default ``pregated``: bf16 q/k/v, fp32
+log-decay, no in-kernel gate/l2norm/sigmoid; ``softplus``, ``lower_bound``: raw inputs with the gate,
+l2norm and beta sigmoid in the kernel, ``peer_inputs.SETTINGS``); ``--ab`` adds a run with knob overrides
+in each in-kernel setting. After two calls (compilation), ``--iters`` forwards and then ``--iters``
+forward+backward calls are profiled; the tables give each kernel's mean CUDA time per call (forward+
+backward) and its share of the total kernel time, beside the
 wall time of a forward and a forward+backward (``do_bench`` medians): where the wall time exceeds the
-kernel time, the host (launches, synchronising copies) is the bound. ``--varlen``: ``bench.py``'s
+kernel time, the host (launches, synchronising copies) is the bound. With more than one setting or
+variant, two closing tables (forward; forward+backward) compare them kernel by kernel. ``--varlen``: ``bench.py``'s
 varlen batch of six sequences (``--T`` is then their total, 16384). ``--taps-window N``: every tap
 on for chunks [0, N) and all heads (as ``bench.py``'s taps-on timing), so the table shows where the
 taps' extra time goes: the tap-storing kernel variants, the NaN fills of the buffers.
@@ -34,6 +39,12 @@ def main(argv=None):
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32"])
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--varlen", action="store_true", help="bench.py's six mixed-length sequences")
+    ap.add_argument("--settings", default="pregated",
+                    help="comma list of input settings (peer_inputs.SETTINGS: pregated, softplus, lower_bound), "
+                         "each profiled in turn, then compared kernel by kernel")
+    ap.add_argument("--ab", action="append", default=[], metavar="KDADBG_NAME=value[,...]",
+                    help="also profile ours with these knob overrides, in every setting but pregated "
+                         "(repeatable: one variant each)")
     ap.add_argument("--taps-window", type=int, default=0, help="every tap on for chunks [0, N) (0: taps off)")
     ap.add_argument("--peer", default="ours", choices=["ours", "fla"],
                     help="whose chunk_kda to profile (fla: fla-core's, importable as fla)")
@@ -41,78 +52,142 @@ def main(argv=None):
                     help="also a row per launch in call order (a kernel launched over the tap window and "
                          "over the chunks outside it shows as two rows)")
     ap.add_argument("--json", default=None)
+    ap.add_argument("--device", default="cuda", help="cpu: a smoke test under TRITON_INTERPRET=1 (no CUDA times)")
     a = ap.parse_args(argv)
-    if a.peer == "fla" and (a.taps_window or a.precision != "bf16" or a.chunk_size != 64):
-        ap.error("--peer fla: fla has no taps, runs bf16 inputs as they are, and is timed at chunk 64")
+    if a.peer == "fla" and (a.taps_window or a.precision != "bf16" or a.chunk_size != 64 or a.ab):
+        ap.error("--peer fla: fla has no taps or knobs, runs bf16 inputs as they are, and is timed at chunk 64")
+    import os
+
+    os.environ.setdefault("FLA_FLASH_KDA", "0")
+    import torch
+    from bench import MIXED6
+    from peer_inputs import FLA_ONLY, SETTINGS, knob_env, parse_variant, setting_inputs
+
+    settings = [s for s in a.settings.split(",") if s]
+    bad = [s for s in settings if s not in SETTINGS]
+    if bad:
+        ap.error(f"--settings: expected a comma list of {', '.join(SETTINGS)}, found {', '.join(bad)}")
+    try:
+        variants = [parse_variant(v) for v in a.ab]
+    except ValueError as e:
+        ap.error(str(e))
+    T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
+    profiles = []
+    for setting in settings:
+        for variant in [{}] + (variants if setting != "pregated" else []):
+            tag = setting + "".join(f" {n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
+            x, cu, do = setting_inputs(setting, T, H, D, torch.device(a.device), lens=MIXED6 if a.varlen else None)
+            with knob_env(variant):
+                prof = profile_one(a, x, cu, do, SETTINGS[setting], FLA_ONLY.get(setting, {}))
+            prof = {"setting": setting, "variant": variant, "tag": tag, **prof}
+            profiles.append(prof)
+            print(f"{a.peer} [{tag}]: H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} "
+                  f"varlen={a.varlen} taps_window={a.taps_window}: first call {prof['first_call_s']:.1f} s, "
+                  f"kernel time per fwd {prof['total_fwd_ms']:.3f} ms, per fwd+bwd {prof['total_ms']:.3f} ms; "
+                  f"wall fwd {prof['wall_ms']['fwd']:.3f} ms, fwd+bwd {prof['wall_ms']['fwdbwd']:.3f} ms")
+            print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
+            for k in prof["kernels"]:
+                print(f"{k['name'][:60]:<60} {k['ms']:8.3f} {k['ms'] / prof['total_ms']:6.1%} {k['launches']:8d}")
+            if prof["launches"]:
+                print(f"{'#':>3} {'launch, in call order':<60} {'ms/call':>8}")
+                for i, k in enumerate(prof["launches"]):
+                    print(f"{i:3d} {k['name'][:60]:<60} {k['ms']:8.3f}")
+            del x, cu, do
+            if a.device == "cuda":
+                torch.cuda.empty_cache()
+    if len(profiles) > 1:
+        for what, key in (("forward", "kernels_fwd"), ("forward+backward", "kernels")):
+            compare(profiles, key, what)
+    if a.json:
+        with open(a.json, "w") as f:
+            json.dump({"shape": vars(a), "profiles": profiles}, f, indent=2)
+    return 0
+
+
+def profile_one(a, x, cu, do, flags, fla_only) -> dict:
+    """One setting's forward and forward+backward under torch.profiler (after two calls that compile),
+    with the wall times beside."""
     import torch
     import triton.testing
-    from bench import MIXED6
-    from peer_inputs import peer_inputs
     from torch.profiler import ProfilerActivity, profile
 
     from kdadbg_kernels.chunk import chunk_kda
     from kdadbg_kernels.taps import TapSelection
 
-    T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
-    x, cu, do = peer_inputs(T, H, D, torch.device("cuda"), lens=MIXED6 if a.varlen else None)
-
     cu_cpu = cu.cpu() if cu is not None else None
+    varlen = dict(cu_seqlens=cu, cu_seqlens_cpu=cu_cpu) if cu is not None else {}
     taps = TapSelection(chunks=(0, a.taps_window)) if a.taps_window else None
-
     if a.peer == "fla":
-        import os
-        os.environ.setdefault("FLA_FLASH_KDA", "0")
         from fla.ops.kda import chunk_kda as fla_kda
-        kw = dict(cu_seqlens=cu, chunk_size=64) | ({"cu_seqlens_cpu": cu_cpu} if cu is not None else {})
 
         def fwd():
-            return fla_kda(**x, **kw)[0]
+            return fla_kda(**x, **flags, **fla_only, **varlen, chunk_size=64)[0]
     else:
         def fwd():
-            return chunk_kda(**x, cu_seqlens=cu, cu_seqlens_cpu=cu_cpu, chunk_size=a.chunk_size,
-                             precision=a.precision, taps=taps)[0]
+            return chunk_kda(**x, **flags, **varlen, chunk_size=a.chunk_size, precision=a.precision, taps=taps)[0]
+
+    leaves = list(x.values())
+    cuda = a.device == "cuda"
 
     def step():
-        return torch.autograd.grad(fwd(), list(x.values()), do)
+        return torch.autograd.grad(fwd(), leaves, do)
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    def wall(fn):
+        if cuda:
+            return triton.testing.do_bench(fn, return_mode="median")
+        t = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t) * 1e3
 
     t0 = time.perf_counter()
     step()
-    torch.cuda.synchronize()
+    sync()
     first = time.perf_counter() - t0
     step()
-    torch.cuda.synchronize()
-    with profile(activities=[ProfilerActivity.CUDA]) as prof:
-        for _ in range(a.iters):
-            step()
-        torch.cuda.synchronize()
-    per = defaultdict(float)
-    calls = defaultdict(int)
-    for ev in prof.key_averages():
-        t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
-        if t:
-            per[ev.key] += t / a.iters / 1000.0
-            calls[ev.key] += ev.count // a.iters
-    total = sum(per.values())
-    rows = sorted(per.items(), key=lambda kv: -kv[1])
-    wall = {"fwd": triton.testing.do_bench(fwd, return_mode="median"),
-            "fwdbwd": triton.testing.do_bench(step, return_mode="median")}
-    print(f"{a.peer}: H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} varlen={a.varlen} "
-          f"taps_window={a.taps_window}: first call {first:.1f} s, "
-          f"kernel time per fwd+bwd {total:.3f} ms; wall fwd {wall['fwd']:.3f} ms, fwd+bwd {wall['fwdbwd']:.3f} ms")
-    print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
-    for name, ms in rows:
-        print(f"{name[:60]:<60} {ms:8.3f} {ms / total:6.1%} {calls[name]:8d}")
-    seq = per_launch(prof.events(), a.iters, "CUDA") if a.per_launch else []
-    if seq:
-        print(f"{'#':>3} {'launch, in call order':<60} {'ms/call':>8}")
-        for i, (name, ms) in enumerate(seq):
-            print(f"{i:3d} {name[:60]:<60} {ms:8.3f}")
-    if a.json:
-        with open(a.json, "w") as f:
-            json.dump({"shape": vars(a), "first_call_s": first, "total_ms": total, "wall_ms": wall,
-                       "kernels": [{"name": n, "ms": ms, "launches": calls[n]} for n, ms in rows],
-                       "launches": [{"name": n, "ms": ms} for n, ms in seq]}, f, indent=2)
-    return 0
+    sync()
+    out = {"first_call_s": first}
+    for key, fn in (("kernels_fwd", fwd), ("kernels", step)):
+        with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+            for _ in range(a.iters):
+                fn()
+            sync()
+        per = defaultdict(float)
+        calls = defaultdict(int)
+        for ev in prof.key_averages():
+            t = getattr(ev, "device_time_total", None) or getattr(ev, "cuda_time_total", 0)
+            if t:
+                per[ev.key] += t / a.iters / 1000.0
+                calls[ev.key] += ev.count // a.iters
+        out[key] = [{"name": n, "ms": ms, "launches": calls[n]} for n, ms in sorted(per.items(), key=lambda kv: -kv[1])]
+        out["total_fwd_ms" if key == "kernels_fwd" else "total_ms"] = sum(per.values())
+        if key == "kernels":
+            seq = per_launch(prof.events(), a.iters, "CUDA" if cuda else "CPU") if a.per_launch else []
+            out["launches"] = [{"name": n, "ms": ms} for n, ms in seq]
+    out["wall_ms"] = {"fwd": wall(fwd), "fwdbwd": wall(step)}
+    return out
+
+
+def compare(profiles, key, what):
+    """Kernel by kernel, ms per call in each profile, the first as the baseline (kernels absent there or
+    in another show "-"), and the totals."""
+    names = []
+    for p in profiles:
+        names += [k["name"] for k in p[key] if k["name"] not in names]
+    ms = [{k["name"]: k["ms"] for k in p[key]} for p in profiles]
+    names.sort(key=lambda n: -max(m.get(n, 0.0) for m in ms))
+    tags = [p["tag"][:22] for p in profiles]
+    print(f"\n{what}, kernel time per call (ms) by setting")
+    print(f"{'kernel':<52} " + " ".join(f"{t:>22}" for t in tags))
+    for n in names:
+        print(f"{n[:52]:<52} " + " ".join(f"{m[n]:22.3f}" if n in m else f"{'-':>22}" for m in ms))
+    total = "total_fwd_ms" if key == "kernels_fwd" else "total_ms"
+    print(f"{'total':<52} " + " ".join(f"{p[total]:22.3f}" for p in profiles))
+    wall = "fwd" if key == "kernels_fwd" else "fwdbwd"
+    print(f"{'wall (do_bench median)':<52} " + " ".join(f"{p['wall_ms'][wall]:22.3f}" for p in profiles))
 
 
 def per_launch(events, iters: int, device: str) -> list[tuple[str, float]]:

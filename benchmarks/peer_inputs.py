@@ -1,10 +1,15 @@
 """The peer benchmark's inputs (``shared/peer/peer_fla.py``), shared by the benchmark scripts.
 
-bf16 q/k/v with q, k L2-normalised, fp32 natural-log decay ``g = logsigmoid(randn) / 16``,
+``peer_inputs``: bf16 q/k/v with q, k L2-normalised, fp32 natural-log decay ``g = logsigmoid(randn) / 16``,
 ``beta = sigmoid(randn)`` in bf16, an upstream gradient ``do`` in bf16; B = 1, seed 0.
+``setting_inputs``: those (``pregated``) or the raw inputs of the in-kernel gate settings (``SETTINGS``).
 """
 
 from __future__ import annotations
+
+import contextlib
+import math
+import os
 
 import torch
 import torch.nn.functional as F
@@ -29,3 +34,74 @@ def peer_inputs(T: int, H: int, D: int, device, lens=None, requires_grad: bool =
     if lens:
         cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=device, dtype=torch.long)
     return x, cu, rn(1, T, H, D).to(torch.bfloat16)
+
+
+# The three input settings the benchmarks time: fla's keyword flags for each (ours takes the same ones;
+# fla also gets safe_gate=True with the lower-bound gate, as Kimi/FlashKDA settings pass it).
+SETTINGS = {
+    "pregated": {},
+    "softplus": dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                     state_v_first=True),
+    "lower_bound": dict(use_gate_in_kernel=True, use_qk_l2norm_in_kernel=True, use_beta_sigmoid_in_kernel=True,
+                        state_v_first=True, lower_bound=-5.0),
+}
+FLA_ONLY = {"lower_bound": dict(safe_gate=True)}
+
+
+def setting_inputs(setting: str, T: int, H: int, D: int, device, lens=None):
+    """Returns ``(x, cu_seqlens, do)`` for one of ``SETTINGS``. ``pregated``: :func:`peer_inputs`. The
+    in-kernel settings take raw projections as fla's ``KimiDeltaAttention`` feeds ``chunk_kda``: bf16
+    ``q, k, v`` (randn, not normalised), the raw gate ``g`` (randn, bf16), beta logits (randn, bf16), and
+    the layer's initialisation of the gate parameters, ``A_log = log U(1, 16)`` [H] and ``dt_bias = dt +
+    log(-expm1(-dt))``, ``dt = exp(U(log 1e-3, log 1e-1))`` [H*D], both fp32; every tensor of ``x``
+    requires grad (``A_log`` and ``dt_bias`` included)."""
+    if setting not in SETTINGS:
+        raise ValueError(f"setting: expected one of {tuple(SETTINGS)}, found {setting!r}")
+    if setting == "pregated":
+        return peer_inputs(T, H, D, device, lens=lens)
+    gen = torch.Generator(device=device).manual_seed(0)
+
+    def rn(*shape):
+        return torch.randn(*shape, generator=gen, device=device, dtype=torch.float32)
+
+    def un(lo, hi, *shape):
+        return torch.rand(*shape, generator=gen, device=device, dtype=torch.float32) * (hi - lo) + lo
+
+    dt = torch.exp(un(math.log(1e-3), math.log(1e-1), H * D))
+    x = dict(q=rn(1, T, H, D).to(torch.bfloat16), k=rn(1, T, H, D).to(torch.bfloat16),
+             v=rn(1, T, H, D).to(torch.bfloat16), g=rn(1, T, H, D).to(torch.bfloat16),
+             beta=rn(1, T, H).to(torch.bfloat16), A_log=torch.log(un(1.0, 16.0, H)),
+             dt_bias=dt + torch.log(-torch.expm1(-dt)))
+    for t in x.values():
+        t.requires_grad_(True)
+    cu = None
+    if lens:
+        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=device, dtype=torch.long)
+    return x, cu, rn(1, T, H, D).to(torch.bfloat16)
+
+
+@contextlib.contextmanager
+def knob_env(assignments: dict[str, str]):
+    """``KDADBG_*`` (or any) environment variables set for the calls inside, restored after: the kernels
+    read their knobs at each launch, so one process can time a variant beside the defaults."""
+    old = {n: os.environ.get(n) for n in assignments}
+    os.environ.update(assignments)
+    try:
+        yield
+    finally:
+        for n, v in old.items():
+            if v is None:
+                os.environ.pop(n, None)
+            else:
+                os.environ[n] = v
+
+
+def parse_variant(text: str) -> dict[str, str]:
+    """``"KDADBG_A=1,KDADBG_B=2"`` -> ``{"KDADBG_A": "1", "KDADBG_B": "2"}`` (a ``--ab`` value)."""
+    out = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        name, eq, value = part.partition("=")
+        if not eq or not name.startswith("KDADBG_"):
+            raise ValueError(f"--ab: expected KDADBG_NAME=value[,KDADBG_NAME=value...], found {part!r}")
+        out[name] = value
+    return out

@@ -142,7 +142,7 @@ def seq_order(chunks: KernelChunks) -> torch.Tensor:
 class FwdSaved:
     """What the forward keeps for the backward (float32, gates natural-log, math layout).
 
-    qn, kn: [BT,H,K] fp32 after l2norm, or without l2norm the raw q, k themselves in their own dtype; gc: [BT,H,K] within-chunk
+    qn, kn: [BT,H,K] fp32 after l2norm (bf16 with prepare.qk_bf16), or without l2norm the raw q, k themselves in their own dtype; gc: [BT,H,K] within-chunk
     inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H] after activation;
     INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state entering
     each chunk; U: [BT,H,V].

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, gate_act, mm_tf32, sigmoid, store_rn
+from .tlmath import GATE_IDS, gate_act, mm_tf32, round_bf16, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -38,8 +38,8 @@ def kda_fwd_token_kernel(
     beta,            # [BT, H] beta logits (or b itself when BETA_SIGMOID is off)
     A_log,           # [H] fp32 (GATE != 0)
     dt_bias,         # [H, K] fp32 (GATE != 0)
-    qn,              # out [BT, H, K] fp32: q after l2norm (STORE_QK; else q itself, not written)
-    kn,              # out [BT, H, K] fp32: k after l2norm (STORE_QK; else k itself, read by the w pass)
+    qn,              # out [BT, H, K] fp32 (bf16 with QK_BF16): q after l2norm (STORE_QK; else q itself)
+    kn,              # out [BT, H, K] fp32 (bf16 with QK_BF16): k after l2norm (STORE_QK; else k itself)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
     krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk
                      # (<= |kn|; 0 on padding rows)
@@ -64,6 +64,7 @@ def kda_fwd_token_kernel(
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm)
+    QK_BF16: tl.constexpr,       # qn, kn rounded to bf16 before any use (qk_bf16)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
@@ -117,6 +118,9 @@ def kda_fwd_token_kernel(
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
         b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None]
         b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None]
+        if QK_BF16:  # every use below and in the later kernels reads the stored bf16 values
+            b_q = round_bf16(b_q)
+            b_k = round_bf16(b_k)
         b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
         if GATE != 0:
             b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
@@ -369,12 +373,19 @@ def kda_fwd_wu_kernel(
                      m_t[:, None] & m_v)
 
 
+def qk_bf16(precision: str, qk_l2norm: bool) -> bool:
+    """Whether the l2-normalised ``qn, kn`` are stored in bf16 (knob ``PREP_QK_BF16``, bf16 mode with
+    l2norm only; default off): the forward's later kernels and the backward then read 2 bytes per element
+    instead of 4, as without l2norm (where ``qn, kn`` are the bf16 inputs) and as fla stores them."""
+    return precision == "bf16" and qk_l2norm and bool(knob("PREP_QK_BF16", 0))
+
+
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
                     A_log, dt_bias, precision, tap_plan=None, store_qd=False):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
-    own dtype: the same values, no copy); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
+    own dtype: the same values, no copy; bf16 with ``qk_bf16``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
     INV, Mqk [NC,H,C,C]``; ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``,
     else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``). ``krT`` is
     ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left operand
@@ -384,7 +395,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
-    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=f32) for _ in range(2)) if qk_l2norm else (q, k)
+    qk_lowp = qk_bf16(precision, qk_l2norm)
+    qk_dtype = torch.bfloat16 if qk_lowp else f32
+    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if qk_l2norm else (q, k)
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
     gc = torch.empty(BT, H, K, device=dev, dtype=f32)
@@ -414,7 +427,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=qk_l2norm, STORE_QD=qd is not None,
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=qk_l2norm, QK_BF16=qk_lowp,
+            STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),

@@ -33,6 +33,16 @@ def round_mantissa(x, DROP: tl.constexpr):
 
 
 @triton.jit
+def round_bf16(x):
+    """``x`` rounded to bf16 (nearest, ties to even), kept in fp32: the GPU's conversion, emulated under the
+    interpreter (whose conversion truncates)."""
+    if INTERPRET:
+        return round_mantissa(x, 16)
+    else:
+        return x.to(tl.bfloat16).to(tl.float32)
+
+
+@triton.jit
 def truncate_mantissa(x, DROP: tl.constexpr):
     """Drop the low ``DROP`` mantissa bits (toward zero), kept in fp32: DROP 13 is tf32 as the tensor
     cores read fp32 operands."""

@@ -264,3 +264,21 @@ def test_forward_gpu_large(precision, C):
     tol = TOLERANCES[precision]
     check("o", o, res.outputs["o"], tol["o"])
     check("ht", ht, res.outputs["ht"], tol["ht"])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "bf16"])
+def test_normalised_qk_stored_in_bf16(precision, name, monkeypatch):
+    """KDADBG_PREP_QK_BF16=1: in bf16 mode with l2norm, qn and kn are stored in bf16 (every later use reads
+    the rounded values) and o, ht and the taps that use them stay within bf16 mode's tolerances; fp32 mode
+    keeps fp32 qn, kn and every bit."""
+    inputs, cfg = make_inputs(small(name))
+    assert cfg.qk_l2norm
+    base = run_fwd(inputs, cfg, precision)
+    monkeypatch.setenv("KDADBG_PREP_QK_BF16", "1")
+    o, ht, saved, *_ = run_fwd(inputs, cfg, precision)
+    want = torch.bfloat16 if precision == "bf16" else torch.float32
+    assert saved.qn.dtype == saved.kn.dtype == want
+    if precision == "fp32":
+        assert torch.equal(o, base[0]) and torch.equal(ht, base[1])
+    check_outputs_and_taps(inputs, cfg, precision, ("qd", "kd", "kr", "Mqk", "INV"))
