@@ -49,8 +49,12 @@ if has tests; then
     # the tests that touch the GPU (the rest run in CI on a CPU). With pytest-xdist (the GPU machine has it)
     # in TESTS_WORKERS processes at once: compilation is CPU-bound and the GPU has room for all. A cap keeps
     # the call inside its limit. TESTS_SELECT (pytest arguments) narrows it, e.g. "tests/test_kernels_fwd.py -k taps"
-    sel=${TESTS_SELECT:-tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py \
-        tests/test_kernels_bwd.py tests/test_diff.py tests/test_reference.py -k "not oracle"}
+    # (the default in single quotes: inside ${VAR:-...} the inner quotes of -k "not oracle" were removed,
+    # and pytest then looked for a file named oracle and ran nothing)
+    sel=${TESTS_SELECT:-}
+    [ -n "$sel" ] || sel='tests/test_kernels_gpu.py tests/test_kernels.py tests/test_kernels_fwd.py
+        tests/test_kernels_bwd.py tests/test_diff.py tests/test_reference.py -k "not oracle"'
+    sel=$(echo $sel)   # one line
     par=()
     if python3 -c "import xdist" 2>/dev/null; then par=(-n "${TESTS_WORKERS:-6}"); fi
     echo "gpu_check.sh: pytest ${par[*]} $sel" > "$OUT/gpu_tests.log"
@@ -59,6 +63,8 @@ if has tests; then
         "${par[@]}" $sel >> "$OUT/gpu_tests.log" 2>&1
     rc=$?
     [ "$rc" -eq 0 ] || status=1
+    # pytest exit 5 is "no tests collected": a selection that ran nothing is a failure, said as one
+    [ "$rc" -ne 5 ] || echo "gpu_check.sh: the selection collected no tests: $sel" >> "$OUT/gpu_tests.log"
     echo "gpu_check.sh: pytest exit $rc" >> "$OUT/gpu_tests.log"
     tail -40 "$OUT/gpu_tests.log"
 fi
