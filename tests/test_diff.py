@@ -631,3 +631,25 @@ def test_cli_gva_gen_inspect_taps_diff(tmp_path):
     doc = json.loads((tmp_path / "d.json").read_text())
     assert {c["head"] for c in doc["cells"] if c["tap"] == "dk"} == {1} and doc["heads"] == [3]
     assert_one_error_line(kdadbg("diff", dump, "--heads", "4"), "head 4 out of range", "HV=4")
+
+
+def test_exp_carrying_tap_beyond_its_precision_is_unrep_not_a_bug():
+    """ki, dqd, dkd carry exp(-gc): where the reference at the compared precision (the floor) cannot hold a
+    cell to its tolerance, a failing cell is UNREP with the measured reason, never a BUG or the lead; the same
+    figures on a tap without exp(-gc) stay a BUG, and an exp tap whose floor is within tolerance stays a BUG."""
+    from kdadbg.chunks import chunk_table
+    from kdadbg.compare.cells import compare_cells
+    from kdadbg.compare.quantities import ChunkInfo
+
+    info = ChunkInfo.from_table(chunk_table(1, 32, None, 16))
+    torch.manual_seed(0)
+    ref = {n: torch.randn(2, 1, 16, 8, dtype=torch.float64) for n in ("ki", "kr")}
+    near = {n: t * (1 + 1e-2 * torch.randn_like(t)) for n, t in ref.items()}   # the floor: ratio ~1e-2
+    bad = {n: t * (1 + 0.5 * torch.randn_like(t)) for n, t in ref.items()}     # 50x that floor
+    tols = {"ki": 5e-3, "kr": 5e-3}
+    cells = compare_cells(bad, ref, {n: [0, 1] for n in ref}, [0], info, tols, floor=near)
+    assert (cells["ki"].label == UNREP).all() and "cannot hold it to its tolerance" in cells["ki"].unrep_reason[0]
+    assert (cells["kr"].label == BUG).all()
+    tight = {n: t * (1 + 1e-4 * torch.randn_like(t)) for n, t in ref.items()}  # floor within tolerance
+    cells = compare_cells(bad, ref, {n: [0, 1] for n in ref}, [0], info, tols, floor=tight)
+    assert (cells["ki"].label == BUG).all()

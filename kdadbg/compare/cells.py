@@ -75,6 +75,21 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
         label = noise.classify(passed, cells.ratio, cells.nonfinite, floor["ratio"], floor["nonfinite"])
     else:
         label = noise.classify(passed, cells.ratio, cells.nonfinite)
+    if floor is not None and cells.name in noise.EXP_NEG_GC_TAPS:
+        # a tap carrying exp(-gc) that the same algorithm at the compared precision (the floor) cannot hold
+        # to its tolerance: its rounding is amplified by the gate's spread (exp(-gc) at e^30..e^88 multiplies
+        # quantities of e^-30..e^-88); measured, not assumed, cell by cell
+        limited = (floor["ratio"] > cells.tol) | ~torch.isfinite(floor["ratio"])
+        if bool((limited & (label != noise.OK)).any()):
+            reasons = list(cells.unrep_reason) if cells.unrep_reason else [None] * label.shape[0]
+            for r in range(label.shape[0]):
+                hit = limited[r] & (label[r] != noise.OK)
+                if reasons[r] is None and bool(hit.any()):
+                    worst = float(floor["ratio"][r][hit].max())
+                    reasons[r] = (f"the compared precision cannot hold it to its tolerance: the noise floor (the "
+                                  f"reference at that precision) is {worst:.3g} > tol {cells.tol:g}")
+            cells.unrep_reason = reasons
+            unrep = limited if unrep is None else (unrep | limited)
     if unrep is not None:
         label = torch.where(unrep & (label != noise.OK), torch.tensor(noise.UNREP, dtype=torch.int8), label)
     cells.label = label
