@@ -92,6 +92,8 @@ def part_cli(summary: dict, a) -> None:
 def part_fault(summary: dict, device: str, at: int = 40, dump: str | None = None) -> None:
     """fla handing its output kernel a wrong stored state for chunk ``at``: diff must name S there
     (on ``dump``, default the cli part's kimi_c64 dump)."""
+    import torch
+
     from kdadbg.diff import diff_dump
     from kdadbg.dump import load_dump
     from kdadbg.impls import fla as F
@@ -101,10 +103,22 @@ def part_fault(summary: dict, device: str, at: int = 40, dump: str | None = None
     _, chunk_fwd, _ = F.load_fla(device)
     orig = chunk_fwd.chunk_gated_delta_rule_fwd_h
 
+    first_row = {}
+
     def perturbed(*a, **kw):
+        # like a real bug the fault follows the chunk's data: the first call records the planted chunk's first
+        # key row; later calls (diff's window rerun on a slice of the sequence) perturb the chunk starting
+        # with that row, or none
         h, v_new, ht = orig(*a, **kw)
-        h = h.clone()
-        h[:, at] += 0.5 * h[:, at].float().abs().mean().to(h.dtype) + 0.1
+        k = a[0] if a else kw["k"]
+        C = kw.get("chunk_size", 64)
+        if "k" not in first_row:
+            first_row["k"] = k[0, at * C].clone()
+        starts = [c for c in range(h.shape[1]) if c * C < k.shape[1] and torch.equal(k[0, c * C], first_row["k"])]
+        if starts:
+            c = starts[0]
+            h = h.clone()
+            h[:, c] += 0.5 * h[:, c].float().abs().mean().to(h.dtype) + 0.1
         return h, v_new, ht
 
     chunk_fwd.chunk_gated_delta_rule_fwd_h = perturbed
@@ -115,7 +129,8 @@ def part_fault(summary: dict, device: str, at: int = 40, dump: str | None = None
     first = res.first_divergence
     doc = {"planted": f"h[:, {at}] += 0.5 mean|h| + 0.1 (fla's stored state entering chunk {at})",
            "first_divergence": first, "first_bug": res.first_bug, "origin": res.origin,
-           "named": bool(first and first["tap"] == "S" and first["chunk"] == at)}
+           "named": bool(first and first["tap"] == "S" and first["chunk"] == at),
+           "introduced": bool(res.origin and res.origin.get("verdict") == "introduced")}
     (OUT / "fault.json").write_text(json.dumps(doc, indent=1, default=str))
     summary["fault"] = {"named": doc["named"], "tap": first and first["tap"], "chunk": first and first["chunk"]}
 

@@ -343,8 +343,10 @@ def _check_memory(n_chunks, H, C, K, V, dtype, device) -> None:
     free = free_bytes(str(torch.device(device).type))
     if need > free:
         raise KdadbgError(f"reference: about {need / 2**30:.1f} GiB needed for {n_chunks} chunks x {H} heads "
-                          f"(K={K}, V={V}, chunk {C}), {free / 2**30:.1f} GiB free on {device}; use --device cuda "
-                          f"or a shorter dump (fewer tokens or heads)")
+                          f"(K={K}, V={V}, chunk {C}), {free / 2**30:.1f} GiB free on {device}; "
+                          + ("free GPU memory (another process holds it?), use --device cpu, "
+                             if torch.device(device).type == "cuda" else "use --device cuda, ")
+                          + "or a shorter dump (fewer tokens or heads)")
 
 
 def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | None = TAP_NAMES,
