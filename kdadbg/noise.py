@@ -14,7 +14,9 @@ A cell over its tolerance is then labelled
 * ``UNREP`` (never a divergence, never a failure) when the compared precision cannot hold the value
   at all: a tap carrying ``exp(-gc)`` (``ki``, ``dqd``, ``dkd``) in a chunk where ``-gc`` exceeds
   ln(max float32) ≈ 88.7 (real gates reach it: fla's softplus init at chunk 64 sums to about -100).
-  Such a cell is counted and shown with its reason; it cannot find a bug, so it never leads.
+  Such a cell is counted and shown with its reason; it cannot find a bug, so it never leads. The same
+  holds for a failing cell of those taps whose floor is itself over the tolerance: the precision cannot
+  hold that cell to its tolerance (``compare.cells.judge``).
 
 ``K_DRIFT = 10`` follows the flash-attention rule "kernel error <= k × same-dtype naive error +
 rounding floor": a kernel may round differently from the reference model (other summation
