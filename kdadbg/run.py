@@ -103,9 +103,9 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     ``chunks``: a half-open global chunk range: the implementation runs only on that window of each
     sequence, seeded from the reference (:mod:`kdadbg.window`), and is compared there (its tokens;
     ``ht``/``dh0`` where a window ends/starts its sequence) against the reference run on the same
-    windows from the same float64 seeds. ``max_interpreter_s``: refuse up front a
-    run of our kernels under the Triton interpreter estimated to take longer. ``save``: also write the
-    implementation's outputs and gradients (float32).
+    windows from the same float64 seeds. ``max_interpreter_s``: refuse up front a run of our kernels
+    under the Triton interpreter estimated to take longer. ``save``: also write the implementation's
+    outputs and gradients (float32).
     Example: ``check(*make_inputs(get_case("basic")), precision="bf16").passed``.
     """
     from .chunks import chunk_table

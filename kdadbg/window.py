@@ -79,8 +79,8 @@ def seeds(inputs: KDAInputs, config: KDAConfig, info: ChunkInfo, lo: int, hi: in
     ``[n_chunks, HV, K, V]`` in math layout, NaN where nothing was walked."""
     from .reference import run_states
 
-    B, T, H, K, V = inputs.shape
-    shape = (len(info.seq), inputs.HV, K, V)
+    K, V = inputs.shape[3:]
+    shape = (len(info.seq), inputs.HV, K, V)   # every chunk of the dump
     out = {n: torch.full(shape, float("nan"), dtype=torch.float64) for n in ("S", "dS")}
     for w in plan(info, lo, hi):
         ids = info.seq_chunks(w.seq)
@@ -142,8 +142,8 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
         tok_mask[pos] = True
         for name, t in run.outputs.items():
             t = t.detach()
-            if name in ("dA_log", "ddt_bias"):
-                continue
+            if name in ("dA_log", "ddt_bias") or (name == "dh0" and inputs.h0 is None):
+                continue   # (a window always has an h0, the seed; a dump without one has no dh0)
             if name not in outs:
                 full = {"ht": (N, *t.shape[1:]), "dh0": (N, *t.shape[1:])}.get(name, (B * T, *t.shape[2:]))
                 outs[name] = torch.full(full, float("nan"), dtype=_stitched(t))

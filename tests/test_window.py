@@ -195,15 +195,17 @@ def test_a_windowed_run_compares_the_same_elements_against_the_same_values():
         assert t.ratio == pytest.approx(b.ratio, rel=1e-6, abs=1e-12), t.name
 
 
-def test_a_seeded_diff_compares_the_same_cells_as_with_the_whole_reference(monkeypatch):
+@pytest.mark.parametrize("case, chunks", [pytest.param("varlen", (2, 9), id="varlen"),
+                                          pytest.param("no_state", (0, 2), id="no-h0-no-dht")])
+def test_a_seeded_diff_compares_the_same_cells_as_with_the_whole_reference(monkeypatch, case, chunks):
     """As before the window's reference: the whole reference's states, taps and outputs (and the whole
     float32 floor) give the same cells, and the same ratios to float64 rounding."""
     from kdadbg import window
     from kdadbg.impls.base import ImplRun
     from kdadbg.reference import run_reference
 
-    inputs, config = make_inputs(get_case("varlen"))
-    new = diff_dump(inputs, config, fn(), chunks=(2, 9), seeded=True, window=0)
+    inputs, config = make_inputs(get_case(case))
+    new = diff_dump(inputs, config, fn(), chunks=chunks, seeded=True, window=0)
 
     def whole_states(inputs, config, info, lo, hi, device="cpu", progress=None):
         return {n: t.clone() for n, t in run_reference(inputs, config, taps=("S", "dS")).taps.items()}
@@ -216,7 +218,7 @@ def test_a_seeded_diff_compares_the_same_cells_as_with_the_whole_reference(monke
 
     monkeypatch.setattr(window, "seeds", whole_states)
     monkeypatch.setattr(window, "reference_run", whole_reference)
-    old = diff_dump(inputs, config, fn(), chunks=(2, 9), seeded=True, window=0)
+    old = diff_dump(inputs, config, fn(), chunks=chunks, seeded=True, window=0)
     assert set(new.cells) == set(old.cells) and new.passed == old.passed
     for name, c in new.cells.items():
         o = old.cells[name]
