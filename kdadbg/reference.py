@@ -456,7 +456,8 @@ def _run_reference(inputs: KDAInputs, config: KDAConfig, taps: tuple[str, ...], 
 
 
 def run_states(inputs: KDAInputs, config: KDAConfig, *, fwd_until: int | None = None, bwd_until: int | None = None,
-               device="cpu", dtype=torch.float64, progress: Progress | None = None) -> dict[str, torch.Tensor]:
+               device="cpu", dtype=torch.float64, progress: Progress | None = None,
+               label: str = "reference seeds") -> dict[str, torch.Tensor]:
     """The reference's states alone, the seeds of a window (:mod:`kdadbg.window`): ``S`` entering each
     chunk over the forward walk of chunk positions ``t < fwd_until`` (None: every chunk), and ``dS`` over
     the backward walk of positions ``t >= bwd_until`` (None: no backward; it needs every chunk's forward).
@@ -464,6 +465,7 @@ def run_states(inputs: KDAInputs, config: KDAConfig, *, fwd_until: int | None = 
     The same stages and operations as :func:`run_reference`, so the same values as its ``S``/``dS`` taps,
     without what the states do not need (``o``, the backward's other taps, ``bwd_prepare``, autograd).
     Returns ``{"S", "dS"?}`` chunk-major ``[n_chunks, HV, K, V]`` in math layout, NaN in chunks not walked.
+    ``label`` names its stages in ``progress``.
     Example: ``run_states(inputs, config, fwd_until=4)["S"][4]`` is the state entering chunk 4 (B = 1).
     """
     B, T, _, K, V = inputs.shape
@@ -478,17 +480,17 @@ def run_states(inputs: KDAInputs, config: KDAConfig, *, fwd_until: int | None = 
         x = {n: _to_chunks(t.detach(), idx, valid) for n, t in act.items()}
         vc = _to_chunks(inputs.v.to(device=device, dtype=dtype).reshape(B * T, H, V), idx, valid)
         if progress:
-            progress("reference seeds, prepare", 0, 1)
+            progress(f"{label}, prepare", 0, 1)
         p = fwd_prepare(x, config.scale)
         if progress:
-            progress("reference seeds, prepare", 1, 1)
+            progress(f"{label}, prepare", 1, 1)
         S0 = _state_in(inputs.h0, config.state_layout, (N, H, K, V), dtype, device)
         f = fwd_recurrence(p, vc, S0, ct, device, progress, states_only=True, until=fwd_until,
-                           label="reference seeds, forward")
+                           label=f"{label}, forward")
         out = {"S": f["S"]}
         if bwd_until is not None:
             doc = _to_chunks(inputs.do.to(device=device, dtype=dtype).reshape(B * T, H, V), idx, valid)
             dhT = _state_in(inputs.dht, config.state_layout, (N, H, K, V), dtype, device)
             out["dS"] = bwd_recurrence(p, f, doc, dhT, ct, device, progress, states_only=True, until=bwd_until,
-                                       label="reference seeds, backward")["dS"]
+                                       label=f"{label}, backward")["dS"]
     return out

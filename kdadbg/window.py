@@ -82,12 +82,15 @@ def seeds(inputs: KDAInputs, config: KDAConfig, info: ChunkInfo, lo: int, hi: in
     K, V = inputs.shape[3:]
     shape = (len(info.seq), inputs.HV, K, V)   # every chunk of the dump
     out = {n: torch.full(shape, float("nan"), dtype=torch.float64) for n in ("S", "dS")}
-    for w in plan(info, lo, hi):
+    windows = plan(info, lo, hi)
+    for i, w in enumerate(windows):
         ids = info.seq_chunks(w.seq)
         base, end = ids[0], ids[-1]
         backward = w.last < end
+        label = "reference seeds" + (f" {i + 1}/{len(windows)} (sequence {w.seq})" if len(windows) > 1 else "")
         st = run_states(sequence_inputs(inputs, info, w.seq), config, fwd_until=w.first - base + 1,
-                        bwd_until=w.last + 1 - base if backward else None, device=device, progress=progress)
+                        bwd_until=w.last + 1 - base if backward else None, device=device, progress=progress,
+                        label=label)
         for name, t in st.items():
             out[name][base:end + 1] = t.cpu()
     return out
