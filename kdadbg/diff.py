@@ -79,7 +79,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         repeat: run the implementation this many times and report the first tap × chunk whose bits differ.
         drift_fails: whether a DRIFT cell fails the verdict too (a BUG always does).
         seeded: run the implementation only on ``chunks`` of each sequence, seeded from the reference
-            (:mod:`kdadbg.window`); otherwise it runs on the whole dump and ``chunks`` selects the cells.
+            (:mod:`kdadbg.window`), and the reference and the noise floor on the same windows; otherwise
+            everything runs on the whole dump and ``chunks`` selects the cells.
         max_interpreter_s: refuse up front our kernels under the Triton interpreter estimated slower.
     Example:
         >>> inputs, config = load_dump("sample_inputs/basic.safetensors")
@@ -90,7 +91,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
     from .progress import ticking
     from .run import interpreter_seconds, refuse_slow_interpreter
-    from .window import seeded_run
+    from .window import reference_run, seeded_run, seeds
 
     impl = impl or resolve_impl("ours")
     precision = impl.precision
@@ -113,15 +114,24 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
     step("reference")
     ref_names = tuple(dict.fromkeys((*names, "gc", "gT", "S", "dS")))
-    ref = run_reference(inputs, config, taps=ref_names, device=device)
-    ref_taps = dict(ref.taps)
+    if seeded:   # the reference on the windows alone, from its seeds; its taps' row 0 is chunk lo
+        states = seeds(inputs, config, info, lo, hi, device, progress=progress)
+        ref = reference_run(inputs, config, states, info, ct, lo, hi, device, taps=TapSelection(names=ref_names),
+                            progress=progress)
+        ref_taps, base = dict(ref.taps), lo
+        for n in ("S", "dS"):
+            states[n][lo:hi] = ref_taps[n]
+    else:
+        ref = run_reference(inputs, config, taps=ref_names, device=device)
+        ref_taps, base = dict(ref.taps), 0
+        states = ref_taps
 
     runs = []
     for i in range(max(1, repeat)):
         stage = f"{impl.name} run {i + 1}" if repeat > 1 else impl.name
         step(None)
         if seeded:
-            runs.append(seeded_run(impl, inputs, config, ref_taps, info, ct, lo, hi, device, taps=sel,
+            runs.append(seeded_run(impl, inputs, config, states, info, ct, lo, hi, device, taps=sel,
                                    progress=progress)[0])
         else:
             with ticking(progress, stage, interpreter_seconds(impl, inputs, config, device)):
@@ -147,7 +157,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         cand = select(cand, [run.tap_chunks.index(c) for c in tap_rows], [run.tap_heads.index(h) for h in tap_heads])
     if not impl.provides_taps or not run.taps:
         missing["taps"] = []   # an implementation without taps: nothing is missing, there are none
-    ref_sel = select({n: ref_taps[n] for n in cand}, tap_rows, tap_heads)
+    ref_rows = [c - base for c in tap_rows]
+    ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
     outs = {n: t for n, t in run.outputs.items() if n in ref.outputs}
     # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
     # those whose last/first chunk is selected, the only ones output_rows compares
@@ -161,13 +172,18 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     floor_taps = floor_rows = None
     if noise_floor:
         step("noise floor")
-        fl_out, fl_taps = noise.floor_reference(inputs, config, precision, tuple(cand), device)
+        if seeded:
+            fl = reference_run(inputs, config, states, info, ct, lo, hi, device, taps=TapSelection(names=tuple(cand)),
+                               dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor")
+            fl_out, fl_taps = fl.outputs, fl.taps
+        else:
+            fl_out, fl_taps = noise.floor_reference(inputs, config, precision, tuple(cand), device)
         # a value stored in 16 bits cannot be nearer than its rounding: the floor includes it
-        floor_taps = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in cand}, tap_rows, tap_heads)
+        floor_taps = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in cand}, ref_rows, tap_heads)
         floor_rows, _ = output_rows({n: stored_as(fl_out[n], run.outputs[n].dtype) for n in mine}, ct,
                                     config.state_layout, chunk_list, head_list, G)
 
-    unrep = unrepresentable(ref_taps, cand, {n: tap_rows for n in cand}, tap_heads, info)
+    unrep = unrepresentable(ref_taps, cand, {n: tap_rows for n in cand}, tap_heads, info, base)
     cells = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep)
     cells.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows, group=G))
     cells = {n: cells[n] for n in ORDER if n in cells}
@@ -183,13 +199,13 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         res.notes.append(nonfinite_note(bad_in, agree))
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
-    res.exponents = exponent_ranges(ref_taps, info, chunk_list, head_list)
+    res.exponents = exponent_ranges(ref_taps, info, chunk_list, head_list, base)
     first = res.first_divergence
     if first is not None:
         res.amplification = amplification(res, first)
         if window > 0:
             step("window rerun")
-            res.origin = window_rerun(inputs, config, ref_taps, info, first, impl, device, tols, window, drift_fails)
+            res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails)
     step(None)
     return res
 

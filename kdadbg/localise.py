@@ -43,12 +43,13 @@ def producer_chunk(name: str, chunk: int, info: ChunkInfo) -> int:
     return chunk
 
 
-def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: int, last: int
-                  ) -> KDAInputs:
+def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: int, last: int,
+                  seed_dtype: torch.dtype = torch.float32) -> KDAInputs:
     """One sequence's tokens from chunk ``first`` to the end of chunk ``last`` (same sequence), as a
     single-sequence dump: ``h0`` = the reference's ``S[first]``, ``dht`` = the reference's
     ``dS[last + 1]`` or the dump's ``dht`` when ``last`` ends the sequence (both in the dump's layout,
-    per value head; q and k keep their q/k heads, so a GVA dump stays one)."""
+    per value head, in ``seed_dtype``: float32 for an implementation, float64 for the reference; q and
+    k keep their q/k heads, so a GVA dump stays one)."""
     B, T, H, K, V = inputs.shape
     n = info.seq[first]
     t0 = info.start[first] if inputs.cu_seqlens is not None else n * T + info.start[first]
@@ -59,7 +60,7 @@ def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Ch
         return flat[t0:t0 + length].unsqueeze(0).contiguous()
 
     def state(S):  # math [H,K,V] -> dump layout [1,H,*]
-        S = S.to("cpu", torch.float32)
+        S = S.to("cpu", seed_dtype)
         return (S.transpose(-1, -2) if config.state_layout == "vk" else S).unsqueeze(0).contiguous()
 
     h0 = state(ref_taps["S"][first])
@@ -182,13 +183,15 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
 # NaN / Inf: the exponent arguments per chunk
 
 
-def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: list[int]) -> list[dict]:
+def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: list[int],
+                    first_chunk: int = 0) -> list[dict]:
     """Per chunk, over its valid rows and the given heads: the range of the arguments of every ``exp``
     the chunked algorithm takes (``gc`` in qd/kd, ``gT - gc`` in kr, ``-gc`` in ki, ``gT`` in the state
-    decay), from the reference; ``overflow_fp32`` when one exceeds ln(max float32) ≈ 88.7."""
+    decay), from the reference (row 0 of its taps: chunk ``first_chunk``); ``overflow_fp32`` when one
+    exceeds ln(max float32) ≈ 88.7."""
     if "gc" not in ref_taps or "gT" not in ref_taps or not chunks:
         return []
-    sel = select({"gc": ref_taps["gc"], "gT": ref_taps["gT"]}, chunks, heads)
+    sel = select({"gc": ref_taps["gc"], "gT": ref_taps["gT"]}, [c - first_chunk for c in chunks], heads)
     gc, gT = sel["gc"].to(torch.float64), sel["gT"].to(torch.float64)            # [R,Hs,C,K], [R,Hs,K]
     lengths = torch.tensor([info.length[c] for c in chunks], device=gc.device)
     valid = (torch.arange(gc.shape[2], device=gc.device)[None, :] < lengths[:, None])[:, None, :, None]

@@ -215,19 +215,28 @@ def fwd_prepare(x: dict, scale: float) -> dict:
     return dict(gc=gc, gT=gT, b=b, qd=qd, kd=kd, ki=ki, kr=kr, F=Fm, L=L, INV=INV, Mqk=Mqk, decay=decay)
 
 
-def _walk(ct: ChunkTable, reverse: bool, dev):
-    """Chunk positions in walk order, each with (active sequences, their global chunk ids).
+def _positions(ct: ChunkTable, reverse: bool, until: int | None = None) -> range:
+    """Chunk positions in walk order: all of them, or (``until``) the forward's ``t < until`` and
+    the backward's ``t >= until``."""
+    n = ct.max_chunks
+    if reverse:
+        return range(n - 1, (until or 0) - 1, -1)
+    return range(n if until is None else min(n, until))
+
+
+def _walk(ct: ChunkTable, reverse: bool, dev, until: int | None = None):
+    """Chunk positions in walk order (:func:`_positions`), each with (active sequences, their global
+    chunk ids).
 
     On the CPU the walk runs on one thread: its per-step products are small, and intra-op
     threading there costs more than it saves (4x slower on two busy cores).
     """
     n_per = ct.seq_chunk_base[1:] - ct.seq_chunk_base[:-1]
-    order = range(ct.max_chunks - 1, -1, -1) if reverse else range(ct.max_chunks)
     threads = torch.get_num_threads()
     if torch.device(dev).type == "cpu":
         torch.set_num_threads(1)
     try:
-        for t in order:
+        for t in _positions(ct, reverse, until):
             seqs = torch.nonzero(n_per > t).flatten()
             yield seqs.to(dev), (ct.seq_chunk_base[seqs] + t).to(dev)
     finally:
@@ -235,58 +244,77 @@ def _walk(ct: ChunkTable, reverse: bool, dev):
 
 
 def fwd_recurrence(p: dict, v: torch.Tensor, S0: torch.Tensor, ct: ChunkTable, dev,
-                   progress: Progress | None = None) -> dict:
-    """Spec §5.1, chunk by chunk: S (entering), vcorr, W, U and o per chunk; final states."""
+                   progress: Progress | None = None, states_only: bool = False, until: int | None = None,
+                   label: str = "reference forward") -> dict:
+    """Spec §5.1, chunk by chunk: S (entering), vcorr, W, U and o per chunk; final states.
+
+    ``states_only``: S and U alone (what the backward's states need), NaN in chunks not walked;
+    ``until``: walk chunk positions ``t < until`` only (``ht``: the state entering position ``until``)."""
     S = S0.clone()
-    out = {n: torch.empty_like(v) for n in ("W", "vcorr", "U", "o")}
-    out["S"] = torch.empty((ct.n_chunks, *S0.shape[1:]), dtype=v.dtype, device=v.device)
-    total = ct.max_chunks
-    for step, (seqs, cs) in enumerate(_walk(ct, reverse=False, dev=dev)):
+    if states_only:
+        out = {n: torch.full((ct.n_chunks, *t.shape[1:]), float("nan"), dtype=v.dtype, device=v.device)
+               for n, t in (("U", v), ("S", S0))}
+    else:
+        out = {n: torch.empty_like(v) for n in ("W", "vcorr", "U", "o")}
+        out["S"] = torch.empty((ct.n_chunks, *S0.shape[1:]), dtype=v.dtype, device=v.device)
+    total = len(_positions(ct, False, until))
+    for step, (seqs, cs) in enumerate(_walk(ct, reverse=False, dev=dev, until=until)):
         s = S[seqs]
-        kd, qd, kr = p["kd"][cs], p["qd"][cs], p["kr"][cs]
+        kd, kr = p["kd"][cs], p["kr"][cs]
         W = v[cs] - mm(kd, s)
         vcorr = p["b"][cs][..., None] * W
         U = mm(p["INV"][cs], vcorr)
-        out["S"][cs], out["W"][cs], out["vcorr"][cs], out["U"][cs] = s, W, vcorr, U
-        out["o"][cs] = mm(qd, s) + mm(p["Mqk"][cs], U)
+        out["S"][cs], out["U"][cs] = s, U
+        if not states_only:
+            out["W"][cs], out["vcorr"][cs] = W, vcorr
+            out["o"][cs] = mm(p["qd"][cs], s) + mm(p["Mqk"][cs], U)
         S[seqs] = torch.exp(p["gT"][cs])[..., None] * s + mm(kr.transpose(-1, -2), U)
         if progress:
-            progress("reference forward", step + 1, total)
+            progress(label, step + 1, total)
     out["ht"] = S
     return out
 
 
 def bwd_recurrence(p: dict, f: dict, do: torch.Tensor, dhT: torch.Tensor, ct: ChunkTable, dev,
-                   progress: Progress | None = None) -> dict:
+                   progress: Progress | None = None, states_only: bool = False, until: int = 0,
+                   label: str = "reference backward") -> dict:
     """Spec §6.1 in reverse chunk order. ``dS`` of a chunk is the gradient w.r.t. the state
-    entering it; the gradient arriving from the next chunk is read before it is overwritten."""
+    entering it; the gradient arriving from the next chunk is read before it is overwritten.
+
+    ``states_only``: dS alone (from dU, dvcorr, dv: the same operations), NaN in chunks not walked;
+    ``until``: walk chunk positions ``t >= until`` only."""
     dSp = dhT.clone()
-    names = ("dU", "dkr", "dMqk", "dvcorr", "dL", "dv", "db", "dgT", "dqd_inter", "dkd_inter", "dS")
+    names = ("dS",) if states_only else ("dU", "dkr", "dMqk", "dvcorr", "dL", "dv", "db", "dgT", "dqd_inter",
+                                          "dkd_inter", "dS")
     out = {}
-    total = ct.max_chunks
-    for step, (seqs, cs) in enumerate(_walk(ct, reverse=True, dev=dev)):
+    total = len(_positions(ct, True, until))
+    for step, (seqs, cs) in enumerate(_walk(ct, reverse=True, dev=dev, until=until)):
         ds = dSp[seqs]                      # dS[c+1]: from the next chunk, or dht
-        S, U, W, dO = f["S"][cs], f["U"][cs], f["W"][cs], do[cs]
+        U, dO = f["U"][cs], do[cs]
         Mqk, INV, kr, kd, qd, b = (p[n][cs] for n in ("Mqk", "INV", "kr", "kd", "qd", "b"))
         eT = torch.exp(p["gT"][cs])
         dU = mm(Mqk.transpose(-1, -2), dO) + mm(kr, ds)
-        dkr = mm(U, ds.transpose(-1, -2))
-        dMqk = torch.tril(mm(dO, U.transpose(-1, -2)))
         dvcorr = mm(INV.transpose(-1, -2), dU)
-        dL = -torch.tril(mm(dvcorr, U.transpose(-1, -2)), -1)
         dv = b[..., None] * dvcorr
-        db = (dvcorr * W).sum(-1) + (dL * p["F"][cs]).sum(-1)
-        dgT = eT * (ds * S).sum(-1) + (dkr * kr).sum(-2)
         dS = eT[..., None] * ds + mm(qd.transpose(-1, -2), dO) - mm(kd.transpose(-1, -2), dv)
-        vals = dict(dU=dU, dkr=dkr, dMqk=dMqk, dvcorr=dvcorr, dL=dL, dv=dv, db=db, dgT=dgT,
-                    dqd_inter=mm(dO, S.transpose(-1, -2)), dkd_inter=-mm(dv, S.transpose(-1, -2)), dS=dS)
+        vals = dict(dU=dU, dvcorr=dvcorr, dv=dv, dS=dS)
+        if not states_only:
+            S, W = f["S"][cs], f["W"][cs]
+            dkr = mm(U, ds.transpose(-1, -2))
+            dL = -torch.tril(mm(dvcorr, U.transpose(-1, -2)), -1)
+            vals.update(dkr=dkr, dMqk=torch.tril(mm(dO, U.transpose(-1, -2))), dL=dL,
+                        db=(dvcorr * W).sum(-1) + (dL * p["F"][cs]).sum(-1),
+                        dgT=eT * (ds * S).sum(-1) + (dkr * kr).sum(-2),
+                        dqd_inter=mm(dO, S.transpose(-1, -2)), dkd_inter=-mm(dv, S.transpose(-1, -2)))
         for n in names:
             if n not in out:
-                out[n] = torch.empty((ct.n_chunks, *vals[n].shape[1:]), dtype=dS.dtype, device=dS.device)
+                shape = (ct.n_chunks, *vals[n].shape[1:])
+                out[n] = (torch.full(shape, float("nan"), dtype=dS.dtype, device=dS.device) if states_only
+                          else torch.empty(shape, dtype=dS.dtype, device=dS.device))
             out[n][cs] = vals[n]
         dSp[seqs] = dS
         if progress:
-            progress("reference backward", step + 1, total)
+            progress(label, step + 1, total)
     out["dh0"] = dSp
     return out
 
@@ -427,3 +455,44 @@ def _run_reference(inputs: KDAInputs, config: KDAConfig, taps: tuple[str, ...], 
     del pool["decay"]
     tap_out = {n: zero_padding(n, pool[n], ct.length.to(device)) for n in taps}
     return ReferenceResult(outputs, tap_out, ct)
+
+
+def run_states(inputs: KDAInputs, config: KDAConfig, *, fwd_until: int | None = None, bwd_until: int | None = None,
+               device="cpu", dtype=torch.float64, progress: Progress | None = None,
+               label: str = "reference seeds") -> dict[str, torch.Tensor]:
+    """The reference's states alone, the seeds of a window (:mod:`kdadbg.window`): ``S`` entering each
+    chunk over the forward walk of chunk positions ``t < fwd_until`` (None: every chunk), and ``dS`` over
+    the backward walk of positions ``t >= bwd_until`` (None: no backward; it needs every chunk's forward).
+
+    The same stages and operations as :func:`run_reference`, so the same values as its ``S``/``dS`` taps,
+    without what the states do not need (``o``, the backward's other taps, ``bwd_prepare``, autograd).
+    Returns ``{"S", "dS"?}`` chunk-major ``[n_chunks, HV, K, V]`` in math layout, NaN in chunks not walked.
+    ``label`` names its stages in ``progress``.
+    Example: ``run_states(inputs, config, fwd_until=4)["S"][4]`` is the state entering chunk 4 (B = 1).
+    """
+    B, T, _, K, V = inputs.shape
+    H = inputs.HV
+    N, C = inputs.n_seqs, config.chunk_size
+    ct = chunk_table(B, T, inputs.cu_seqlens, C)
+    if bwd_until is not None:
+        fwd_until = None
+    with torch.no_grad():
+        idx, valid = (x.to(device) for x in ct.token_index())
+        _, act = activate(inputs, config, dtype, device)
+        x = {n: _to_chunks(t.detach(), idx, valid) for n, t in act.items()}
+        vc = _to_chunks(inputs.v.to(device=device, dtype=dtype).reshape(B * T, H, V), idx, valid)
+        if progress:
+            progress(f"{label}, prepare", 0, 1)
+        p = fwd_prepare(x, config.scale)
+        if progress:
+            progress(f"{label}, prepare", 1, 1)
+        S0 = _state_in(inputs.h0, config.state_layout, (N, H, K, V), dtype, device)
+        f = fwd_recurrence(p, vc, S0, ct, device, progress, states_only=True, until=fwd_until,
+                           label=f"{label}, forward")
+        out = {"S": f["S"]}
+        if bwd_until is not None:
+            doc = _to_chunks(inputs.do.to(device=device, dtype=dtype).reshape(B * T, H, V), idx, valid)
+            dhT = _state_in(inputs.dht, config.state_layout, (N, H, K, V), dtype, device)
+            out["dS"] = bwd_recurrence(p, f, doc, dhT, ct, device, progress, states_only=True, until=bwd_until,
+                                       label=f"{label}, backward")["dS"]
+    return out

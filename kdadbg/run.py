@@ -102,9 +102,10 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
 
     ``chunks``: a half-open global chunk range: the implementation runs only on that window of each
     sequence, seeded from the reference (:mod:`kdadbg.window`), and is compared there (its tokens;
-    ``ht``/``dh0`` where a window ends/starts its sequence). ``max_interpreter_s``: refuse up front a
-    run of our kernels under the Triton interpreter estimated to take longer. ``save``: also write the
-    implementation's outputs and gradients (float32).
+    ``ht``/``dh0`` where a window ends/starts its sequence) against the reference run on the same
+    windows from the same float64 seeds. ``max_interpreter_s``: refuse up front a run of our kernels
+    under the Triton interpreter estimated to take longer. ``save``: also write the implementation's
+    outputs and gradients (float32).
     Example: ``check(*make_inputs(get_case("basic")), precision="bf16").passed``.
     """
     from .chunks import chunk_table
@@ -138,15 +139,18 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         timings["reference"] = time.perf_counter() - t0
     else:
         from .compare import ChunkInfo
-        from .window import seeded_run
+        from .window import reference_run, seeded_run, seeds
 
+        info = ChunkInfo.from_table(ct)
         t0 = time.perf_counter()
-        ref = run_reference(inputs, config, taps=("S", "dS"), device=device, progress=progress)
+        seeded = seeds(inputs, config, info, *window, device, progress=progress)
         timings["reference"] = time.perf_counter() - t0
         t0 = time.perf_counter()
-        got, masks = seeded_run(impl, inputs, config, ref.taps, ChunkInfo.from_table(ct), ct, *window, device,
-                                progress=progress)
+        got, masks = seeded_run(impl, inputs, config, seeded, info, ct, *window, device, progress=progress)
         timings[impl.name] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        ref = reference_run(inputs, config, seeded, info, ct, *window, device, progress=progress)
+        timings["reference"] += time.perf_counter() - t0
     names = outputs_that_apply(inputs, config)
     rows = [compare(n, got.outputs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
                     _window_mask(n, masks, B, T, ref.outputs[n].ndim)).judge(tols[n])

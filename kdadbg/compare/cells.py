@@ -180,10 +180,11 @@ def output_rows(outputs: dict[str, torch.Tensor], ct: ChunkTable, layout: str, c
 
 
 def unrepresentable(ref_taps: dict[str, torch.Tensor], names, rows_of: dict[str, list], heads: list[int],
-                    info: ChunkInfo) -> dict[str, tuple[torch.Tensor, list]]:
+                    info: ChunkInfo, first_chunk: int = 0) -> dict[str, tuple[torch.Tensor, list]]:
     """Cells whose values float32 cannot hold: taps that carry ``exp(-gc)`` (``ki``, ``dqd``, ``dkd``) in a
     chunk where ``-gc`` exceeds ln(max float32) ≈ 88.7 for that head. ``ref_taps['gc']``:
-    ``[n_chunks, H, C, K]`` (every chunk and head). Returns name -> (``[R, Hs]`` bool, ``[R]`` reason)."""
+    ``[n_chunks, H, C, K]`` (every head; row 0 is chunk ``first_chunk``). Returns name -> (``[R, Hs]``
+    bool, ``[R]`` reason)."""
     if "gc" not in ref_taps:
         return {}
     gc = ref_taps["gc"]
@@ -193,7 +194,7 @@ def unrepresentable(ref_taps: dict[str, torch.Tensor], names, rows_of: dict[str,
         if name not in noise.EXP_NEG_GC_TAPS or name not in rows_of:
             continue
         ids = rows_of[name]
-        sel = torch.tensor(ids, dtype=torch.long, device=gc.device)
+        sel = torch.tensor([c - first_chunk for c in ids], dtype=torch.long, device=gc.device)
         g = gc.index_select(0, sel).index_select(1, torch.tensor(heads, dtype=torch.long, device=gc.device))
         lengths = torch.tensor([info.length[c] for c in ids], device=gc.device)
         valid = (torch.arange(g.shape[2], device=gc.device)[None, :] < lengths[:, None])[:, None, :, None]

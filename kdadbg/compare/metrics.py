@@ -9,6 +9,7 @@ non-finite on both sides (from NaN inputs) agree and are left out of ``count``.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass
 
 import torch
@@ -95,10 +96,15 @@ def compare(name: str, x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor | 
     if tuple(x.shape) != tuple(ref.shape):
         raise ValueError(f"{name}: shape {tuple(x.shape)} != reference {tuple(ref.shape)}")
     shape = tuple(ref.shape)
-    m = torch.ones(shape, dtype=torch.bool) if mask is None else mask.expand(shape)
-    met = cell_metrics(x.reshape(1, 1, -1), ref.reshape(1, 1, -1), m.reshape(1, 1, -1))
+    x, ref = x.reshape(-1), ref.reshape(-1)
+    at = None
+    if mask is not None:   # only the masked elements travel to float64 (a window of a long dump)
+        at = mask.to(ref.device).expand(shape).reshape(-1).nonzero().flatten()
+        x, ref = x[at.to(x.device)], ref[at]
+    met = cell_metrics(x.reshape(1, 1, -1), ref.reshape(1, 1, -1), torch.ones((), dtype=torch.bool))
     v = {k: t[0, 0].item() for k, t in met.items()}
-    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(int(v["index"])), shape)) if ref.numel() else ()
+    flat = int(v["index"]) if at is None or not at.numel() else int(at[int(v["index"])])
+    index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if math.prod(shape) else ()
     return Compare(name, shape, float(v["max_abs"]), index, float(v["ratio"]), float(v["cosine"]),
                    int(v["nonfinite"]), float(v["kernel"]), float(v["reference"]), int(v["count"]))
 

@@ -26,6 +26,10 @@ PRECISIONS = ("fp32", "bf16")
 def kernels_module(device: str):
     """Import ``kdadbg_kernels.chunk`` for ``device`` (``cpu``: interpreter; ``cuda``: compiled)."""
     choose_interpreter(device, "kdadbg_kernels.chunk", "")
+    if device == "cpu":
+        from ..interpreter import skip_repeated_patching
+
+        skip_repeated_patching()
     from kdadbg_kernels import chunk
 
     return chunk
@@ -110,10 +114,10 @@ class Ours(Implementation):
         return ImplRun(outputs, buffers, list(range(lo, hi)), list(taps.head_list(inputs.HV)), notes=notes)
 
 
-# Our kernels under the Triton interpreter: seconds per (chunk x head), a + b * K*V*C / (128*128*16),
-# plus a fixed start; fitted to forward+backward runs on this project's 2-core CPU machine with other
-# work beside them (K=V=8..128, chunks 16 and 64: 0.28-0.99 s per chunk x head).
-INTERP_FIXED_S, INTERP_A_S, INTERP_B_S = 1.5, 0.29, 0.17
+# Our kernels under the Triton interpreter (with kdadbg.interpreter's skip): seconds per (chunk x head),
+# a + b * K*V*C / (128*128*16), plus a fixed start; fitted to forward+backward runs on this project's
+# 2-core CPU machine (K=V=16..128, chunks 16 and 64: 0.05-0.48 s per chunk x head).
+INTERP_FIXED_S, INTERP_A_S, INTERP_B_S = 1.5, 0.10, 0.09
 
 
 def interpreter_estimate(inputs: KDAInputs, config: KDAConfig, n_chunks: int | None = None) -> tuple[float, str]:

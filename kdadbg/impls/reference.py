@@ -15,14 +15,15 @@ class Reference(Implementation):
     name = kind = "reference"
     provides_taps = True
 
-    def __init__(self, precision: str = "fp32"):
+    def __init__(self, precision: str = "fp32", dtype: torch.dtype = torch.float64, dot_dtype: torch.dtype | None = None):
         self.precision = precision
+        self.dtype, self.dot_dtype = dtype, dot_dtype   # float32 (and bf16 dots): the noise floor's model
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         from ..reference import run_reference
 
         names = taps.names if taps is not None else ()
-        res = run_reference(inputs, config, taps=names, device=device, dtype=torch.float64)
+        res = run_reference(inputs, config, taps=names, device=device, dtype=self.dtype, dot_dtype=self.dot_dtype)
         if taps is None:
             return ImplRun(res.outputs)
         H = inputs.HV   # taps are per value head
