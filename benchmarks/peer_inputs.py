@@ -30,10 +30,14 @@ def peer_inputs(T: int, H: int, D: int, device, lens=None, requires_grad: bool =
              beta=torch.sigmoid(rn(1, T, H)).to(torch.bfloat16))
     for t in x.values():
         t.requires_grad_(requires_grad)
-    cu = None
-    if lens:
-        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=device, dtype=torch.long)
-    return x, cu, rn(1, T, H, D).to(torch.bfloat16)
+    return x, cu_seqlens(lens, device), rn(1, T, H, D).to(torch.bfloat16)
+
+
+def cu_seqlens(lens, device):
+    """Sequence lengths -> packed ``cu_seqlens`` (int64 on ``device``); None without lengths."""
+    if not lens:
+        return None
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=device, dtype=torch.long)
 
 
 # The three input settings the benchmarks time: fla's keyword flags for each (ours takes the same ones;
@@ -74,10 +78,7 @@ def setting_inputs(setting: str, T: int, H: int, D: int, device, lens=None):
              dt_bias=dt + torch.log(-torch.expm1(-dt)))
     for t in x.values():
         t.requires_grad_(True)
-    cu = None
-    if lens:
-        cu = torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), device=device, dtype=torch.long)
-    return x, cu, rn(1, T, H, D).to(torch.bfloat16)
+    return x, cu_seqlens(lens, device), rn(1, T, H, D).to(torch.bfloat16)
 
 
 @contextlib.contextmanager
