@@ -5,7 +5,8 @@ Each launch asks ``knob(NAME, default)``; the default is written beside the laun
 ``KNOBS``. Setting ``KDADBG_<NAME>`` in the environment overrides it, so that ``benchmarks/stage_bench.py``
 and ``benchmarks/accuracy_ab.py`` can time or check variants without editing code; normal use sets
 none. ``Knob.results`` separates the knobs that may change results (outputs, gradients or taps) from
-the launch-only ones, which keep every bit. ``overrides()`` lists the overrides in effect: the
+the launch-only ones, which keep every bit on the GPU (under the Triton interpreter ``REC_BV``, ``RECB_BV``
+and ``PREP_WU_BK`` do move bits: NumPy's BLAS rounds a product differently with its width). ``overrides()`` lists the overrides in effect: the
 ``run``/``diff`` JSON records them.
 
 The defaults come from register use on sm_90 (``benchmarks/kernel_resources.py``) and H200 stage
