@@ -18,6 +18,9 @@ A cell over its tolerance is then labelled
   holds for a failing cell of those taps whose floor is itself over the tolerance: the precision cannot
   hold that cell to its tolerance (``compare.cells.judge``).
 
+A cell's floor is raised to at least the median floor of its quantity over the compared cells
+(``compare.cells.robust_floor``): one run's error in one cell is a noisy sample.
+
 ``K_DRIFT = 10`` follows the flash-attention rule "kernel error <= k × same-dtype naive error +
 rounding floor": a kernel may round differently from the reference model (other summation
 orders, tf32 or fp16 tiles) but not by an order of magnitude more.

@@ -653,3 +653,19 @@ def test_exp_carrying_tap_beyond_its_precision_is_unrep_not_a_bug():
     tight = {n: t * (1 + 1e-4 * torch.randn_like(t)) for n, t in ref.items()}  # floor within tolerance
     cells = compare_cells(bad, ref, {n: [0, 1] for n in ref}, [0], info, tols, floor=tight)
     assert (cells["ki"].label == BUG).all()
+
+
+def test_a_cell_with_an_unlucky_small_floor_is_judged_by_its_quantitys_median_floor():
+    """One cell's floor is a noisy sample: the model-size dqd cell whose floor was 7.6e-4 among neighbours at
+    ~4e-3 is DRIFT at 2.16e-2 (10 x the median floor), not BUG; a fault far beyond stays a BUG; an overflowing
+    floor (inf) is kept as it is."""
+    from kdadbg.compare.cells import robust_floor
+
+    fl = torch.tensor([[7.6e-4, 4e-3, 5e-3], [3e-3, 4.5e-3, float("inf")]], dtype=torch.float64)
+    eff = robust_floor(fl)
+    assert eff[0, 0] == 4e-3 and eff[0, 2] == 5e-3 and torch.isinf(eff[1, 2])
+    ratio = torch.tensor([[2.16e-2, 1e-3, 1e-3], [1e-3, 0.5, 1e-3]], dtype=torch.float64)
+    passed = ratio <= 2e-2
+    lab = classify(passed, ratio, torch.zeros_like(ratio, dtype=torch.long), eff)
+    assert int(lab[0, 0]) == DRIFT and int(lab[1, 1]) == BUG
+    assert int(classify(passed, ratio, torch.zeros_like(ratio, dtype=torch.long), fl)[0, 0]) == BUG   # the raw floor
