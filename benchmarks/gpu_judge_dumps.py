@@ -43,11 +43,16 @@ def line_for(name: str, args: list[str], code: int, js: Path) -> str:
 
 
 def flashkda_fits(dump: Path) -> bool:
+    """Whether FlashKDA takes the dump: its adapter's own ``supports``, where the only refusal allowed is the
+    build missing from this process (the builds run in subprocesses)."""
     from kdadbg.dump import load_dump
+    from kdadbg.impls.base import shapes_of
+    from kdadbg.impls.flashkda import FlashKDA
 
     inputs, cfg = load_dump(str(dump))
-    return (cfg.gate == "lower_bound" and cfg.qk_l2norm and cfg.beta_sigmoid and str(inputs.q.dtype) == "torch.bfloat16"
-            and inputs.shape[3] == 128 and inputs.shape[4] == 128 and inputs.HV == inputs.shape[2])
+    impl = FlashKDA()
+    ok, why = impl.supports(impl.config_for(cfg)[0], shapes_of(inputs))
+    return ok or why == impl.where
 
 
 def tree_of(pathfile: Path, wait_s: float = 300.0) -> str | None:

@@ -167,6 +167,7 @@ SHAPES = {"B": 1, "T": 64, "H": 2, "K": 128, "V": 128, "N": 1, "varlen": False, 
     pytest.param(_cfg(qk_l2norm=False), SHAPES, "qk_l2norm off", id="no-l2norm"),
     pytest.param(_cfg(), {**SHAPES, "dtype": "float32"}, "bf16 q, k, v, g, beta, found float32", id="fp32"),
     pytest.param(_cfg(chunk_size=64), SHAPES, "16-token chunks", id="chunk64"),
+    pytest.param(_cfg(), {**SHAPES, "HV": 4}, "no GVA), found H=2, HV=4", id="gva"),
 ])
 def test_supports_states_what_flashkda_needs(config, shapes, why):
     ok, msg = FlashKDA().supports(config, shapes)

@@ -87,6 +87,9 @@ class FlashKDA(Implementation):
             f"FlashKDA works in 16-token chunks: this dump (chunk_size {config.chunk_size}) is compared at chunk 16")
 
     def supports(self, config: KDAConfig, shapes: dict) -> tuple[bool, str]:
+        if shapes.get("HV", shapes.get("H")) != shapes.get("H"):
+            return False, (f"FlashKDA takes as many value heads as q/k heads (no GVA), found H={shapes['H']}, "
+                           f"HV={shapes['HV']}")
         if shapes["K"] != fc.D or shapes["V"] != fc.D:
             return False, f"FlashKDA requires K = V = 128, found K={shapes['K']}, V={shapes['V']}"
         if config.gate != "lower_bound":

@@ -103,8 +103,7 @@ class Ours(Implementation):
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         notes = []
         if inputs.q.dtype == torch.float64:   # run_kernels casts (kdadbg.dump.kernel_inputs)
-            wide = [n for n in ("q", "k", "v", "g", "beta", "do", "dht", "h0")
-                    if getattr(inputs, n, None) is not None and getattr(inputs, n).dtype == torch.float64]
+            wide = [n for n in inputs.TENSORS if getattr(inputs, n) is not None and getattr(inputs, n).dtype == torch.float64]
             notes.append(f"float64 inputs ({', '.join(wide)}) run cast to float32 (our kernels take float32, bfloat16 "
                          f"and float16); the reference uses the float64 values")
         outputs, buffers, _ = run_kernels(inputs, config, self.precision, device, taps=taps)

@@ -109,8 +109,8 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare; [italic]italic[/italic]: "
                   "the implementation's outputs and gradients per chunk, ht at a sequence's last chunk, dh0 at its "
                   "first); [green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
-                  "[bold red]BUG[/bold red] beyond it, [magenta]unrep[/magenta] a value float32 cannot hold (not a "
-                  "divergence), · not compared; min tol: the tolerance every cell would pass (its worst ratio)",
+                  "[bold red]BUG[/bold red] beyond it, [magenta]unrep[/magenta] a value the compared precision cannot "
+                  "hold, or not to its tolerance (not a divergence), · not compared; min tol: the tolerance every cell would pass (its worst ratio)",
                   soft_wrap=True, highlight=False)
 
 
