@@ -4,8 +4,8 @@
 # benchmark against fla (whose first call autotunes for minutes per new shape) and, with FLASHKDA_BUILD,
 # FlashKDA. Logs land in $OUT (default .out/); bench writes $OUT/benchmarks.json (docs/benchmarks.json's
 # form). Each part fits one 10-minute device call: run `tests run` in one call and `bench` in another.
-#   bash benchmarks/gpu_check.sh [tests|run|profile|bench|stages|all]...   (default: all; run in this order)
-# "all" is tests, run and bench. stages: stage_bench.py once per line of $VARIANTS (a file; each line
+#   bash benchmarks/gpu_check.sh [tests|run|profile|bench|diag|stages|all]...   (default: all; run in this order)
+# "all" is tests, run and bench. diag: benchmarks/realistic_diag.py on the model-size realistic cases. stages: stage_bench.py once per line of $VARIANTS (a file; each line
 # "default" or comma-separated KDADBG_*=value overrides, then after a space stage_bench options, e.g.
 # "--H 32 --varlen"); profile: kernel_profile.py at H16/H32 T16384 and on the varlen batch, or at the
 # option sets of PROFILE_SHAPES, separated by ';' (e.g. "--H 32 --settings pregated,softplus,lower_bound":
@@ -103,6 +103,14 @@ if has bench; then
     fi
     python3 benchmarks/bench.py --json "$OUT/benchmarks.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" | grep -v -e Warning -e _warn_once | tail -60
+fi
+if named diag; then
+    # benchmarks/realistic_diag.py on every REAL_GPU case in both modes: counts, failing cells, floors
+    runs=$(python3 -c "import sys; sys.path.insert(0, 'tests'); from test_kernels_gpu import REAL_GPU
+print(' '.join(f'{n}:{p}' for n in REAL_GPU for p in ('fp32', 'bf16')))")
+    python3 benchmarks/realistic_diag.py --device cuda --out "$OUT/diag.json" $runs > "$OUT/diag.log" 2>&1 \
+        || status=1
+    grep '"case"' "$OUT/diag.log"
 fi
 if named stages; then
     if [ -z "${VARIANTS:-}" ] || [ ! -f "$VARIANTS" ]; then

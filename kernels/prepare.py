@@ -65,6 +65,7 @@ def kda_fwd_token_kernel(
     BETA_SIGMOID: tl.constexpr,
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm)
     QK_BF16: tl.constexpr,       # qn, kn rounded to bf16 before any use (qk_bf16)
+    GC_F64: tl.constexpr,        # the gate and its cumsum in float64, rounded once (fp32 mode)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
@@ -80,8 +81,10 @@ def kda_fwd_token_kernel(
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
         a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
+        a_h64 = tl.exp(tl.load(A_log + i_h).to(tl.float64))
     else:
         a_h = 1.0
+        a_h64 = 1.0
     i_slot = tl.load(head_slot + i_h) if STORE_TAPS else -1
     tapped = STORE_TAPS & (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
     o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
@@ -127,8 +130,12 @@ def kda_fwd_token_kernel(
         else:
             b_dt = tl.zeros([BK], dtype=tl.float32)
         # padding rows decay nothing, so gc stays flat past the last valid row
-        b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
-        b_gc = tl.cumsum(b_gam, axis=0)
+        if GC_F64:
+            b_gam = tl.where(m_tk, gate_act(b_g.to(tl.float64), b_dt.to(tl.float64), a_h64, lower_bound, GATE), 0.0)
+            b_gc = tl.cumsum(b_gam, axis=0).to(tl.float32)
+        else:
+            b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
+            b_gc = tl.cumsum(b_gam, axis=0)
         b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
         b_kr = tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0)
         if STORE_QK:
@@ -428,7 +435,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=qk_l2norm, QK_BF16=qk_lowp,
-            STORE_QD=qd is not None,
+            GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),

@@ -37,6 +37,10 @@ KNOBS: dict[str, Knob] = {
                          "(nearest) and stores them so; every later use (the token kernel's kd, kr, qd, the "
                          "intra, w/u and output passes, the backward) reads the rounded values, as without "
                          "l2norm and as fla does; 0: fp32. fp32 mode: no effect", True),
+    "GC_F64": Knob("1 in fp32 mode, 0 in bf16 mode",
+                   "1: the forward token kernel forms the gate and its within-chunk cumsum gc in float64, "
+                   "rounded to fp32 once: gc's error is then one rounding (e.g. 3.8e-6 at |gc| = 90) rather than "
+                   "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
     "PREP_BK": Knob("K rounded up to a power of two, 16 to 64",
                     "K block of the forward token kernel (the l2norm row sums add per block)", True),
     "PREP_SOLVE_BK": Knob("16", "K block of the forward intra/solve kernel's products", True),
