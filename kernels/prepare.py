@@ -132,10 +132,9 @@ def kda_fwd_token_kernel(
         # padding rows decay nothing, so gc stays flat past the last valid row
         if GC_F64:
             b_gam = tl.where(m_tk, gate_act(b_g.to(tl.float64), b_dt.to(tl.float64), a_h64, lower_bound, GATE), 0.0)
-            b_gc = tl.cumsum(b_gam, axis=0).to(tl.float32)
         else:
             b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
-            b_gc = tl.cumsum(b_gam, axis=0)
+        b_gc = tl.cumsum(b_gam, axis=0).to(tl.float32)
         b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
         b_kr = tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0)
         if STORE_QK:

@@ -63,10 +63,10 @@ FAULTS: dict[str, Fault] = {
          "        b_dS = tl.where(c == CHUNK, tl.trans(b_dS), b_dS)\n"),
     ), "dS"),
     "gate_padding": Fault("prepare", "kda_fwd_prepare", False, (
-        ("        b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)\n",
-         "        b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)\n"
-         "        b_gam = tl.where((i_c == CHUNK) & m_k[None, :], gate_act(b_g, b_dt, a_h, lower_bound, GATE),\n"
-         "                         b_gam)\n"),
+        ("        b_gc = tl.cumsum(b_gam, axis=0).to(tl.float32)\n",
+         "        b_gam = tl.where((i_c == CHUNK) & m_k[None, :],\n"
+         "                         gate_act(b_g.to(b_gam.dtype), b_dt.to(b_gam.dtype), a_h, lower_bound, GATE), b_gam)\n"
+         "        b_gc = tl.cumsum(b_gam, axis=0).to(tl.float32)\n"),
         ("        b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)\n",
          "        b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)\n"
          "        b_gT = tl.where(i_c == CHUNK, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)\n"),

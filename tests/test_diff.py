@@ -19,7 +19,7 @@ from kdadbg.impls.tapsfile import TapsFile
 from kdadbg.localise import window_inputs
 from kdadbg.tolerances import tap_tolerances
 from kdadbg.errors import KdadbgError
-from kdadbg.noise import BUG, DRIFT, OK, UNREP, classify
+from kdadbg.noise import BUG, DRIFT, EXP_NEG_GC_TAPS, OK, UNREP, classify
 from kdadbg.reference import run_reference
 from kdadbg.tapsfile import chunk_rows, read_taps_file, taps_metadata, write_taps_file
 from kdadbg_kernels.taps import TAP_NAMES
@@ -344,11 +344,39 @@ def test_kernels_pass(kernel_device, name, precision):
 
 
 def test_kernels_bf16_drift_is_not_a_bug(kernel_device):
-    inputs, cfg = inputs_for("t15")          # dqd of a partial chunk: over 2e-2 in bf16, as is the reference's
-    res = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
+    """A cell over its tolerance but within ten times its floor, the floor itself under the tolerance, is
+    DRIFT: not a bug, and a failure only with drift_fails. The tolerance is set between a cell's floor and
+    its ratio (a cell whose floor is over its tolerance is UNREP instead, tested beside)."""
+    inputs, cfg = inputs_for("t15")
+    first = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
+    # the cell furthest over its floor, of a quantity whose cells are all OK and not exp-carrying
+    q = max((n for n, c in first.cells.items() if n not in EXP_NEG_GC_TAPS and bool((c.label == OK).all())),
+            key=lambda n: float((first.cells[n].ratio / first.cells[n].floor).nan_to_num(0.0).max()))
+    c = first.cells[q]
+    r, h = divmod(int((c.ratio / c.floor).nan_to_num(0.0).argmax()), c.ratio.shape[1])
+    ratio, floor = float(c.ratio[r, h]), float(c.floor[r, h])
+    assert floor > 0 and 1.2 * floor < ratio < 10 * floor, (q, ratio, floor)
+    tol = [f"{q}={(ratio * floor) ** 0.5:.6g}"]
+    res = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0, tol_overrides=tol)
+    assert res.cells[q].label[r, h] == DRIFT
     assert res.first_divergence is not None and res.first_divergence["label"] == "DRIFT"
     assert res.first_bug is None and res.passed
-    assert not diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0, drift_fails=True).passed
+    assert not diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0, drift_fails=True,
+                         tol_overrides=tol).passed
+
+
+def test_a_drift_whose_floor_is_over_its_tolerance_is_unrep():
+    """The precision-limited rule beyond the exp-carrying taps: a DRIFT cell whose floor exceeds its tolerance
+    is UNREP with the reason; a BUG cell there stays a BUG."""
+    from kdadbg.compare.cells import Cells, judge
+
+    ratio = torch.tensor([[3e-5, 9e-5]], dtype=torch.float64)
+    floor = torch.tensor([[2e-5, 2e-6]], dtype=torch.float64)
+    z = torch.zeros_like(ratio)
+    cells = Cells("dg", [0], [0, 1], (4, 4), 1e-5, ratio, ratio, z.long(), z + 1, z.long(), z.long() + 16, z, z)
+    judge(cells, {"ratio": floor, "nonfinite": None})
+    assert cells.label.tolist() == [[UNREP, BUG]]
+    assert "cannot hold it to its tolerance" in cells.unrep_reason[0] and "2e-05 > tol 1e-05" in cells.unrep_reason[0]
 
 
 def test_kernels_overflow_names_first_nonfinite(kernel_device):

@@ -75,15 +75,18 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
         label = noise.classify(passed, cells.ratio, cells.nonfinite, floor["ratio"], floor["nonfinite"])
     else:
         label = noise.classify(passed, cells.ratio, cells.nonfinite)
-    if floor is not None and cells.name in noise.EXP_NEG_GC_TAPS:
-        # a tap carrying exp(-gc) that the same algorithm at the compared precision (the floor) cannot hold
-        # to its tolerance: its rounding is amplified by the gate's spread (exp(-gc) at e^30..e^88 multiplies
-        # quantities of e^-30..e^-88); measured, not assumed, cell by cell
-        limited = (floor["ratio"] > cells.tol) | ~torch.isfinite(floor["ratio"])
-        if bool((limited & (label != noise.OK)).any()):
+    if floor is not None:
+        # the same algorithm at the compared precision (the floor) cannot hold the cell to its tolerance.
+        # For a tap carrying exp(-gc) its rounding is amplified by the gate's spread (exp(-gc) at e^30..e^88
+        # multiplies quantities of e^-30..e^-88): any label gives way. Elsewhere (a gradient row whose
+        # chunk cancels) a DRIFT does; a BUG, over ten times that floor, stays one. Measured cell by cell.
+        exp_tap = cells.name in noise.EXP_NEG_GC_TAPS
+        limited = (floor["ratio"] > cells.tol) | (~torch.isfinite(floor["ratio"]) if exp_tap else False)
+        limited = limited & ((label != noise.OK) if exp_tap else (label == noise.DRIFT))
+        if bool(limited.any()):
             reasons = list(cells.unrep_reason) if cells.unrep_reason else [None] * label.shape[0]
             for r in range(label.shape[0]):
-                hit = limited[r] & (label[r] != noise.OK)
+                hit = limited[r]
                 if reasons[r] is None and bool(hit.any()):
                     worst = float(floor["ratio"][r][hit].max())
                     reasons[r] = (f"the compared precision cannot hold it to its tolerance: the noise floor (the "
@@ -114,7 +117,8 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
                   floor: dict[str, torch.Tensor] | None = None, unrep: dict | None = None,
                   group: int = 1) -> dict[str, Cells]:
     """Cells of every quantity present in both sides, in dataflow order; each side
-    ``[len(chunks[name]), len(heads), *shape]`` over the value heads ``heads`` (``dq``/``dk`` with GVA,
+    ``[len(chunks[name]), len(heads), *shape]`` over the value heads ``heads``; a ``floor`` value may be a
+    tuple of samples, each cell's floor then the largest (``dq``/``dk`` with GVA,
     ``group > 1``: over their q/k heads, as :func:`output_rows` cuts them). ``unrep``: name -> ([R, Hs]
     bool, [R] reasons)."""
     out = {}
@@ -131,9 +135,13 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
         cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1)
         fl = None
         if floor is not None and name in floor:
-            fm = cell_metrics(floor[name], ref[name], mask)
+            # one floor run, or several samples (noise.perturbed): each cell takes the largest
+            samples = floor[name] if isinstance(floor[name], (tuple, list)) else (floor[name],)
+            fms = [cell_metrics(f, ref[name], mask) for f in samples]
+            ratio = torch.stack([m["ratio"] for m in fms]).amax(0)
+            nonf = torch.stack([m["nonfinite"] for m in fms]).amax(0)
             # an output that overflows where the float64 reference is finite is a bug, whatever the floor
-            fl = {"ratio": robust_floor(fm["ratio"]), "nonfinite": fm["nonfinite"] if cells.quantity.is_tap else None}
+            fl = {"ratio": robust_floor(ratio), "nonfinite": nonf if cells.quantity.is_tap else None}
         u = None
         if unrep is not None and name in unrep:
             u, cells.unrep_reason = unrep[name]
