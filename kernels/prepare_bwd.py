@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import exp_, GATE_IDS, mm, mm_tf32, slot_index, store_rn, tap_index, truncate_mantissa
+from .tlmath import GATE_IDS, mm, mm_tf32, slot_index, store_rn, tap_index, truncate_mantissa
 from .tuning import block_size, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -212,13 +212,13 @@ def _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT: tl.constexpr, SPLIT
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
-    b_er = exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0)
-    b_kc = tl.where(m_c, b_kn * exp_(tl.where(m_c, b_a[None, :] - b_gc, 0.), DOT == 0), 0.)
+    b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
+    b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
     b_mq = mm_x3(b_dMs, b_kc, DOT, SPLIT)
     b_ml = mm_x3(b_dL, b_kc, DOT, SPLIT)
     t_q, t_l = 0., 0.
     if TAP:
-        t_q = tl.where(m_r, scale_exp_cols(b_mq + _diag_rows(m_r, b_dd, b_kn, b_a, b_gc, DOT), -b_a[None, :]), 0.)
+        t_q = tl.where(m_r, scale_exp_cols(b_mq + _diag_rows(m_r, b_dd, b_kn, b_a, b_gc), -b_a[None, :]), 0.)
         t_l = tl.where(m_r, scale_exp_cols(b_ml, -b_a[None, :]), 0.)
     return tl.where(m_r, b_er * b_mq, 0.), tl.where(m_r, b_er * b_ml, 0.), t_q, t_l
 
@@ -247,11 +247,11 @@ def _store_last_row(p, x, o_t, m_k, C: tl.constexpr):
 
 
 @triton.jit
-def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc, DOT: tl.constexpr):
+def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc):
     """(taps only) dMqk's diagonal term ``dd_i kn_i e^(a - gc_i)`` on the rows ``m_r`` of one 16-row
     block anchored at ``a``, 0 elsewhere: added to the block's anchored product before its e^(-a), so
     that a row's dqd tap overflows once rather than as inf - inf."""
-    return tl.where(m_r, b_dd[:, None] * b_kn * exp_(tl.where(m_r, b_a[None, :] - b_gc, 0.), DOT == 0), 0.)
+    return tl.where(m_r, b_dd[:, None] * b_kn * tl.exp(tl.where(m_r, b_a[None, :] - b_gc, 0.)), 0.)
 
 
 @triton.jit
@@ -261,8 +261,8 @@ def _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLI
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
-    b_er = tl.where(m_r, exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0), 0.)
-    b_ec = exp_(tl.where(m_c, b_a[None, :] - b_gc, 0.), DOT == 0)
+    b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
+    b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
     return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT, SPLIT), 0.),
             tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT, SPLIT), 0.))
 
@@ -295,10 +295,10 @@ def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
     was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) Also returns, for the dqd and
     dkd taps, A's block ``b_dM``, the operand ``b_kc``, dL's product, the anchor and the block's columns."""
     b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
-    b_kc = b_kJ * exp_(b_a[None, :] - b_gJ, DOT == 0)
+    b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
     r = J * 16 + tl.arange(0, 16)
     m_r = (o_t >= J * 16)[:, None]
-    b_er = tl.where(m_r, exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0), 0.)
+    b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
     p_A = o_cc0 + o_t[:, None] * C + r[None, :]
     b_dM = tl.load(dMqk + p_A)
     b_A = tl.where(o_t[:, None] > r[None, :], b_dM, 0.)
@@ -315,14 +315,14 @@ def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_
     e^(15 |gamma|max) on the columns j < 16 (I + 1) it pairs with; A's rows come from memory, transposed."""
     b_qI, b_gI, b_a = _block_rows(qn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)
     b_kI = _rows(kn, bos, n, I, i_h, o_k, m_k, H, K)
-    b_er = exp_(b_gI - b_a[None, :], DOT == 0)
+    b_er = tl.exp(b_gI - b_a[None, :])
     r = I * 16 + tl.arange(0, 16)
     b_bI = tl.load(b + (bos + r) * H + i_h, mask=r < n, other=0.)
     p_AT = o_cc0 + r[None, :] * C + o_t[:, None]                  # [C, 16]: A[16 I + i, j] at [j, i]
     b_AT = tl.where(r[None, :] > o_t[:, None], tl.load(dMqk + p_AT), 0.)
     b_bLT = b_bI[None, :] * tl.load(dL + p_AT)
     m_c = (o_t < I * 16 + 16)[:, None]
-    b_ec = tl.where(m_c, exp_(tl.where(m_c, b_a[None, :] - b_gc, 0.), DOT == 0), 0.)
+    b_ec = tl.where(m_c, tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
     return b_ec * mm_x3(b_AT, b_qI * b_er, DOT, SPLIT), b_ec * mm_x3(b_bLT, b_kI * b_er, DOT, SPLIT)
 
 
@@ -382,7 +382,7 @@ def chunk_bwd_dqkg_kernel(
     b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
     b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32)
     b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
-    b_E = exp_(b_gc, DOT == 0)
+    b_E = tl.exp(b_gc)
 
     # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, on 16-row blocks:
     # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) by column blocks J;  Q·[j] = sum_i A[i,j] y_i e^(gc_i-gc_j) by
@@ -429,7 +429,7 @@ def chunk_bwd_dqkg_kernel(
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
             if tame:
-                b_Ex = exp_(-b_gc, DOT == 0)
+                b_Ex = tl.exp(-b_gc)
                 b_Tq = b_Ex * (b_Pq + b_dd[:, None] * b_kn)
                 b_Tl = b_Ex * b_Pl
             if TAP_DQD:  # dO S^T + dMqk ki
@@ -466,13 +466,13 @@ def chunk_bwd_dqkg_kernel(
     idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DKI and on:  # E from gc masked as its load was (0 on padding rows): not the E formed first,
         # which would then stay live through the Q loop; a reload of gc waited on memory
-        b_Et = exp_(tl.where(m_tk, b_gc, 0.), DOT == 0)
+        b_Et = tl.exp(tl.where(m_tk, b_gc, 0.))
         _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_Et, o_t, o_k, m_k, K, C)
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
     idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DKR and on:
         _store_tap(t_dkr, idx, b_dkrv, o_t, o_k, m_k, K, C)
-    b_Rr = exp_(b_gT[None, :] - b_gc, DOT == 0) * b_dkrv  # R⊙dkr
+    b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
     store_rn(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, m_tk)
     b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
@@ -485,7 +485,7 @@ def chunk_bwd_dqkg_kernel(
     b_dgTs = tl.load(dgTs + o_ch * K + o_k, mask=m_k, other=0.)
     b_sx = row_sums(b_dgx, o_t, 1, SCAN)
     b_dkrs = row_sums(b_dkrr, o_t, 0, SCAN)
-    b_dgam = b_sx + b_dkrs + (exp_(b_gT, DOT == 0) * b_dgTs)[None, :]
+    b_dgam = b_sx + b_dkrs + (tl.exp(b_gT) * b_dgTs)[None, :]
     if TAP_DGT and SCAN != 0:
         # sum_r kr⊙dkr[r] as the scan's last row plus that row (0 on padding rows), stored from the threads
         # that hold the row: no reduction of its own, and kr⊙dkr is not live past the scan. Not with the
@@ -494,23 +494,23 @@ def chunk_bwd_dqkg_kernel(
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
             _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None],
-                            (exp_(b_gT, DOT == 0) * b_dgTs)[None, :] + (b_dkrs + b_dkrr), o_t, m_k, C)
+                            (tl.exp(b_gT) * b_dgTs)[None, :] + (b_dkrs + b_dkrr), o_t, m_k, C)
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
         b_dg = b_dgam
     else:
         b_graw = tl.load(g + o_tk, mask=m_tk, other=0.).to(tl.float32)
         b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0.)
-        b_A = exp_(tl.load(A_log + i_h), DOT == 0)
+        b_A = tl.exp(tl.load(A_log + i_h))
         if GATE == 1:
             b_z = b_A * (b_graw + b_dt[None, :])
-            b_dz = b_dgam * lower_bound / ((1. + exp_(-b_z, DOT == 0)) * (1. + exp_(b_z, DOT == 0)))
+            b_dz = b_dgam * lower_bound / ((1. + tl.exp(-b_z)) * (1. + tl.exp(b_z)))
             b_dg = b_A * b_dz
             b_dA = tl.sum(tl.where(m_tk, b_dz * b_z, 0.), axis=0)
         else:
             b_x = b_graw + b_dt[None, :]
-            b_s = 1. / (1. + exp_(-b_x, DOT == 0))
-            b_sp = tl.where(b_x > 20., b_x, tl.log(1. + exp_(tl.minimum(b_x, 20.), DOT == 0)))
+            b_s = 1. / (1. + tl.exp(-b_x))
+            b_sp = tl.where(b_x > 20., b_x, tl.log(1. + tl.exp(tl.minimum(b_x, 20.))))
             b_dg = -b_A * b_s * b_dgam
             b_dA = tl.sum(tl.where(m_tk, -b_A * b_sp * b_dgam, 0.), axis=0)
         b_dg = tl.where(m_tk, b_dg, 0.)
@@ -521,7 +521,7 @@ def chunk_bwd_dqkg_kernel(
     if TAP_DGT and SCAN == 0:
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:  # last: the tap-only reduction follows the taps-off code's (layout_check.py)
-            tl.store(t_dgT + idx * K + o_k, exp_(b_gT, DOT == 0) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
+            tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
 
 
 @triton.jit

@@ -15,7 +15,6 @@ import os
 
 import triton
 import triton.language as tl
-from triton.language.extra import libdevice
 
 # The CPU interpreter multiplies bf16 operands as raw 16-bit integers; there the fast mode is
 # emulated by rounding the operands to bf16 (round-to-nearest-even) and multiplying in fp32, which
@@ -122,20 +121,6 @@ def store_rn(ptr, x, mask):
         if ptr.dtype.element_ty == tl.bfloat16:
             x = round_mantissa(x, 16)
     tl.store(ptr, x, mask=mask)
-
-
-@triton.jit
-def exp_(x, PRECISE: tl.constexpr):
-    """exp, in fp32 mode on the GPU (``PRECISE``) libdevice's ``expf`` (within 2 ulp): Triton's ``tl.exp`` is
-    ``ex2.approx`` of ``x·log2(e)`` rounded to fp32, whose relative error grows as ``|x|·2^-24`` (about 5e-6
-    at |x| = 80, where gates of chunk 16 and 64 reach). The backward's state decay ``exp(gT)`` and its
-    ``exp(±gc)`` factors carried that into every backward tap (about twice the float32 reference's error on
-    the H200) and, through the gate gradient's cancellation, into ``dg``. Elsewhere (the interpreter, whose
-    exp is NumPy's, and the fast mode) ``tl.exp``."""
-    if PRECISE and not INTERPRET:
-        return libdevice.exp(x)
-    else:
-        return tl.exp(x)
 
 
 @triton.jit
