@@ -169,19 +169,24 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {offered} for the selection "
                           f"(chunks {lo}:{hi}, heads {','.join(map(str, head_list))})")
 
-    floor_taps = floor_rows = None
-    if noise_floor:
-        step("noise floor")
+    def floor_run(inp, taps: tuple, rows: tuple):
+        """The noise floor of ``inp`` (the dump, or noise.perturbed's second sample) for those taps and rows,
+        cut as the cells are; a value stored in 16 bits cannot be nearer than its rounding: it includes it."""
         if seeded:
-            fl = reference_run(inputs, config, states, info, ct, lo, hi, device, taps=TapSelection(names=tuple(cand)),
+            fl = reference_run(inp, config, states, info, ct, lo, hi, device, taps=TapSelection(names=taps),
                                dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor")
             fl_out, fl_taps = fl.outputs, fl.taps
         else:
-            fl_out, fl_taps = noise.floor_reference(inputs, config, precision, tuple(cand), device)
-        # a value stored in 16 bits cannot be nearer than its rounding: the floor includes it
-        floor_taps = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in cand}, ref_rows, tap_heads)
-        floor_rows, _ = output_rows({n: stored_as(fl_out[n], run.outputs[n].dtype) for n in mine}, ct,
-                                    config.state_layout, chunk_list, head_list, G)
+            fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
+        t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
+        r, _ = output_rows({n: stored_as(fl_out[n], run.outputs[n].dtype) for n in rows}, ct,
+                           config.state_layout, chunk_list, head_list, G)
+        return t, r
+
+    floor_taps = floor_rows = None
+    if noise_floor:
+        step("noise floor")
+        floor_taps, floor_rows = floor_run(inputs, tuple(cand), tuple(mine))
 
     unrep = unrepresentable(ref_taps, cand, {n: tap_rows for n in cand}, tap_heads, info, base)
 
@@ -196,23 +201,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         # a second floor sample where cells fail: each failing quantity's floor is the larger of two correct
         # float32 runs (noise.perturbed); a cell that is a bug stays one against both
         step("noise floor, second sample")
-        p_in = noise.perturbed(inputs)
-        if seeded:
-            fl2 = reference_run(p_in, config, states, info, ct, lo, hi, device,
-                                taps=TapSelection(names=tuple(n for n in cand if n in failing)),
-                                dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor")
-            fl2_out, fl2_taps = fl2.outputs, fl2.taps
-        else:
-            fl2_out, fl2_taps = noise.floor_reference(p_in, config, precision,
-                                                      tuple(n for n in cand if n in failing), device)
-        for n in cand:
-            if n in failing:
-                floor_taps[n] = (floor_taps[n], select({n: stored_as(fl2_taps[n], run.tap_storage.get(n))},
-                                                       ref_rows, tap_heads)[n])
-        rows2, _ = output_rows({n: stored_as(fl2_out[n], run.outputs[n].dtype) for n in mine if n in failing}, ct,
-                               config.state_layout, chunk_list, head_list, G)
-        for n, t in rows2.items():
-            floor_rows[n] = (floor_rows[n], t)
+        taps2, rows2 = floor_run(noise.perturbed(inputs), tuple(n for n in cand if n in failing),
+                                 tuple(n for n in mine if n in failing))
+        for fl, second in ((floor_taps, taps2), (floor_rows, rows2)):
+            for n, t in second.items():
+                fl[n] = (fl[n], t)
         cells = judged()
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,

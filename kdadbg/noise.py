@@ -38,6 +38,7 @@ orders, tf32 or fp16 tiles) but not by an order of magnitude more.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import torch
@@ -69,8 +70,6 @@ def perturbed(inputs: KDAInputs, seed: int = 1) -> KDAInputs:
     problem as float32 sees it, rounded another way. The float32 reference of these, against the float64
     reference of ``inputs``, is a second sample of the error a correct float32 run makes: a cell's floor
     is one noisy sample, and where a cell fails its first floor the diff takes the larger of the two."""
-    import dataclasses
-
     gen = torch.Generator().manual_seed(seed)
     out = {}
     for name in KDAInputs.TENSORS:

@@ -80,8 +80,9 @@ def kda_fwd_token_kernel(
     o_tok = bos + o_t
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
-        a_h = tl.exp(tl.load(A_log + i_h).to(tl.float32))
-        a_h64 = tl.exp(tl.load(A_log + i_h).to(tl.float64))
+        l_h = tl.load(A_log + i_h)
+        a_h = tl.exp(l_h.to(tl.float32))
+        a_h64 = tl.exp(l_h.to(tl.float64))
     else:
         a_h = 1.0
         a_h64 = 1.0
