@@ -91,7 +91,8 @@ def main(argv=None):
     dq, dk, dv, dg, db_part, _, _ = dqkg()
     stages["bwd_dqkg"] = dqkg
     stages["bwd_finish"] = lambda: chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, qk_l2norm=False,
-                                                    beta_sigmoid=False, out_dtypes=(q.dtype, k.dtype, beta.dtype))
+                                                    beta_sigmoid=False, precision=p,
+                                                    out_dtypes=(q.dtype, k.dtype, beta.dtype))
     torch.cuda.synchronize()
     compile_s = time.perf_counter() - t0
     res = {name: float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))

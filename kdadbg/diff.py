@@ -31,7 +31,7 @@ from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare_cells, na
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
-from .impls.base import convert_taps, stored_as
+from .impls.base import convert_taps, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
 from .tolerances import tap_tolerances, tolerances
 
@@ -171,7 +171,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
     def floor_run(inp, taps: tuple, rows: tuple):
         """The noise floor of ``inp`` (the dump, or noise.perturbed's second sample) for those taps and rows,
-        cut as the cells are; a value stored in 16 bits cannot be nearer than its rounding: it includes it."""
+        cut as the cells are; a value stored in 16 bits cannot be nearer than its rounding: it includes it,
+        and the first sample of such a tap is joined by its worst case, ``rounding_bound``."""
         if seeded:
             fl = reference_run(inp, config, states, info, ct, lo, hi, device, taps=TapSelection(names=taps),
                                dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor")
@@ -179,6 +180,10 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         else:
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
         t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
+        if inp is inputs:
+            for n, dt in run.tap_storage.items():
+                if n in t:
+                    t[n] = (t[n], rounding_bound(ref_sel[n], dt))
         r, _ = output_rows({n: stored_as(fl_out[n], run.outputs[n].dtype) for n in rows}, ct,
                            config.state_layout, chunk_list, head_list, G)
         return t, r
@@ -205,7 +210,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                                  tuple(n for n in mine if n in failing))
         for fl, second in ((floor_taps, taps2), (floor_rows, rows2)):
             for n, t in second.items():
-                fl[n] = (fl[n], t)
+                fl[n] = (*(fl[n] if isinstance(fl[n], tuple) else (fl[n],)), t)
         cells = judged()
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,

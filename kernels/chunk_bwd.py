@@ -89,7 +89,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
         A_log, dt_bias, chunks, scale=scale, gate=gate, lower_bound=lower_bound, precision=precision,
         tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]))
     dq, dk, dbeta = chunk_bwd_finish(qf, kf, dqn, dkn, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
-                                     beta_sigmoid=beta_sigmoid, tap_plan=tap_plan,
+                                     beta_sigmoid=beta_sigmoid, precision=precision, tap_plan=tap_plan,
                                      out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))
 
     out = {"dq": dq.view(B, T, H, K), "dk": dk.view(B, T, H, K), "dv": dv.view(B, T, H, V),

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, gate_act, mm_tf32, round_bf16, sigmoid, store_rn
+from .tlmath import GATE_IDS, div_, exp_, gate_act, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -66,6 +66,7 @@ def kda_fwd_token_kernel(
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm)
     QK_BF16: tl.constexpr,       # qn, kn rounded to bf16 before any use (qk_bf16)
     GC_F64: tl.constexpr,        # the gate and its cumsum in float64, rounded once (fp32 mode)
+    PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
@@ -81,7 +82,7 @@ def kda_fwd_token_kernel(
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
         l_h = tl.load(A_log + i_h)
-        a_h = tl.exp(l_h.to(tl.float32))
+        a_h = exp_(l_h.to(tl.float32), PRECISE)
         a_h64 = tl.exp(l_h.to(tl.float64))
     else:
         a_h = 1.0
@@ -92,7 +93,7 @@ def kda_fwd_token_kernel(
 
     b_beta = tl.load(beta + o_tok * H + i_h, mask=m_t, other=0).to(tl.float32)
     if BETA_SIGMOID:
-        b_b = tl.where(m_t, sigmoid(b_beta), 0.0)
+        b_b = tl.where(m_t, sigmoid(b_beta, PRECISE), 0.0)
     else:
         b_b = b_beta
 
@@ -110,8 +111,8 @@ def kda_fwd_token_kernel(
             b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32)
             b_sq += tl.sum(b_q * b_q, 1)
             b_sk += tl.sum(b_k * b_k, 1)
-        b_rq = 1.0 / tl.sqrt(b_sq + 1e-6)
-        b_rk = 1.0 / tl.sqrt(b_sk + 1e-6)
+        b_rq = rsqrt_(b_sq + 1e-6, PRECISE)
+        b_rk = rsqrt_(b_sk + 1e-6, PRECISE)
 
     # per K block: the per-token stage (qn, kn, gc, gT, kr)
     o_cK = o_t[:, None] * K
@@ -134,17 +135,17 @@ def kda_fwd_token_kernel(
         if GC_F64:
             b_gam = tl.where(m_tk, gate_act(b_g.to(tl.float64), b_dt.to(tl.float64), a_h64, lower_bound, GATE), 0.0)
         else:
-            b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE), 0.0)
+            b_gam = tl.where(m_tk, gate_act(b_g, b_dt, a_h, lower_bound, GATE, PRECISE), 0.0)
         b_gc = tl.cumsum(b_gam, axis=0).to(tl.float32)
         b_gT = tl.sum(tl.where((o_t == n_valid - 1)[:, None], b_gc, 0.0), 0)
-        b_kr = tl.where(m_tk, b_k * tl.exp(b_gT[None, :] - b_gc), 0.0)
+        b_kr = tl.where(m_tk, b_k * exp_(b_gT[None, :] - b_gc, PRECISE), 0.0)
         if STORE_QK:
             tl.store(qn + o_tk, b_q, mask=m_tk)
             tl.store(kn + o_tk, b_k, mask=m_tk)
         tl.store(gc + o_tk, b_gc, mask=m_tk)
         store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
-        b_qd = b_q * scale * tl.exp(b_gc)  # the qd tap, and qd for the state pass's o (STORE_QD)
+        b_qd = b_q * scale * exp_(b_gc, PRECISE)  # the qd tap, and qd for the state pass's o (STORE_QD)
         if STORE_QD:
             store_rn(qd + o_tk, b_qd, m_tk)
         if tapped:
@@ -157,10 +158,10 @@ def kda_fwd_token_kernel(
             if TAP_QD:
                 tl.store(t_qd + o_tap * BC * K + o_ck, b_qd, mask=m_ck)
             if TAP_KD:
-                tl.store(t_kd + o_tap * BC * K + o_ck, b_k * tl.exp(b_gc), mask=m_ck)
+                tl.store(t_kd + o_tap * BC * K + o_ck, b_k * exp_(b_gc, PRECISE), mask=m_ck)
             if TAP_KI:
                 # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
-                tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * tl.exp(-b_gc)), mask=m_ck)
+                tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * exp_(-b_gc, PRECISE)), mask=m_ck)
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
     tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
@@ -170,7 +171,8 @@ def kda_fwd_token_kernel(
 
 
 @triton.jit
-def _row_block(qn, kn, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr):
+def _row_block(qn, kn, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr,
+               PRECISE: tl.constexpr):
     """Row block s of a chunk, one K block: ``(kn, qn * scale) * exp(gc - a)`` with the anchor
     ``a = gc[16 s]`` (at the last valid row when the block is all padding), and the raw ``kn``, ``gc``
     for the blocks that pair with it as columns."""
@@ -180,7 +182,7 @@ def _row_block(qn, kn, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.conste
     b_g = tl.load(gc + p, mask=m, other=0)
     b_k = tl.load(kn + p, mask=m, other=0).to(tl.float32)
     b_a = tl.load(gc + ((bos + tl.minimum(i_s * 16, n_valid - 1)) * H + i_h) * K + o_k, mask=m_k, other=0)
-    b_el = tl.exp(tl.where(m, b_g - b_a[None, :], 0.0))
+    b_el = exp_(tl.where(m, b_g - b_a[None, :], 0.0), PRECISE)
     b_rk = b_k * b_el
     b_rq = tl.load(qn + p, mask=m, other=0).to(tl.float32) * scale * b_el
     return b_rk, b_rq, b_a, b_k, b_g, m
@@ -190,7 +192,7 @@ def _row_block(qn, kn, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.conste
 def _pair(b_Akk, b_Aqk, b_rk, b_rq, b_a, b_kj, b_gj, m_j, BF16: tl.constexpr):
     """Accumulate rows s against the columns of block j <= s: ``kd ki^T`` and ``qd ki^T``, both
     anchored at the rows' ``a``."""
-    b_c = tl.trans(tl.where(m_j, b_kj * tl.exp(tl.where(m_j, b_a[None, :] - b_gj, 0.0)), 0.0))
+    b_c = tl.trans(tl.where(m_j, b_kj * exp_(tl.where(m_j, b_a[None, :] - b_gj, 0.0), BF16 == 0), 0.0))
     return b_Akk + mm_tf32(b_rk, b_c, BF16), b_Aqk + mm_tf32(b_rq, b_c, BF16)
 
 
@@ -266,18 +268,18 @@ def kda_fwd_intra_solve_kernel(
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, gc, bos, 0, n_valid, i_h, o_k, m_k, scale, H, K)
+        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, gc, bos, 0, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
         k00, q00 = _pair(k00, q00, rk0, rq0, a0, kb0, g0, m0, BF16)
         if NB >= 2:
-            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, gc, bos, 1, n_valid, i_h, o_k, m_k, scale, H, K)
+            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, gc, bos, 1, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
             k10, q10 = _pair(k10, q10, rk1, rq1, a1, kb0, g0, m0, BF16)
             k11, q11 = _pair(k11, q11, rk1, rq1, a1, kb1, g1, m1, BF16)
         if NB >= 4:
-            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, gc, bos, 2, n_valid, i_h, o_k, m_k, scale, H, K)
+            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, gc, bos, 2, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
             k20, q20 = _pair(k20, q20, rk2, rq2, a2, kb0, g0, m0, BF16)
             k21, q21 = _pair(k21, q21, rk2, rq2, a2, kb1, g1, m1, BF16)
             k22, q22 = _pair(k22, q22, rk2, rq2, a2, kb2, g2, m2, BF16)
-            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, gc, bos, 3, n_valid, i_h, o_k, m_k, scale, H, K)
+            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, gc, bos, 3, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
             k30, q30 = _pair(k30, q30, rk3, rq3, a3, kb0, g0, m0, BF16)
             k31, q31 = _pair(k31, q31, rk3, rq3, a3, kb1, g1, m1, BF16)
             k32, q32 = _pair(k32, q32, rk3, rq3, a3, kb2, g2, m2, BF16)
@@ -367,8 +369,8 @@ def kda_fwd_wu_kernel(
             o_k = i_k * BK + tl.arange(0, BK)
             m_tk = m_t[:, None] & (o_k < K)[None, :]
             o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-            b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(
-                tl.load(gc + o_tk, mask=m_tk, other=0))
+            b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * exp_(
+                tl.load(gc + o_tk, mask=m_tk, other=0), BF16 == 0)
             store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
     else:
         for i_v in range(tl.cdiv(V, BK)):
@@ -435,7 +437,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=qk_l2norm, QK_BF16=qk_lowp,
-            GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, STORE_QD=qd is not None,
+            GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
             num_warps=knob("PREP_WARPS", 4),

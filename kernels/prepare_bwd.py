@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import GATE_IDS, mm, mm_tf32, slot_index, store_rn, tap_index, truncate_mantissa
+from .tlmath import GATE_IDS, div_, exp_, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index, truncate_mantissa
 from .tuning import block_size, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -141,15 +141,15 @@ def chunk_bwd_dqkg_v_kernel(
 
 
 @triton.jit
-def scale_exp_cols(p, x):
+def scale_exp_cols(p, x, PRECISE: tl.constexpr):
     """``p * exp(x)`` for ``x`` of shape [1, BK] (one exponent per column; taps only): three factors
     ``exp(min(x, 80))``, ``exp(clamp(x - 80, 0, 80))``, ``exp(clamp(x - 160, 0, 88))``, each finite,
     multiplied in turn, so no partial product exceeds the result: it overflows only where the result
     does (past x = 248 it does for any nonzero fp32 p), and p = 0 gives 0. Three multiplies per
     element; the exponentials are per column."""
-    b_1 = tl.exp(tl.minimum(x, 80.))
-    b_2 = tl.exp(tl.minimum(tl.maximum(x - 80., 0.), 80.))
-    b_3 = tl.exp(tl.minimum(tl.maximum(x - 160., 0.), 88.))
+    b_1 = exp_(tl.minimum(x, 80.), PRECISE)
+    b_2 = exp_(tl.minimum(tl.maximum(x - 80., 0.), 80.), PRECISE)
+    b_3 = exp_(tl.minimum(tl.maximum(x - 160., 0.), 88.), PRECISE)
     return p * b_1 * b_2 * b_3
 
 
@@ -212,14 +212,15 @@ def _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT: tl.constexpr, SPLIT
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
-    b_er = tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.))
-    b_kc = tl.where(m_c, b_kn * tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
+    b_er = exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0)
+    b_kc = tl.where(m_c, b_kn * exp_(tl.where(m_c, b_a[None, :] - b_gc, 0.), DOT == 0), 0.)
     b_mq = mm_x3(b_dMs, b_kc, DOT, SPLIT)
     b_ml = mm_x3(b_dL, b_kc, DOT, SPLIT)
     t_q, t_l = 0., 0.
     if TAP:
-        t_q = tl.where(m_r, scale_exp_cols(b_mq + _diag_rows(m_r, b_dd, b_kn, b_a, b_gc), -b_a[None, :]), 0.)
-        t_l = tl.where(m_r, scale_exp_cols(b_ml, -b_a[None, :]), 0.)
+        t_q = scale_exp_cols(b_mq + _diag_rows(m_r, b_dd, b_kn, b_a, b_gc, DOT), -b_a[None, :], DOT == 0)
+        t_q = tl.where(m_r, t_q, 0.)
+        t_l = tl.where(m_r, scale_exp_cols(b_ml, -b_a[None, :], DOT == 0), 0.)
     return tl.where(m_r, b_er * b_mq, 0.), tl.where(m_r, b_er * b_ml, 0.), t_q, t_l
 
 
@@ -247,11 +248,11 @@ def _store_last_row(p, x, o_t, m_k, C: tl.constexpr):
 
 
 @triton.jit
-def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc):
+def _diag_rows(m_r, b_dd, b_kn, b_a, b_gc, DOT: tl.constexpr):
     """(taps only) dMqk's diagonal term ``dd_i kn_i e^(a - gc_i)`` on the rows ``m_r`` of one 16-row
     block anchored at ``a``, 0 elsewhere: added to the block's anchored product before its e^(-a), so
     that a row's dqd tap overflows once rather than as inf - inf."""
-    return tl.where(m_r, b_dd[:, None] * b_kn * tl.exp(tl.where(m_r, b_a[None, :] - b_gc, 0.)), 0.)
+    return tl.where(m_r, b_dd[:, None] * b_kn * exp_(tl.where(m_r, b_a[None, :] - b_gc, 0.), DOT == 0), 0.)
 
 
 @triton.jit
@@ -261,8 +262,8 @@ def _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLI
     b_a = tl.sum(tl.where(o_t[:, None] == I * 16, b_gc, 0.), axis=0)
     m_r = ((o_t >= I * 16) & (o_t < I * 16 + 16))[:, None]
     m_c = (o_t < I * 16 + 16)[:, None]
-    b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
-    b_ec = tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.))
+    b_er = tl.where(m_r, exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0), 0.)
+    b_ec = exp_(tl.where(m_c, b_a[None, :] - b_gc, 0.), DOT == 0)
     return (tl.where(m_c, b_ec * mm_x3(tl.trans(b_dMs), b_qn * b_er, DOT, SPLIT), 0.),
             tl.where(m_c, b_ec * mm_x3(tl.trans(b_dbL), b_kn * b_er, DOT, SPLIT), 0.))
 
@@ -295,10 +296,10 @@ def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
     was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) Also returns, for the dqd and
     dkd taps, A's block ``b_dM``, the operand ``b_kc``, dL's product, the anchor and the block's columns."""
     b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
-    b_kc = b_kJ * tl.exp(b_a[None, :] - b_gJ)
+    b_kc = b_kJ * exp_(b_a[None, :] - b_gJ, DOT == 0)
     r = J * 16 + tl.arange(0, 16)
     m_r = (o_t >= J * 16)[:, None]
-    b_er = tl.where(m_r, tl.exp(tl.where(m_r, b_gc - b_a[None, :], 0.)), 0.)
+    b_er = tl.where(m_r, exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0), 0.)
     p_A = o_cc0 + o_t[:, None] * C + r[None, :]
     b_dM = tl.load(dMqk + p_A)
     b_A = tl.where(o_t[:, None] > r[None, :], b_dM, 0.)
@@ -315,14 +316,14 @@ def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_
     e^(15 |gamma|max) on the columns j < 16 (I + 1) it pairs with; A's rows come from memory, transposed."""
     b_qI, b_gI, b_a = _block_rows(qn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)
     b_kI = _rows(kn, bos, n, I, i_h, o_k, m_k, H, K)
-    b_er = tl.exp(b_gI - b_a[None, :])
+    b_er = exp_(b_gI - b_a[None, :], DOT == 0)
     r = I * 16 + tl.arange(0, 16)
     b_bI = tl.load(b + (bos + r) * H + i_h, mask=r < n, other=0.)
     p_AT = o_cc0 + r[None, :] * C + o_t[:, None]                  # [C, 16]: A[16 I + i, j] at [j, i]
     b_AT = tl.where(r[None, :] > o_t[:, None], tl.load(dMqk + p_AT), 0.)
     b_bLT = b_bI[None, :] * tl.load(dL + p_AT)
     m_c = (o_t < I * 16 + 16)[:, None]
-    b_ec = tl.where(m_c, tl.exp(tl.where(m_c, b_a[None, :] - b_gc, 0.)), 0.)
+    b_ec = tl.where(m_c, exp_(tl.where(m_c, b_a[None, :] - b_gc, 0.), DOT == 0), 0.)
     return b_ec * mm_x3(b_AT, b_qI * b_er, DOT, SPLIT), b_ec * mm_x3(b_bLT, b_kI * b_er, DOT, SPLIT)
 
 
@@ -382,7 +383,7 @@ def chunk_bwd_dqkg_kernel(
     b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
     b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32)
     b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
-    b_E = tl.exp(b_gc)
+    b_E = exp_(b_gc, DOT == 0)
 
     # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, on 16-row blocks:
     # P·[i] = sum_j A[i,j] x_j e^(gc_i-gc_j) by column blocks J;  Q·[j] = sum_i A[i,j] y_i e^(gc_i-gc_j) by
@@ -410,8 +411,8 @@ def chunk_bwd_dqkg_kernel(
                 if not tame:  # block J's share of T: the anchored products times e^(-a); dMqk with its
                     # diagonal is a product of its own (single tf32 in the bf16 modes)
                     b_Tq += scale_exp_cols(mm_tf32(tl.where(o_t[:, None] >= r[None, :], b_dM, 0.), b_kc, DOT),
-                                           -b_a[None, :])
-                    b_Tl += scale_exp_cols(b_ml, -b_a[None, :])
+                                           -b_a[None, :], DOT == 0)
+                    b_Tl += scale_exp_cols(b_ml, -b_a[None, :], DOT == 0)
     else:
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
@@ -429,7 +430,7 @@ def chunk_bwd_dqkg_kernel(
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
             if tame:
-                b_Ex = tl.exp(-b_gc)
+                b_Ex = exp_(-b_gc, DOT == 0)
                 b_Tq = b_Ex * (b_Pq + b_dd[:, None] * b_kn)
                 b_Tl = b_Ex * b_Pl
             if TAP_DQD:  # dO S^T + dMqk ki
@@ -466,13 +467,13 @@ def chunk_bwd_dqkg_kernel(
     idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DKI and on:  # E from gc masked as its load was (0 on padding rows): not the E formed first,
         # which would then stay live through the Q loop; a reload of gc waited on memory
-        b_Et = tl.exp(tl.where(m_tk, b_gc, 0.))
+        b_Et = exp_(tl.where(m_tk, b_gc, 0.), DOT == 0)
         _store_tap(t_dki, idx, (b_Ei + scale * b_dd[:, None] * b_qn) * b_Et, o_t, o_k, m_k, K, C)
     b_dkrv = tl.load(dkr + o_tk, mask=m_tk, other=0.)
     idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)  # again: not live from above
     if TAP_DKR and on:
         _store_tap(t_dkr, idx, b_dkrv, o_t, o_k, m_k, K, C)
-    b_Rr = tl.exp(b_gT[None, :] - b_gc) * b_dkrv  # R⊙dkr
+    b_Rr = exp_(b_gT[None, :] - b_gc, DOT == 0) * b_dkrv  # R⊙dkr
     store_rn(dk + o_tk, b_Ed + b_Ei + scale * b_dd[:, None] * b_qn + b_Rr, m_tk)
     b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path
     b_dkrr = b_kn * b_Rr                          # kr⊙dkr
@@ -485,7 +486,7 @@ def chunk_bwd_dqkg_kernel(
     b_dgTs = tl.load(dgTs + o_ch * K + o_k, mask=m_k, other=0.)
     b_sx = row_sums(b_dgx, o_t, 1, SCAN)
     b_dkrs = row_sums(b_dkrr, o_t, 0, SCAN)
-    b_dgam = b_sx + b_dkrs + (tl.exp(b_gT) * b_dgTs)[None, :]
+    b_dgam = b_sx + b_dkrs + (exp_(b_gT, DOT == 0) * b_dgTs)[None, :]
     if TAP_DGT and SCAN != 0:
         # sum_r kr⊙dkr[r] as the scan's last row plus that row (0 on padding rows), stored from the threads
         # that hold the row: no reduction of its own, and kr⊙dkr is not live past the scan. Not with the
@@ -494,23 +495,23 @@ def chunk_bwd_dqkg_kernel(
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
             _store_last_row(t_dgT + idx * K + o_k[None, :] + 0 * o_t[:, None],
-                            (tl.exp(b_gT) * b_dgTs)[None, :] + (b_dkrs + b_dkrr), o_t, m_k, C)
+                            (exp_(b_gT, DOT == 0) * b_dgTs)[None, :] + (b_dkrs + b_dkrr), o_t, m_k, C)
     b_dgam = tl.where(m_tk, b_dgam, 0.)
     if GATE == 0:
         b_dg = b_dgam
     else:
         b_graw = tl.load(g + o_tk, mask=m_tk, other=0.).to(tl.float32)
         b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0.)
-        b_A = tl.exp(tl.load(A_log + i_h))
+        b_A = exp_(tl.load(A_log + i_h), DOT == 0)
         if GATE == 1:
             b_z = b_A * (b_graw + b_dt[None, :])
-            b_dz = b_dgam * lower_bound / ((1. + tl.exp(-b_z)) * (1. + tl.exp(b_z)))
+            b_dz = div_(b_dgam * lower_bound, (1. + exp_(-b_z, DOT == 0)) * (1. + exp_(b_z, DOT == 0)), DOT == 0)
             b_dg = b_A * b_dz
             b_dA = tl.sum(tl.where(m_tk, b_dz * b_z, 0.), axis=0)
         else:
             b_x = b_graw + b_dt[None, :]
-            b_s = 1. / (1. + tl.exp(-b_x))
-            b_sp = tl.where(b_x > 20., b_x, tl.log(1. + tl.exp(tl.minimum(b_x, 20.))))
+            b_s = div_(1., 1. + exp_(-b_x, DOT == 0), DOT == 0)
+            b_sp = tl.where(b_x > 20., b_x, log_(1. + exp_(tl.minimum(b_x, 20.), DOT == 0), DOT == 0))
             b_dg = -b_A * b_s * b_dgam
             b_dA = tl.sum(tl.where(m_tk, -b_A * b_sp * b_dgam, 0.), axis=0)
         b_dg = tl.where(m_tk, b_dg, 0.)
@@ -521,7 +522,7 @@ def chunk_bwd_dqkg_kernel(
     if TAP_DGT and SCAN == 0:
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:  # last: the tap-only reduction follows the taps-off code's (layout_check.py)
-            tl.store(t_dgT + idx * K + o_k, tl.exp(b_gT) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
+            tl.store(t_dgT + idx * K + o_k, exp_(b_gT, DOT == 0) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
 
 
 @triton.jit
@@ -538,7 +539,7 @@ def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
 
 
 @triton.jit
-def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr):
+def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr, PRECISE: tl.constexpr):
     """``dx_out`` rows from ``dx`` (fp32) rows: r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>,
     r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself)."""
     b_ss = tl.zeros([C], dtype=tl.float32)
@@ -551,7 +552,7 @@ def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constex
         b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
         b_ss += tl.sum(b_x * b_x, axis=1)
         b_sd += tl.sum(b_x * b_dx, axis=1)
-    b_r = 1. / tl.sqrt(b_ss + 1e-6)
+    b_r = rsqrt_(b_ss + 1e-6, PRECISE)
     b_c = b_r * b_r * b_r * b_sd
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
@@ -576,6 +577,7 @@ def chunk_bwd_finish_kernel(
     BT, H, K, NK,    # sizes
     C: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr,
     TAP_DB: tl.constexpr,
+    PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -584,8 +586,8 @@ def chunk_bwd_finish_kernel(
     m_t = o_t < n
     o_th = (bos + o_t) * H + i_h
     if L2NORM:
-        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK)
-        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK)
+        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK, PRECISE)
+        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK, PRECISE)
     b_db = tl.zeros([C], dtype=tl.float32)
     for i_k in range(NK):
         b_db += tl.load(db_part + i_k * BT * H + o_th, mask=m_t, other=0.)
@@ -595,7 +597,7 @@ def chunk_bwd_finish_kernel(
             tl.store(t_db + idx * C + o_t, b_db)
     if BETA_SIGMOID:
         b_x = tl.load(beta + o_th, mask=m_t, other=0.).to(tl.float32)
-        b_db = b_db / ((1. + tl.exp(-b_x)) * (1. + tl.exp(b_x)))  # σ(x) σ(-x)
+        b_db = div_(b_db, (1. + exp_(-b_x, PRECISE)) * (1. + exp_(b_x, PRECISE)), PRECISE)  # σ(x) σ(-x)
     store_rn(dbeta + o_th, b_db, m_t)
 
 
@@ -686,8 +688,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 
-def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, beta_sigmoid: bool, tap_plan=None,
-                     out_dtypes=None):
+def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, beta_sigmoid: bool, precision: str,
+                     tap_plan=None, out_dtypes=None):
     """Returns ``dq, dk`` [BT,H,K] (the L2-norm backward of ``dqn, dkn`` when on, else ``dqn, dkn``
     themselves) and ``dbeta`` [BT,H], in ``out_dtypes`` (default fp32; in place when fp32)."""
     BT, H, K = q.shape
@@ -703,5 +705,6 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
         q=q, k=k, dqn=dqn, dkn=dkn, dq=dq, dk=dk, beta=beta, db_part=db_part, dbeta=dbeta,
         t_db=tap_plan.get("db") if tap else dbeta, **_plan_args(tap_plan, chunks), chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size,
-        BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, **LAUNCH)
+        BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap,
+        PRECISE=precision == "fp32", **LAUNCH)
     return dq, dk, dbeta

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, seq_order, state_grid, tap_kernel_args
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
-from .tlmath import mm, mm_operand, mm_tf32, seq_span, store_rn
+from .tlmath import exp_, mm, mm_operand, mm_tf32, seq_span, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -124,7 +124,7 @@ def kda_fwd_recurrence_kernel(
             store_rn(o + o_tv, mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16), m_tv)
 
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
-        b_S = b_S * tl.exp(b_gT)[:, None]
+        b_S = b_S * exp_(b_gT, BF16 == 0)[:, None]
         b_S += _state_mm(b_krT, b_U, BF16, MM_BF16)
         b_gT = b_gT_next
 
@@ -176,15 +176,15 @@ def kda_fwd_output_kernel(
     o_ch = (i_c * H + i_h).to(tl.int64)
 
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
-    b_qd = mm_operand(tl.where(m_tk, tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32) * scale * tl.exp(b_gc),
-                               0.0), BF16)
+    b_qd = tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32) * scale * exp_(b_gc, BF16 == 0)
+    b_qd = mm_operand(tl.where(m_tk, b_qd, 0.0), BF16)
     b_M = mm_operand(tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :]), BF16)
     if STORE_TAPS:
         i_slot = tl.load(head_slot + i_h)
         tapped = (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
         o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
         if TAP_VCORR:
-            b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * tl.exp(b_gc), 0.0)
+            b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * exp_(b_gc, BF16 == 0), 0.0)
             b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
     for i_vb in range(NVB):
         o_v = (i_vg * NVB + i_vb) * BV + tl.arange(0, BV)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_grid
-from .tlmath import mm, seq_span
+from .tlmath import exp_, mm, seq_span
 from .tuning import block_size, knob, pipeline_stages, state_block_v
 
 
@@ -57,10 +57,10 @@ def chunk_bwd_prep_kernel(
         b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])
         b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32)
         b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
-        b_E = tl.exp(b_gc)
+        b_E = exp_(b_gc, DOT == 0)
         b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
         tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
-        tl.store(kr + o_tk, b_kn * tl.exp(b_gT[None, :] - b_gc), mask=m_tk)
+        tl.store(kr + o_tk, b_kn * exp_(b_gT[None, :] - b_gc, DOT == 0), mask=m_tk)
         tl.store(w + o_tk, b_w, mask=m_tk)
     b_Mqk = tl.load(Mqk + o_cc, mask=m_tt, other=0.)
     for i_v in range(tl.cdiv(V, BV)):
@@ -151,7 +151,7 @@ def recurrence_bwd_kernel(
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
         b_dU = b_dU0 + mm(b_kr, b_dS, DOT)
         tl.store(dU + o_tv, b_dU, mask=m_tv)
-        b_dS = tl.exp(b_gT)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        b_dS = exp_(b_gT, DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
         if TAP_DS:
             if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):

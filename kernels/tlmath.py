@@ -15,6 +15,7 @@ import os
 
 import triton
 import triton.language as tl
+from triton.language.extra import libdevice
 
 # The CPU interpreter multiplies bf16 operands as raw 16-bit integers; there the fast mode is
 # emulated by rounding the operands to bf16 (round-to-nearest-even) and multiplying in fp32, which
@@ -124,26 +125,68 @@ def store_rn(ptr, x, mask):
 
 
 @triton.jit
-def sigmoid(x):
+def exp_(x, PRECISE: tl.constexpr):
+    """exp; with ``PRECISE`` (fp32 mode) on the GPU libdevice's ``expf``. Triton's ``tl.exp`` is ``ex2.approx``
+    of ``x·log2(e)`` rounded to fp32, whose relative error grows as ``|x|·2^-24`` (about 5e-6 at |x| = 80,
+    which gates of chunk 16 and 64 reach): on the H200 every fp32 tap sat at about twice the float32
+    reference's error with it (docs/kernels.md, Numerics). Under the interpreter (NumPy's exp) and in the
+    fast mode ``tl.exp``."""
+    if PRECISE and not INTERPRET:
+        return libdevice.exp(x)
+    else:
+        return tl.exp(x)
+
+
+@triton.jit
+def div_(a, b, PRECISE: tl.constexpr):
+    """a / b; with ``PRECISE`` on the GPU IEEE division (``div.rn``) rather than Triton's ``div.full``
+    (2 ulp)."""
+    if PRECISE and not INTERPRET:
+        return tl.div_rn(a, b)
+    else:
+        return a / b
+
+
+@triton.jit
+def rsqrt_(x, PRECISE: tl.constexpr):
+    """1 / sqrt(x); with ``PRECISE`` on the GPU from IEEE sqrt and division (``tl.sqrt`` and ``/`` are the
+    approximate instructions there)."""
+    if PRECISE and not INTERPRET:
+        return tl.div_rn(1.0, tl.sqrt_rn(x))
+    else:
+        return 1.0 / tl.sqrt(x)
+
+
+@triton.jit
+def log_(x, PRECISE: tl.constexpr):
+    """log; with ``PRECISE`` on the GPU libdevice's ``logf`` rather than ``lg2.approx``."""
+    if PRECISE and not INTERPRET:
+        return libdevice.log(x)
+    else:
+        return tl.log(x)
+
+
+@triton.jit
+def sigmoid(x, PRECISE: tl.constexpr = False):
     # exp of a non-positive argument only: no overflow, full relative accuracy on both tails
-    e = tl.exp(-tl.abs(x))
-    return tl.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+    e = exp_(-tl.abs(x), PRECISE)
+    return tl.where(x >= 0, div_(1.0, 1.0 + e, PRECISE), div_(e, 1.0 + e, PRECISE))
 
 
 @triton.jit
-def softplus(x):
+def softplus(x, PRECISE: tl.constexpr = False):
     # log(1 + exp(x)) = max(x, 0) + log1p(exp(-|x|)); a two-term series replaces log1p for tiny e
-    e = tl.exp(-tl.abs(x))
-    return tl.maximum(x, 0.0) + tl.where(e < 1e-4, e * (1.0 - 0.5 * e), tl.log(1.0 + e))
+    e = exp_(-tl.abs(x), PRECISE)
+    return tl.maximum(x, 0.0) + tl.where(e < 1e-4, e * (1.0 - 0.5 * e), log_(1.0 + e, PRECISE))
 
 
 @triton.jit
-def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr):
+def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr, PRECISE: tl.constexpr = False):
     """Per-token natural-log decay gamma from the raw gate [BC, BK] (b_dt [BK], a_h = exp(A_log[h]))."""
     if GATE == 1:
-        return lower_bound * sigmoid(a_h * (b_g + b_dt[None, :]))
+        return lower_bound * sigmoid(a_h * (b_g + b_dt[None, :]), PRECISE)
     elif GATE == 2:
-        return -a_h * softplus(b_g + b_dt[None, :])
+        return -a_h * softplus(b_g + b_dt[None, :], PRECISE)
     else:
         return b_g
 

@@ -10,7 +10,7 @@ import time
 import pytest
 import torch
 
-from kdadbg.noise import UNREP
+from kdadbg.noise import DRIFT, UNREP
 from typer.testing import CliRunner
 
 from kdadbg import cli
@@ -301,3 +301,51 @@ def test_values_stored_in_16_bits_are_judged_against_a_floor_that_rounds_too():
     assert res.first_divergence is None
     undeclared = diff_dump(inputs, config, _Bf16Storage(declare=False), names=("S", "U"), window=0)
     assert undeclared.first_bug["tap"] == "S" and not undeclared.passed    # a rounding nobody declared is a bug
+
+
+class _TwiceRounded(Implementation):
+    """The float32 reference with its ki taps off by 1.5 bf16 half-ulps and then stored in bf16 (FlashKDA's
+    ki on lower-bound dumps is 5.3e-3 from float64), its S stored in bf16, ``plant``: S of that chunk x 1.05."""
+    name = "ki-twice-rounded"
+    provides_taps = True
+    precision = "bf16"
+
+    def __init__(self, plant=None):
+        self.plant = plant
+
+    def run(self, inputs, config, *, device, taps=None):
+        res = run_reference(inputs, config, taps=("ki", "S"), dtype=torch.float32)
+        ki = res.taps["ki"]
+        sign = torch.randint(0, 2, ki.shape, generator=torch.Generator().manual_seed(0)).to(ki.dtype) * 2 - 1
+        t = {"ki": (ki * (1 + 1.5 * 2.0 ** -8 * sign)).to(torch.bfloat16).float(),
+             "S": res.taps["S"].to(torch.bfloat16).float()}
+        if self.plant is not None:
+            t["S"][self.plant] *= 1.05
+        outs = {n: x.to(torch.bfloat16) if n == "o" else x for n, x in res.outputs.items()}
+        run = ImplRun(outs, t, list(range(res.chunks.n_chunks)), list(range(inputs.shape[2])))
+        run.tap_storage = {"ki": torch.bfloat16, "S": torch.bfloat16}
+        return run
+
+
+def test_rounding_bound_is_half_an_ulp_of_the_storage():
+    from kdadbg.impls.base import rounding_bound
+    x = torch.randn(4096, dtype=torch.float64) * torch.logspace(-20, 20, 4096, dtype=torch.float64)
+    b = rounding_bound(x, torch.bfloat16)
+    assert bool(((x.to(torch.bfloat16).double() - x).abs() <= (b - x).abs()).all())    # no rounding is worse
+    rel = ((b - x) / x).abs()
+    assert float(rel.min()) > 2.0 ** -9 * 0.99 and float(rel.max()) <= 2.0 ** -8
+
+
+def test_a_16_bit_tap_has_its_rounding_as_a_floor_and_a_planted_fault_is_still_a_bug():
+    # ki of a lower-bound dump whose one channel decays at the bound: each cell's norm sits on a few
+    # elements, and one float32 run's own rounding of them can be far under a bf16 half-ulp
+    inputs, config = case_inputs("kimi")
+    g = inputs.g.clone()
+    g[..., 0], g[..., 1:] = 20.0, -20.0
+    inputs = dataclasses.replace(inputs, g=g)
+    res = diff_dump(inputs, config, _TwiceRounded(), names=("ki", "S"), window=0)
+    ki = res.cells["ki"]
+    assert float(ki.floor.min()) >= 2.0 ** -9 * 0.99, "the floor of a bf16 tap is at least its rounding bound"
+    assert res.first_bug is None and int((ki.label == DRIFT).sum()) > 0     # over tol, within the floor
+    planted = diff_dump(inputs, config, _TwiceRounded(plant=3), names=("ki", "S"), window=0)
+    assert (planted.first_bug["tap"], planted.first_bug["chunk"]) == ("S", 3)

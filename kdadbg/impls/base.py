@@ -106,6 +106,18 @@ def stored_as(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:
     return t.to(dtype).to(t.dtype) if dtype in STORAGE_DTYPES else t
 
 
+def rounding_bound(ref: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """``ref`` moved by half a unit in the last place of the 16-bit ``dtype`` (away from zero): an
+    implementation storing it so at its worst after one rounding. Against ``ref`` its ratio is the RMS of
+    those half-ulps over RMS(ref), 2^-9..2^-8 for bf16 whatever the values, where ``stored_as`` of one
+    float32 run gives whatever that run's rounding happened to be (a cell whose norm a few elements carry,
+    as ``ki``'s largest ``exp(-gc)`` do, drew floors 10x under the bound). Zeros and non-finite values stay."""
+    _, e = torch.frexp(ref)
+    nmant = round(-math.log2(torch.finfo(dtype).eps))   # stored mantissa bits: 7 bf16, 10 fp16
+    half = torch.ldexp(torch.ones_like(ref), e - 2 - nmant)
+    return torch.where(torch.isfinite(ref) & (ref != 0), ref + torch.sign(ref) * half, ref)
+
+
 class Implementation:
     """Base of every implementation; subclasses set ``name`` and override ``run`` (and ``supports``).
 
