@@ -28,6 +28,16 @@ def dot_mode(precision: str) -> int:
     return 2 if os.environ.get("TRITON_INTERPRET") == "1" else 1
 
 
+def state_f64(precision: str) -> int:
+    """Whether the state passes carry the state (and the forward's ``U``) in float64 (knob ``STATE_F64``,
+    default in fp32 mode), stored in fp32: each chunk's ``S``/``dS`` is then one rounding from its exact
+    product rather than a float32 chain's. On the H200 the fp32 states ran at about twice the float32
+    reference's error, and a ``dg`` row whose chunk cancels carried it to 5-9 times its floor (chunks 177 and
+    448 of the model-size ``kimi`` case, ``benchmarks/dg_probe.py``: started from the reference's states the
+    same rows sat at their floor). bf16 mode: no effect."""
+    return int(precision == "fp32" and bool(knob("STATE_F64", 1)))
+
+
 def fwd_lowp(precision: str) -> int:
     """Which of the forward state pass's inputs are bf16 in the fast mode (knob ``FWD_LOWP``, a bit mask):
     1 ``w``, 2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``)

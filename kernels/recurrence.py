@@ -24,7 +24,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, fwd_lowp, seq_order, state_grid, tap_kernel_args
+from .common import LAUNCH, chunk_launches, fwd_lowp, seq_order, state_f64, state_grid, tap_kernel_args
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -32,9 +32,12 @@ OUTPUT_TAPS = ("S", "vcorr", "U")
 
 
 @triton.jit
-def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr):
-    """A product of the state pass: bf16 MMA (``MM_BF16``, common.fwd_lowp bit 8) or ``mm_tf32``."""
-    if MM_BF16:
+def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr, F64: tl.constexpr = 0):
+    """A product of the state pass: float64 (``F64``, the fp32 mode's state in float64), bf16 MMA
+    (``MM_BF16``, common.fwd_lowp bit 8) or ``mm_tf32``."""
+    if F64:
+        r = tl.dot(a.to(tl.float64), b.to(tl.float64))
+    elif MM_BF16:
         r = mm(a, b, BF16)
     else:
         r = mm_tf32(a, b, BF16)
@@ -69,6 +72,7 @@ def kda_fwd_recurrence_kernel(
     U_AHEAD: tl.constexpr = 0,   # 1: u loaded one step ahead into registers (out of the pipeliner's stages)
     MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (common.fwd_lowp bit 8), else tf32
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
+    F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -80,10 +84,11 @@ def kda_fwd_recurrence_kernel(
     m_kv = m_k[:, None] & m_v[None, :]
 
     o_nh = (i_n * H + i_h).to(tl.int64)
+    acc: tl.constexpr = tl.float64 if F64 else tl.float32
     if HAS_H0:
-        b_S = tl.load(h0 + o_nh * K * V + o_kv, mask=m_kv, other=0).to(tl.float32)
+        b_S = tl.load(h0 + o_nh * K * V + o_kv, mask=m_kv, other=0).to(acc)
     else:
-        b_S = tl.zeros([BK, BV], dtype=tl.float32)
+        b_S = tl.zeros([BK, BV], dtype=acc)
 
     c_lo = tl.load(seq_chunk_base + i_n)
     c_hi = tl.load(seq_chunk_base + i_n + 1)
@@ -94,7 +99,7 @@ def kda_fwd_recurrence_kernel(
     b_gT = tl.load(gT + (c_lo * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c_lo < c_hi), other=0)
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
-        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(tl.float32)
+        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
@@ -108,27 +113,27 @@ def kda_fwd_recurrence_kernel(
         b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
         if U_AHEAD:
             b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :],
-                               other=0).to(tl.float32)
+                               other=0).to(acc)
 
-        tl.store(S + o_ch * K * V + o_kv, b_S, mask=m_kv)
+        tl.store(S + o_ch * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
         if U_AHEAD:
             b_U = b_u
             b_u = b_u_next
         else:
-            b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(tl.float32)
-        b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16)
-        tl.store(U + o_tv, b_U, mask=m_tv)
+            b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(acc)
+        b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
+        tl.store(U + o_tv, b_U.to(tl.float32), mask=m_tv)
         if FUSE_OUT:  # off the chain: S and U of this chunk are final here
             b_qd = tl.load(qd + o_tk, mask=m_tk, other=0)
             b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
             store_rn(o + o_tv, mm(b_qd, b_S, BF16) + mm(b_M, b_U, BF16), m_tv)
 
         b_krT = tl.load(krT + (o_ch * K + o_k[:, None]) * BC + o_t[None, :], mask=m_k[:, None], other=0)
-        b_S = b_S * exp_(b_gT, BF16 == 0)[:, None]
-        b_S += _state_mm(b_krT, b_U, BF16, MM_BF16)
+        b_S = b_S * exp_(b_gT.to(acc), BF16 == 0)[:, None]
+        b_S += _state_mm(b_krT, b_U, BF16, MM_BF16, F64)
         b_gT = b_gT_next
 
-    tl.store(ht + o_nh * K * V + o_kv, b_S, mask=m_kv)
+    tl.store(ht + o_nh * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
 
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
@@ -274,7 +279,8 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
-        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), **LAUNCH,
+        BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
+        **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o

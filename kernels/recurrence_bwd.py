@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, dot_mode, seq_order, state_grid
+from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
 from .tlmath import exp_, mm, seq_span
 from .tuning import block_size, knob, pipeline_stages, state_block_v
 
@@ -93,6 +93,7 @@ def recurrence_bwd_kernel(
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
+    F64: tl.constexpr = 0,       # 1: dS and dU carried in float64, stored in fp32 (recurrence.state_f64)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -103,10 +104,11 @@ def recurrence_bwd_kernel(
     m_k, m_v = o_k < K, o_v < V
     m_kv = m_k[:, None] & m_v[None, :]
     o_kv = o_k[:, None].to(tl.int64) * V + o_v[None, :]
+    acc: tl.constexpr = tl.float64 if F64 else tl.float32
     if USE_DHT:
-        b_dS = tl.load(dht + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, mask=m_kv, other=0.)
+        b_dS = tl.load(dht + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, mask=m_kv, other=0.).to(acc)
     else:
-        b_dS = tl.zeros([BK, BV], dtype=tl.float32)
+        b_dS = tl.zeros([BK, BV], dtype=acc)
     # chunk rows by arithmetic (tlmath.seq_span), and the next chunk's dU0 and exp(gT) loaded one step
     # ahead: loads that feed no tl.dot stay synchronous under the pipeliner, and these two sat on the
     # step's chain of products. Masks "o * 0 + c < n": the interpreter rejects a mask tensor combined
@@ -140,24 +142,30 @@ def recurrence_bwd_kernel(
         b_gT_prev = tl.load(gT + o_ck - H * K + o_k, mask=m_k & (o_k * 0 + c > c0), other=0.)
         if DH0_SLOT:
             c_st = tl.where(c >= c0, c, i_n - n_seqs)  # the slot the arriving dS goes to
-            tl.store(dSn + (c_st * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
+            tl.store(dSn + (c_st * H + i_h).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
         else:
-            tl.store(dSn + o_ck * V + o_kv, b_dS, mask=m_kv)
+            tl.store(dSn + o_ck * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
         b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
         b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0.)
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
-        b_dU = b_dU0 + mm(b_kr, b_dS, DOT)
-        tl.store(dU + o_tv, b_dU, mask=m_tv)
-        b_dS = exp_(b_gT, DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        if F64:
+            b_dU = b_dU0.to(tl.float64) + tl.dot(b_kr.to(tl.float64), b_dS)
+            b_dS = (tl.exp(b_gT.to(tl.float64))[:, None] * b_dS
+                    + tl.dot(tl.trans(b_qd).to(tl.float64), b_do.to(tl.float64)) - tl.dot(tl.trans(b_w).to(tl.float64), b_dU))
+        else:
+            b_dU = b_dU0 + mm(b_kr, b_dS, DOT)
+            b_dS = exp_(b_gT, DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        tl.store(dU + o_tv, b_dU.to(tl.float32), mask=m_tv)
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
         if TAP_DS:
             if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
-                tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
+                tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32),
+                         mask=m_kv)
     if STORE_DH0 and not DH0_SLOT:
-        tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS, mask=m_kv)
+        tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
@@ -231,7 +239,8 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_dS=tap_plan.get("dS") if tap else dummy, head_slot=tap_plan.head_slot if tap else chunks.chunk_len,
         tap_lo=tap_plan.lo if tap else 0, tap_hi=tap_plan.hi if tap else 0, n_sel=tap_plan.n_sel if tap else 0,
         H=H, K=K, V=V, n_seqs=N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, **LAUNCH,
+        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, F64=state_f64(precision),
+        **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:
         return dSn, None
