@@ -29,9 +29,9 @@ def dot_mode(precision: str) -> int:
 
 
 def state_f64(precision: str) -> int:
-    """Whether the state passes carry the state (and the forward's ``U``) in float64 (knob ``STATE_F64``,
-    default in fp32 mode), stored in fp32: each chunk's ``S``/``dS`` is then one rounding from its exact
-    product rather than a float32 chain's. On the H200 the fp32 states ran at about twice the float32
+    """Whether the state passes carry the state in float64 (knob ``STATE_F64``, default in fp32 mode), stored
+    in fp32: the forward's ``S`` and ``U`` with float64 products, the backward's ``dS`` added in float64 from
+    fp32 products (Triton 3.6 did not lower float64 products there on sm_90). On the H200 the fp32 states ran at about twice the float32
     reference's error, and a ``dg`` row whose chunk cancels carried it to 5-9 times its floor (chunks 177 and
     448 of the model-size ``kimi`` case, ``benchmarks/dg_probe.py``: started from the reference's states the
     same rows sat at their floor). bf16 mode: no effect."""

@@ -93,7 +93,7 @@ def recurrence_bwd_kernel(
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
-    F64: tl.constexpr = 0,       # 1: dS and dU carried in float64, stored in fp32 (recurrence.state_f64)
+    F64: tl.constexpr = 0,       # 1: dS carried in float64, stored in fp32 (common.state_f64)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -151,10 +151,10 @@ def recurrence_bwd_kernel(
         b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0.)
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
-        if F64:
-            b_dU = b_dU0.to(tl.float64) + tl.dot(b_kr.to(tl.float64), b_dS)
+        if F64:  # fp32 products (Triton 3.6 on sm_90 failed to lower the fp64 ones here), the state in fp64
+            b_dU = b_dU0 + mm(b_kr, b_dS.to(tl.float32), DOT)
             b_dS = (tl.exp(b_gT.to(tl.float64))[:, None] * b_dS
-                    + tl.dot(tl.trans(b_qd).to(tl.float64), b_do.to(tl.float64)) - tl.dot(tl.trans(b_w).to(tl.float64), b_dU))
+                    + (mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)).to(tl.float64))
         else:
             b_dU = b_dU0 + mm(b_kr, b_dS, DOT)
             b_dS = exp_(b_gT, DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)

@@ -41,8 +41,8 @@ KNOBS: dict[str, Knob] = {
                    "1: the forward token kernel forms the gate and its within-chunk cumsum gc in float64, "
                    "rounded to fp32 once: gc's error is then one rounding (e.g. 3.8e-6 at |gc| = 90) rather than "
                    "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
-    "STATE_F64": Knob("1 (fp32 mode only)", "1: the forward and backward state passes carry S, U, dS, dU in float64, "
-                      "stored in fp32 (common.state_f64); 0: in fp32", True),
+    "STATE_F64": Knob("1 (fp32 mode only)", "1: the forward state pass carries S, U in float64 (float64 products), "
+                      "the backward dS (fp32 products), stored in fp32 (common.state_f64); 0: in fp32", True),
     "PREP_BK": Knob("K rounded up to a power of two, 16 to 64",
                     "K block of the forward token kernel (the l2norm row sums add per block)", True),
     "PREP_SOLVE_BK": Knob("16", "K block of the forward intra/solve kernel's products", True),
