@@ -509,8 +509,13 @@ def test_kernels_are_quiet_on_realistic_presets(kernel_device, name, precision):
     pytest.param("ln2_twice", "kimi_c64", 2, "dgc", id="ln2_twice-kimi_c64"),
     pytest.param("gate_padding", "fla_layer_varlen", 3, "gT", id="gate_padding-fla_layer_varlen"),
     pytest.param("varlen_offset", "kimi_varlen", 1, "gc", id="varlen_offset-kimi_varlen"),
+    # the fault transposes the [K, BV] tile of dS: square at V blocks of K (32) columns (a launch-only knob)
+    pytest.param("dS_untransposed", "kimi", 2, "dS", id="dS_untransposed-kimi"),
+    pytest.param("dgT_after_update", "fla_layer", 1, "dgT", id="dgT_after_update-fla_layer"),
 ])
-def test_planted_kernel_fault_is_found_on_realistic_presets(kernel_device, fault, case, chunk, tap):
+def test_planted_kernel_fault_is_found_on_realistic_presets(kernel_device, fault, case, chunk, tap, monkeypatch):
+    if fault == "dS_untransposed":
+        monkeypatch.setenv("KDADBG_RECB_BV", "32")
     inputs, cfg = inputs_for(case)
     with plant(fault, chunk):
         res = diff_dump(inputs, cfg, device=kernel_device)

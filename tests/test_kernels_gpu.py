@@ -173,6 +173,7 @@ def test_diff_is_quiet_on_realistic_presets_at_model_size(name, precision):
     ("ln2_twice", "kimi_c64", 70, "dgc"),
     ("gate_padding", "fla_layer_varlen", 20, "gT"),   # seq 0 (1300 tokens) ends in chunk 20, a tail
     ("varlen_offset", "kimi_varlen", 200, "gc"),
+    ("dgT_after_update", "kimi", 300, "dgT"),
 ])
 def test_planted_fault_is_named_on_realistic_presets_at_model_size(fault, name, chunk, tap):
     """Loud on bugs at GPU sizes: the planted fault is the first divergence, at its tap and chunk, a BUG,
