@@ -709,3 +709,32 @@ def test_a_cell_with_an_unlucky_small_floor_is_judged_by_its_quantitys_median_fl
     lab = classify(passed, ratio, torch.zeros_like(ratio, dtype=torch.long), eff)
     assert int(lab[0, 0]) == DRIFT and int(lab[1, 1]) == BUG
     assert int(classify(passed, ratio, torch.zeros_like(ratio, dtype=torch.long), fl)[0, 0]) == BUG   # the raw floor
+
+
+class _ScaledDALog(Implementation):
+    """Our kernels in bf16 mode with head 1's dA_log scaled: a bug of the reduction alone (dg as computed)."""
+    name = "ours-dA_log-scaled"
+    precision = "bf16"
+
+    def __init__(self, factor):
+        self.factor = factor
+
+    def run(self, inputs, config, *, device, taps=None):
+        run = resolve_impl("ours", "bf16", None).run(inputs, config, device=device, taps=taps)
+        run.outputs["dA_log"] = run.outputs["dA_log"].clone()
+        run.outputs["dA_log"][1] *= self.factor
+        return run
+
+
+def test_a_reduced_gradient_carried_in_from_dg_is_drift_and_a_wrong_sum_is_a_bug(kernel_device):
+    # CI-size kimi at seed 0 (the preset's default): head 1's dA_log cancels (sqrt(sum t^2)/|sum t| = 18),
+    # so dg within its bar (5.3e-3) puts dA_log at 0.15 against 1e-2, 24x the float32 floor
+    inputs, cfg = make_inputs(get_case("kimi"), seed=0)
+    res = diff_dump(inputs, cfg, _ScaledDALog(1.0), device=kernel_device)
+    c = res.cells["dA_log"]
+    assert float(c.ratio[0, 1]) > 10 * float(c.floor[0, 1]) and int(c.label[0, 1]) == DRIFT
+    assert res.first_bug is None and res.passed
+    assert any(n.startswith("dA_log: over its tolerance, carried in from dg") for n in res.notes)
+    wrong = diff_dump(inputs, cfg, _ScaledDALog(1.5), device=kernel_device, window=0)
+    assert int(wrong.cells["dA_log"].label[0, 1]) == BUG and not wrong.passed
+    assert wrong.first_bug["tap"] == "dA_log" and not any("carried in from dg" in n for n in wrong.notes)

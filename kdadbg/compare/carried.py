@@ -1,0 +1,59 @@
+"""``dA_log`` and ``ddt_bias`` are sums over every token of one head: linear in ``dg`` with coefficients
+from the inputs (spec §1.3), so an implementation's own ``dg`` determines them. Formed exactly from that
+``dg``, they carry ``dg``'s error and nothing of the reduction's: where a chunk's gate gradient cancels
+across the head (sqrt(sum t^2) / |sum t| = 18 for head 1 of the CI-size ``kimi`` dump at seed 0), ``dg``
+within its bar (5.3e-3 against 2e-2 in bf16 mode) puts ``dA_log`` at 0.15 against a bar of 1e-2. Such a
+cell is carried in from ``dg``, which is judged on its own rows, not a bug of the reduction. A cell's error
+splits into the sum's own (the implementation's value against the exact sum of its own ``dg``) and the
+part carried in (that exact sum against the reference): :func:`carried_in` relabels a BUG of these rows
+DRIFT where the sum's own part is within the quantity's tolerance, and says so."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from .. import noise
+from .cells import Cells, compare_cells, output_rows
+
+REDUCED = ("dA_log", "ddt_bias")
+
+
+def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
+    """``dA_log`` [HV] and ``ddt_bias`` (the dump's ``dt_bias`` shape) formed in float64 from ``dg``
+    [B, T, HV, K]: ``ddt_bias = sum_t dg``; ``dA_log = sum_{t,k} dg c`` with ``c = g + dt_bias`` for the
+    lower-bound gate and ``softplus(x) / sigmoid(x)`` (x = g + dt_bias) for softplus."""
+    d = dg.detach().to(torch.float64).cpu()
+    HV, K = d.shape[2], d.shape[3]
+    x = inputs.g.detach().to(torch.float64).cpu() + inputs.dt_bias.detach().to(torch.float64).cpu().reshape(HV, K)
+    if config.gate == "lower_bound":
+        c = x
+    else:   # softplus(x) / sigmoid(x) -> 1 as x -> -inf (both e^x)
+        c = torch.where(x < -30, torch.ones_like(x), F.softplus(x) / torch.sigmoid(x))
+    return {"dA_log": (d * c).sum((0, 1, 3)),
+            "ddt_bias": d.sum((0, 1)).reshape(inputs.dt_bias.shape)}
+
+
+def carried_in(cells: dict[str, Cells], outputs: dict, ref_outputs: dict, inputs, config, ct, chunk_list,
+               head_list, info, tols, group: int = 1) -> dict[str, float]:
+    """Relabel BUG cells of ``dA_log``/``ddt_bias`` DRIFT where the implementation's value is within the
+    quantity's tolerance of the exact sum of its own ``dg``; returns ``{name: the worst relabelled cell's
+    carried ratio}`` (that exact sum against the reference), empty if none."""
+    names = [n for n in REDUCED if n in cells and n in outputs]
+    if config.gate == "none" or "dg" not in outputs or not names or inputs.dt_bias is None:
+        return {}
+    sums = reductions_of(outputs["dg"], inputs, config)
+    mine, ids = output_rows({n: sums[n].to(outputs[n].device) for n in names}, ct, config.state_layout, chunk_list,
+                            head_list, group)
+    theirs, _ = output_rows({n: ref_outputs[n] for n in names}, ct, config.state_layout, chunk_list, head_list, group)
+    impl, _ = output_rows({n: outputs[n] for n in names}, ct, config.state_layout, chunk_list, head_list, group)
+    got = compare_cells(mine, theirs, ids, head_list, info, tols)       # carried in: exact sum vs reference
+    own = compare_cells(impl, mine, ids, head_list, info, tols)         # the sum's own: value vs exact sum
+    out = {}
+    for n in names:
+        c, carried = cells[n], got[n].ratio
+        hit = (c.label == noise.BUG) & torch.isfinite(carried) & (own[n].ratio <= c.tol)
+        if bool(hit.any()):
+            c.label = torch.where(hit, torch.tensor(noise.DRIFT, dtype=c.label.dtype), c.label)
+            out[n] = float(carried[hit].max())
+    return out
