@@ -735,6 +735,8 @@ def test_a_reduced_gradient_carried_in_from_dg_is_drift_and_a_wrong_sum_is_a_bug
     assert float(c.ratio[0, 1]) > 10 * float(c.floor[0, 1]) and int(c.label[0, 1]) == DRIFT
     assert res.first_bug is None and res.passed
     assert any(n.startswith("dA_log: over its tolerance, carried in from dg") for n in res.notes)
+    first = res.first_divergence     # the lead says where its error comes from
+    assert (first["tap"], first["label"]) == ("dA_log", "DRIFT") and first["carried_in_from_dg"] > 10 * first["floor"]
     wrong = diff_dump(inputs, cfg, _ScaledDALog(1.5), device=kernel_device, window=0)
     assert int(wrong.cells["dA_log"].label[0, 1]) == BUG and not wrong.passed
     assert wrong.first_bug["tap"] == "dA_log" and not any("carried in from dg" in n for n in wrong.notes)

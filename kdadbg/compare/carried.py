@@ -55,5 +55,6 @@ def carried_in(cells: dict[str, Cells], outputs: dict, ref_outputs: dict, inputs
         hit = (c.label == noise.BUG) & torch.isfinite(carried) & (own[n].ratio <= c.tol)
         if bool(hit.any()):
             c.label = torch.where(hit, torch.tensor(noise.DRIFT, dtype=c.label.dtype), c.label)
+            c.carried = torch.where(hit, carried, torch.tensor(float("nan"), dtype=carried.dtype))
             out[n] = float(carried[hit].max())
     return out

@@ -45,6 +45,9 @@ class Cells:
     floor: torch.Tensor | None = None
     label: torch.Tensor | None = None
     unrep_reason: list | None = None   # [R] reason per chunk row where a cell is UNREP
+    # [R, Hs] dA_log/ddt_bias: the exact sum of the implementation's own dg against the reference, where a
+    # BUG became DRIFT carried in from dg (compare.carried); NaN elsewhere
+    carried: torch.Tensor | None = None
     group: int = 1                     # > 1: heads are q/k heads of this many value heads each
 
     def column(self, value_head: int) -> int | None:

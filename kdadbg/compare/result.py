@@ -144,6 +144,8 @@ class DiffResult:
         for axis, sym in enumerate(q.shape):
             if sym in ("K", "V"):
                 d[sym.lower()] = index[axis]
+        if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
+            d["carried_in_from_dg"] = float(cells.carried[r, h])
         if cells.group > 1:   # dq, dk under GVA: ``head`` is a q/k head
             d["value_heads"] = list(range(head * cells.group, (head + 1) * cells.group))
         return d

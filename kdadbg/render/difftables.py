@@ -169,9 +169,12 @@ def render_first(console: Console, res) -> None:
         return
     style = STYLE[first["label"]]
     where = "every chunk" if first["chunk"] is None else f"chunk {first['chunk']}"
+    carried = (f", carried in from dg: its exact sum is {num(first['carried_in_from_dg'])} off"
+               if "carried_in_from_dg" in first else "")
     console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) {where}"
                   f", {_head(first)}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
                   f" ([{style}]{first['label']}[/{style}]"
+                  f"{carried}"
                   f"{', noise floor ' + num(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
     console.print(f"  worst element {first['index']}: {_where(first)}: {kname} {num(first['kernel'])}, "
