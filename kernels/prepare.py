@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, div_, exp_, gate_act, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
+from .tlmath import GATE_IDS, exp_, gate_act, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 

@@ -19,7 +19,7 @@ from kdadbg.impls.tapsfile import TapsFile
 from kdadbg.localise import window_inputs
 from kdadbg.tolerances import tap_tolerances
 from kdadbg.errors import KdadbgError
-from kdadbg.noise import BUG, DRIFT, EXP_NEG_GC_TAPS, OK, UNREP, classify
+from kdadbg.noise import BUG, DRIFT, OK, UNREP, classify
 from kdadbg.reference import run_reference
 from kdadbg.tapsfile import chunk_rows, read_taps_file, taps_metadata, write_taps_file
 from kdadbg_kernels.taps import TAP_NAMES

@@ -16,7 +16,6 @@ from typer.testing import CliRunner
 from kdadbg import cli
 from kdadbg.cases import CASES, get_case, make_inputs
 from kdadbg.chunks import chunk_table
-from kdadbg.config import KDAInputs
 from kdadbg.diff import diff_dump
 from kdadbg.dump import save_dump
 from kdadbg.errors import KdadbgError
