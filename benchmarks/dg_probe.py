@@ -21,8 +21,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
 
 def ratio(x, ref):
-    x, ref = x.double(), ref.double()
-    return float((x - ref).pow(2).mean().sqrt() / (ref.pow(2).mean().sqrt() + 1e-8))
+    from kdadbg.compare.metrics import compare
+
+    return compare("dg", x, ref).ratio
 
 
 def dg_from_taps(dgc, dgT, g, A_log, dt_bias, lb, gate):

@@ -26,7 +26,7 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare.carried import carried_in
+from .compare.carried import carried_from_dg, carried_in
 from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare_cells, nan_positions_agree, nonfinite_inputs,
                       nonfinite_note, output_rows, unrepresentable)
 from .config import KDAConfig, KDAInputs
@@ -170,10 +170,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {offered} for the selection "
                           f"(chunks {lo}:{hi}, heads {','.join(map(str, head_list))})")
 
-    def floor_run(inp, taps: tuple, rows: tuple):
+    def floor_run(inp, taps: tuple, rows: tuple, bound: bool = False):
         """The noise floor of ``inp`` (the dump, or noise.perturbed's second sample) for those taps and rows,
         cut as the cells are; a value stored in 16 bits cannot be nearer than its rounding: it includes it,
-        and the first sample of such a tap is joined by its worst case, ``rounding_bound``."""
+        and with ``bound`` such a tap's sample is joined by its worst case, ``rounding_bound`` (of the
+        reference: the same for every sample)."""
         if seeded:
             fl = reference_run(inp, config, states, info, ct, lo, hi, device, taps=TapSelection(names=taps),
                                dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor")
@@ -181,7 +182,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         else:
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
         t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
-        if inp is inputs:
+        if bound:
             for n, dt in run.tap_storage.items():
                 if n in t:
                     t[n] = (t[n], rounding_bound(ref_sel[n], dt))
@@ -192,19 +193,20 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     floor_taps = floor_rows = None
     if noise_floor:
         step("noise floor")
-        floor_taps, floor_rows = floor_run(inputs, tuple(cand), tuple(mine))
+        floor_taps, floor_rows = floor_run(inputs, tuple(cand), tuple(mine), bound=True)
 
     unrep = unrepresentable(ref_taps, cand, {n: tap_rows for n in cand}, tap_heads, info, base)
 
+    # dA_log/ddt_bias split into their sum's own error and dg's (not in a window: its sums hold its chunks only)
+    carried = carried_from_dg(mine, theirs, row_ids, run.outputs, inputs, config, ct, chunk_list, head_list, info,
+                              tols, G) if noise_floor and not seeded else {}
     carried_notes = {}
 
     def judged():
         out = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep)
         out.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows, group=G))
-        if noise_floor and not seeded:   # a window's dA_log/ddt_bias sum only its chunks' dg
-            carried_notes.clear()
-            carried_notes.update(carried_in(out, run.outputs, ref.outputs, inputs, config, ct, chunk_list, head_list,
-                                            info, tols, G))
+        carried_notes.clear()
+        carried_notes.update(carried_in(out, carried))
         return out
 
     cells = judged()

@@ -31,10 +31,10 @@ def dot_mode(precision: str) -> int:
 def state_f64(precision: str) -> int:
     """Whether the state passes carry the state in float64 (knob ``STATE_F64``, default in fp32 mode), stored
     in fp32: the forward's ``S`` and ``U`` with float64 products, the backward's ``dS`` added in float64 from
-    fp32 products (Triton 3.6 did not lower float64 products there on sm_90). On the H200 the fp32 states ran at about twice the float32
-    reference's error, and a ``dg`` row whose chunk cancels carried it to 5-9 times its floor (chunks 177 and
-    448 of the model-size ``kimi`` case, ``benchmarks/dg_probe.py``: started from the reference's states the
-    same rows sat at their floor). bf16 mode: no effect."""
+    fp32 products (Triton 3.6 did not lower float64 products there on sm_90). On the H200 the fp32 states
+    ran at about twice the float32 reference's error, and a ``dg`` row whose chunk cancels carried it to 5-9
+    times its floor (chunks 177 and 448 of the model-size ``kimi`` case, ``benchmarks/dg_probe.py``: started
+    from the reference's states the same rows sat at their floor). bf16 mode: no effect."""
     return int(precision == "fp32" and bool(knob("STATE_F64", 1)))
 
 

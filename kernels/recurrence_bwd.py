@@ -151,13 +151,10 @@ def recurrence_bwd_kernel(
         b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0.)
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
-        if F64:  # fp32 products (Triton 3.6 on sm_90 failed to lower the fp64 ones here), the state in fp64
-            b_dU = b_dU0 + mm(b_kr, b_dS.to(tl.float32), DOT)
-            b_dS = (tl.exp(b_gT.to(tl.float64))[:, None] * b_dS
-                    + (mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)).to(tl.float64))
-        else:
-            b_dU = b_dU0 + mm(b_kr, b_dS, DOT)
-            b_dS = exp_(b_gT, DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT) - mm(tl.trans(b_w), b_dU, DOT)
+        # the products in fp32 (Triton 3.6 on sm_90 failed to lower float64 ones here), dS in acc (F64)
+        b_dU = b_dU0 + mm(b_kr, b_dS.to(tl.float32), DOT)
+        b_dS = (exp_(b_gT.to(acc), DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT).to(acc)
+                - mm(tl.trans(b_w), b_dU, DOT).to(acc))
         tl.store(dU + o_tv, b_dU.to(tl.float32), mask=m_tv)
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
         if TAP_DS:

@@ -34,27 +34,33 @@ def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
             "ddt_bias": d.sum((0, 1)).reshape(inputs.dt_bias.shape)}
 
 
-def carried_in(cells: dict[str, Cells], outputs: dict, ref_outputs: dict, inputs, config, ct, chunk_list,
-               head_list, info, tols, group: int = 1) -> dict[str, float]:
-    """Relabel BUG cells of ``dA_log``/``ddt_bias`` DRIFT where the implementation's value is within the
-    quantity's tolerance of the exact sum of its own ``dg``; returns ``{name: the worst relabelled cell's
-    carried ratio}`` (that exact sum against the reference), empty if none."""
-    names = [n for n in REDUCED if n in cells and n in outputs]
+def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inputs, config, ct, chunk_list,
+                    head_list, info, tols, group: int = 1) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+    """Per ``dA_log``/``ddt_bias`` row of the diff (``mine``/``theirs``: the implementation's and the
+    reference's rows, as ``output_rows`` cuts them): ``(carried, sum_ok)`` [R, Hs], the exact sum of the
+    implementation's own ``dg`` against the reference, and whether the implementation's value is within the
+    quantity's tolerance of that sum. Empty where there is nothing to split (no gate, no ``dg``)."""
+    names = [n for n in REDUCED if n in mine and n in outputs]
     if config.gate == "none" or "dg" not in outputs or not names or inputs.dt_bias is None:
         return {}
     sums = reductions_of(outputs["dg"], inputs, config)
-    mine, ids = output_rows({n: sums[n].to(outputs[n].device) for n in names}, ct, config.state_layout, chunk_list,
-                            head_list, group)
-    theirs, _ = output_rows({n: ref_outputs[n] for n in names}, ct, config.state_layout, chunk_list, head_list, group)
-    impl, _ = output_rows({n: outputs[n] for n in names}, ct, config.state_layout, chunk_list, head_list, group)
-    got = compare_cells(mine, theirs, ids, head_list, info, tols)       # carried in: exact sum vs reference
-    own = compare_cells(impl, mine, ids, head_list, info, tols)         # the sum's own: value vs exact sum
+    exact, _ = output_rows({n: sums[n].to(outputs[n].device) for n in names}, ct, config.state_layout, chunk_list,
+                           head_list, group)
+    rows = {n: row_ids[n] for n in names}
+    got = compare_cells(exact, {n: theirs[n] for n in names}, rows, head_list, info, tols)   # carried in
+    own = compare_cells({n: mine[n] for n in names}, exact, rows, head_list, info, tols)      # the sum's own
+    return {n: (got[n].ratio, torch.isfinite(got[n].ratio) & (own[n].ratio <= tols[n])) for n in names}
+
+
+def carried_in(cells: dict[str, Cells], carried: dict) -> dict[str, float]:
+    """Relabel BUG cells of ``dA_log``/``ddt_bias`` DRIFT where their sum is right (``carried_from_dg``);
+    returns ``{name: the worst relabelled cell's carried ratio}``, empty if none."""
     out = {}
-    for n in names:
-        c, carried = cells[n], got[n].ratio
-        hit = (c.label == noise.BUG) & torch.isfinite(carried) & (own[n].ratio <= c.tol)
+    for n, (ratio, sum_ok) in carried.items():
+        c = cells[n]
+        hit = (c.label == noise.BUG) & sum_ok
         if bool(hit.any()):
             c.label = torch.where(hit, torch.tensor(noise.DRIFT, dtype=c.label.dtype), c.label)
-            c.carried = torch.where(hit, carried, torch.tensor(float("nan"), dtype=carried.dtype))
-            out[n] = float(carried[hit].max())
+            c.carried = torch.where(hit, ratio, torch.tensor(float("nan"), dtype=ratio.dtype))
+            out[n] = float(ratio[hit].max())
     return out
