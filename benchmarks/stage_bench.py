@@ -58,7 +58,7 @@ def main(argv=None):
     def prep():
         return kda_fwd_prepare(q, k, v, g, beta, chunks, store_qd=fused, **opts)
 
-    qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd_o = prep()
+    qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd_o, _, _ = prep()  # pre-gated: no row scales
     stages["fwd_prepare"] = prep
 
     # outputs and gradients in the inputs' dtypes, as the autograd op stores them

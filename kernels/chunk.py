@@ -108,15 +108,15 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         h0 = h0.float().contiguous()
 
     fused = fuse_out(precision)
-    qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd = kda_fwd_prepare(
+    qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused)
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
                                      out_dtype=out_dtype, tap_plan=tap_plan)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
-                       tap_plan=tap_plan, out_dtype=out_dtype, o=o)
-    saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U)
+                       tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
+    saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk)
     return o.view(B, T, H, V), ht, saved, chunks
 
 
@@ -219,7 +219,7 @@ class ChunkKDAFunction(torch.autograd.Function):
         o, ht, saved, chunks = kda_forward(qx, kx, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
                                            A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, **opts)
         ctx.save_for_backward(qx, kx, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
-                              saved.INV, saved.Mqk, saved.S, saved.U)
+                              saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk)
         ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0, ctx.group = chunks, opts, plan, h0 is not None, G
         ctx.set_materialize_grads(False)
         return o, ht

@@ -57,6 +57,11 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
                            ("saved.Mqk", saved.Mqk, (NC, H, C, C)), ("saved.S", saved.S, (NC, H, K, V)),
                            ("saved.U", saved.U, (BT, H, V))):
         _check(name, x, shape)
+    if (saved.rq is None) != (saved.rk is None):
+        raise ValueError("kda_backward: saved.rq and saved.rk: expected both or neither, found one")
+    for name, x in (("saved.rq", saved.rq), ("saved.rk", saved.rk)):
+        if x is not None:
+            _check(name, x, (BT, H))
     if dht is not None:
         _check("dht", dht, (N, H, K, V))
         dht = dht.float().contiguous()
@@ -74,9 +79,10 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     # qn, kn may be q, k themselves (no l2norm): the kernels read any float dtype, so no fp32 copy
     sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") else getattr(saved, f).float().contiguous()
           for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
+    rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
-                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan)
+                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs)
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
     f32 = torch.float32
@@ -87,7 +93,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     dqn, dkn, dv, dg, db_part, dA_part, ddt_part = chunk_bwd_dqkg(
         sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["S"], dSn, sv["U"], dU, vf, dof, gf,
         A_log, dt_bias, chunks, scale=scale, gate=gate, lower_bound=lower_bound, precision=precision,
-        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]))
+        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]), **rs)
     dq, dk, dbeta = chunk_bwd_finish(qf, kf, dqn, dkn, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
                                      beta_sigmoid=beta_sigmoid, precision=precision, tap_plan=tap_plan,
                                      out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))

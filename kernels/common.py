@@ -152,10 +152,11 @@ def seq_order(chunks: KernelChunks) -> torch.Tensor:
 class FwdSaved:
     """What the forward keeps for the backward (float32, gates natural-log, math layout).
 
-    qn, kn: [BT,H,K] fp32 after l2norm (bf16 with prepare.qk_bf16), or without l2norm the raw q, k themselves in their own dtype; gc: [BT,H,K] within-chunk
-    inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H] after activation;
-    INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state entering
-    each chunk; U: [BT,H,V].
+    qn, kn: [BT,H,K] fp32 after l2norm (bf16 with prepare.qk_bf16), or the raw q, k themselves in their
+    own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (prepare.qk_rowscale:
+    qn = q * rq); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
+    after activation; INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state
+    entering each chunk; U: [BT,H,V].
     """
 
     qn: torch.Tensor
@@ -167,6 +168,8 @@ class FwdSaved:
     Mqk: torch.Tensor
     S: torch.Tensor
     U: torch.Tensor
+    rq: torch.Tensor | None = None
+    rk: torch.Tensor | None = None
 
 
 # The taps of the backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db): their

@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, exp_, gate_act, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
+from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -40,6 +40,7 @@ def kda_fwd_token_kernel(
     dt_bias,         # [H, K] fp32 (GATE != 0)
     qn,              # out [BT, H, K] fp32 (bf16 with QK_BF16): q after l2norm (STORE_QK; else q itself)
     kn,              # out [BT, H, K] fp32 (bf16 with QK_BF16): k after l2norm (STORE_QK; else k itself)
+    rq, rk,          # out [BT, H] fp32 (STORE_RS): the l2norm's row scales 1 / sqrt(sum x^2 + 1e-6)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
     krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk
                      # (<= |kn|; 0 on padding rows)
@@ -63,7 +64,8 @@ def kda_fwd_token_kernel(
     GATE: tl.constexpr,          # 0 none, 1 lower_bound, 2 softplus
     L2NORM: tl.constexpr,
     BETA_SIGMOID: tl.constexpr,
-    STORE_QK: tl.constexpr,      # write qn, kn (with l2norm)
+    STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, without row scales)
+    STORE_RS: tl.constexpr,      # write rq, rk (with l2norm: qk_rowscale; the later kernels form qn, kn)
     QK_BF16: tl.constexpr,       # qn, kn rounded to bf16 before any use (qk_bf16)
     GC_F64: tl.constexpr,        # the gate and its cumsum in float64, rounded once (fp32 mode)
     PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
@@ -113,6 +115,9 @@ def kda_fwd_token_kernel(
             b_sk += tl.sum(b_k * b_k, 1)
         b_rq = rsqrt_(b_sq + 1e-6, PRECISE)
         b_rk = rsqrt_(b_sk + 1e-6, PRECISE)
+        if STORE_RS:
+            tl.store(rq + o_tok * H + i_h, b_rq, mask=m_t)
+            tl.store(rk + o_tok * H + i_h, b_rk, mask=m_t)
 
     # per K block: the per-token stage (qn, kn, gc, gT, kr)
     o_cK = o_t[:, None] * K
@@ -171,20 +176,22 @@ def kda_fwd_token_kernel(
 
 
 @triton.jit
-def _row_block(qn, kn, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr,
-               PRECISE: tl.constexpr):
+def _row_block(qn, kn, rq, rk, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr,
+               PRECISE: tl.constexpr, RS: tl.constexpr):
     """Row block s of a chunk, one K block: ``(kn, qn * scale) * exp(gc - a)`` with the anchor
     ``a = gc[16 s]`` (at the last valid row when the block is all padding), and the raw ``kn``, ``gc``
     for the blocks that pair with it as columns."""
     o_r = i_s * 16 + tl.arange(0, 16)
-    m = (o_r < n_valid)[:, None] & m_k[None, :]
+    m_r = o_r < n_valid
+    m = m_r[:, None] & m_k[None, :]
     p = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
+    o_row = (bos + o_r) * H + i_h
     b_g = tl.load(gc + p, mask=m, other=0)
-    b_k = tl.load(kn + p, mask=m, other=0).to(tl.float32)
+    b_k = load_qk(kn, p, m, rk, o_row, m_r, RS)
     b_a = tl.load(gc + ((bos + tl.minimum(i_s * 16, n_valid - 1)) * H + i_h) * K + o_k, mask=m_k, other=0)
     b_el = exp_(tl.where(m, b_g - b_a[None, :], 0.0), PRECISE)
     b_rk = b_k * b_el
-    b_rq = tl.load(qn + p, mask=m, other=0).to(tl.float32) * scale * b_el
+    b_rq = load_qk(qn, p, m, rq, o_row, m_r, RS) * scale * b_el
     return b_rk, b_rq, b_a, b_k, b_g, m
 
 
@@ -233,8 +240,9 @@ def _store_lower(p, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, NB: tl.con
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
 def kda_fwd_intra_solve_kernel(
-    qn,              # [BT, H, K]: queries after l2norm (or the raw queries)
-    kn,              # [BT, H, K]: keys after l2norm (or the raw keys)
+    qn,              # [BT, H, K]: queries after l2norm (or the raw queries; with RS the raw ones times rq)
+    kn,              # [BT, H, K]: keys after l2norm (or the raw keys; with RS the raw ones times rk)
+    rq, rk,          # [BT, H] fp32 row scales (RS)
     gc,              # [BT, H, K] fp32
     b,               # [BT, H] fp32
     INV,             # out [NC, H, BC, BC] fp32: (I + L)^-1 (identity on padding)
@@ -251,6 +259,7 @@ def kda_fwd_intra_solve_kernel(
     BK: tl.constexpr,
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
@@ -268,18 +277,18 @@ def kda_fwd_intra_solve_kernel(
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, gc, bos, 0, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
+        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, rq, rk, gc, bos, 0, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
         k00, q00 = _pair(k00, q00, rk0, rq0, a0, kb0, g0, m0, BF16)
         if NB >= 2:
-            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, gc, bos, 1, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
+            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, rq, rk, gc, bos, 1, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
             k10, q10 = _pair(k10, q10, rk1, rq1, a1, kb0, g0, m0, BF16)
             k11, q11 = _pair(k11, q11, rk1, rq1, a1, kb1, g1, m1, BF16)
         if NB >= 4:
-            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, gc, bos, 2, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
+            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, rq, rk, gc, bos, 2, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
             k20, q20 = _pair(k20, q20, rk2, rq2, a2, kb0, g0, m0, BF16)
             k21, q21 = _pair(k21, q21, rk2, rq2, a2, kb1, g1, m1, BF16)
             k22, q22 = _pair(k22, q22, rk2, rq2, a2, kb2, g2, m2, BF16)
-            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, gc, bos, 3, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0)
+            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, rq, rk, gc, bos, 3, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
             k30, q30 = _pair(k30, q30, rk3, rq3, a3, kb0, g0, m0, BF16)
             k31, q31 = _pair(k31, q31, rk3, rq3, a3, kb1, g1, m1, BF16)
             k32, q32 = _pair(k32, q32, rk3, rq3, a3, kb2, g2, m2, BF16)
@@ -339,7 +348,8 @@ def kda_fwd_intra_solve_kernel(
 @triton.jit
 def kda_fwd_wu_kernel(
     v,               # [BT, H, V] value
-    kn,              # [BT, H, K]: keys after l2norm (or the raw keys)
+    kn,              # [BT, H, K]: keys after l2norm (or the raw keys; with RS the raw ones times rk)
+    rk,              # [BT, H] fp32 row scales (RS)
     gc,              # [BT, H, K] fp32
     b,               # [BT, H] fp32
     INV,             # [NC, H, BC, BC] fp32
@@ -353,6 +363,7 @@ def kda_fwd_wu_kernel(
     BC: tl.constexpr,
     BK: tl.constexpr,            # column block of both products
     BF16: tl.constexpr,
+    RS: tl.constexpr = 0,        # kn from the raw k and the row scales (prepare.qk_rowscale)
 ):
     """The WY products, program 0 of axis 2 forms ``w = INV Diag(b) kd``, program 1 ``u = INV Diag(b) v``."""
     i_c, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
@@ -369,7 +380,7 @@ def kda_fwd_wu_kernel(
             o_k = i_k * BK + tl.arange(0, BK)
             m_tk = m_t[:, None] & (o_k < K)[None, :]
             o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-            b_kd = tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * exp_(
+            b_kd = load_qk(kn, o_tk, m_tk, rk, o_tok * H + i_h, m_t, RS) * exp_(
                 tl.load(gc + o_tk, mask=m_tk, other=0), BF16 == 0)
             store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
     else:
@@ -384,9 +395,22 @@ def kda_fwd_wu_kernel(
 
 def qk_bf16(precision: str, qk_l2norm: bool) -> bool:
     """Whether the l2-normalised ``qn, kn`` are stored in bf16 (knob ``PREP_QK_BF16``, bf16 mode with
-    l2norm only; default off): the forward's later kernels and the backward then read 2 bytes per element
-    instead of 4, as without l2norm (where ``qn, kn`` are the bf16 inputs) and as fla stores them."""
-    return precision == "bf16" and qk_l2norm and bool(knob("PREP_QK_BF16", 0))
+    l2norm only; default on): the forward's later kernels and the backward then read 2 bytes per element
+    instead of 4, as without l2norm (where ``qn, kn`` are the bf16 inputs) and as fla stores them. H200,
+    H32 T16384, softplus gate in the kernel: forward 2.479 -> 2.338 ms, forward+backward 10.025 -> 9.908
+    against fp32 ``qn, kn`` (``docs/kernels.md``)."""
+    return precision == "bf16" and qk_l2norm and bool(knob("PREP_QK_BF16", 1))
+
+
+def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
+    """Whether fp32 mode keeps the l2norm as row scales (knob ``QK_ROWSCALE``, default on; fp32 mode with
+    l2norm): the token kernel stores ``rq, rk = 1 / sqrt(sum x^2 + 1e-6)`` [BT, H] and no ``qn, kn``; every
+    later kernel loads the raw q, k and forms ``qn = q * rq`` itself (``tlmath.load_qk``), the same fp32
+    product as a stored ``qn``: the same bits (CPU and H200 tests), with ``2 [BT, H, K]`` fp32 tensors
+    fewer written and kept for the backward. bf16 mode stores bf16 ``qn, kn`` instead (``qk_bf16``): there
+    the row scales were slower in the backward's K pass (spills) and, on the H200, not bit-identical in
+    ``dq`` with bf16 inputs."""
+    return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
@@ -394,9 +418,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
-    own dtype: the same values, no copy; bf16 with ``qk_bf16``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K];
-    INV, Mqk [NC,H,C,C]``; ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``,
-    else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``). ``krT`` is
+    own dtype: the same values, no copy; bf16 with ``qk_bf16``; with ``qk_rowscale`` the raw ``q, k``, to be
+    scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
+    ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
+    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``). ``krT`` is
     ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left operand
     with the reduction axis contiguous, as the MMAs need.
     """
@@ -406,7 +431,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     dev, f32 = q.device, torch.float32
     qk_lowp = qk_bf16(precision, qk_l2norm)
     qk_dtype = torch.bfloat16 if qk_lowp else f32
-    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if qk_l2norm else (q, k)
+    rs = qk_rowscale(precision, qk_l2norm)
+    store_qk = qk_l2norm and not rs
+    qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
+    rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
     gc = torch.empty(BT, H, K, device=dev, dtype=f32)
@@ -420,23 +448,27 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     if NC == 0:
-        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd
+        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
     if tap_plan is not None:
         tap_plan.alias(chunks, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk)
     has_gate, bf16 = GATE_IDS[gate] != 0, precision == "bf16"
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
-    # K blocks of 64: the forward's prepare 1.423 -> 1.405 ms at H32 T16384 against 32; for the WY
-    # products blocks of 32 (with w and u in bf16): 1.423 -> 1.323 against 64
+    # the token kernel's K blocks: 64 for pre-gated inputs (the forward's prepare 1.423 -> 1.405 ms at
+    # H32 T16384 against 32); 32 with the gate or l2norm in the kernel (its registers: 0.815 -> 0.642 ms
+    # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
+    # (with w and u in bf16): 1.423 -> 1.323 against 64
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
-            qn=qn, kn=kn, gc=gc, krT=krT, qd=qn if qd is None else qd, b=b, gT=gT,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, krT=krT,
+            qd=qn if qd is None else qd, b=b, gT=gT,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
-            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 64)), GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=qk_l2norm, QK_BF16=qk_lowp,
+            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64)),
+            GATE=GATE_IDS[gate],
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_BF16=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
@@ -446,15 +478,16 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
-            qn=qn, kn=kn, gc=gc, b=b, INV=INV, Mqk=Mqk, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
-            scale=float(scale), t_L=t_L, t_INV=t_inv, t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
+            chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv, t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
+            TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
     kda_fwd_wu_kernel[(NC, H, 2)](
-        v=v, kn=kn, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
-        H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)), BF16=bf16, **LAUNCH,
+        v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
+        chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
+        BF16=bf16, RS=rs, **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4),
     )
-    return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd
+    return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

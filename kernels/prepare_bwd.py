@@ -37,7 +37,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import GATE_IDS, div_, exp_, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index, truncate_mantissa
+from .tlmath import GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index, truncate_mantissa
 from .tuning import block_size, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -277,25 +277,34 @@ def _rows(x, bos, n, J, i_h, o_k, m_k, H, K):
 
 
 @triton.jit
-def _block_rows(x, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K):
-    """Rows [16 J, 16 J + 16) of the chunk: ``x`` (``_rows``) and ``gc`` (padding rows carry the chunk
-    total ``gT_row``), with the anchor ``a = gc[16 J]``."""
+def _rows_qk(x, rx, bos, n, J, i_h, o_k, m_k, H, K, RS: tl.constexpr):
+    """Rows [16 J, 16 J + 16) of ``qn`` or ``kn`` (``_rows``; with ``RS`` the raw q or k times its row
+    scale ``rx``, ``tlmath.load_qk``)."""
     r = J * 16 + tl.arange(0, 16)
-    b_g = tl.where((r < n)[:, None], _rows(gc, bos, n, J, i_h, o_k, m_k, H, K), gT_row[None, :])
-    b_a = tl.sum(tl.where((tl.arange(0, 16) == 0)[:, None], b_g, 0.), axis=0)
-    return _rows(x, bos, n, J, i_h, o_k, m_k, H, K), b_g, b_a
+    p = ((bos + r)[:, None] * H + i_h) * K + o_k[None, :]
+    return load_qk(x, p, (r < n)[:, None] & m_k[None, :], rx, (bos + r) * H + i_h, r < n, RS)
 
 
 @triton.jit
-def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
-             DOT: tl.constexpr, SPLIT: tl.constexpr):
+def _block_rows(x, rx, gc, gT_row, bos, n, J, i_h, o_k, m_k, H, K, RS: tl.constexpr):
+    """Rows [16 J, 16 J + 16) of the chunk: ``x`` (``qn`` or ``kn``: ``_rows_qk``) and ``gc`` (padding
+    rows carry the chunk total ``gT_row``), with the anchor ``a = gc[16 J]``."""
+    r = J * 16 + tl.arange(0, 16)
+    b_g = tl.where((r < n)[:, None], _rows(gc, bos, n, J, i_h, o_k, m_k, H, K), gT_row[None, :])
+    b_a = tl.sum(tl.where((tl.arange(0, 16) == 0)[:, None], b_g, 0.), axis=0)
+    return _rows_qk(x, rx, bos, n, J, i_h, o_k, m_k, H, K, RS), b_g, b_a
+
+
+@triton.jit
+def _p_block(J, o_t, b_gc, b_gT, kn, rk, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C: tl.constexpr,
+             DOT: tl.constexpr, SPLIT: tl.constexpr, RS: tl.constexpr):
     """Columns j of block J of P[i] = sum_j A[i,j] kn_j e^(gc_i-gc_j) for A = dMs (the strict lower
     dMqk) and dL; A's [C, 16] column block comes from memory. Anchored at a = gc[16 J], the block's first
     row and largest gc: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with it, e^(a-gc_j) <=
     e^(15 |gamma|max) on its columns. (Anchored at its last row instead, the bounds swap; on the CPU that
     was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) Also returns, for the dqd and
     dkd taps, A's block ``b_dM``, the operand ``b_kc``, dL's product, the anchor and the block's columns."""
-    b_kJ, b_gJ, b_a = _block_rows(kn, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K)
+    b_kJ, b_gJ, b_a = _block_rows(kn, rk, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K, RS)
     b_kc = b_kJ * exp_(b_a[None, :] - b_gJ, DOT == 0)
     r = J * 16 + tl.arange(0, 16)
     m_r = (o_t >= J * 16)[:, None]
@@ -309,13 +318,13 @@ def _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
 
 
 @triton.jit
-def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
-             C: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr):
+def _q_block(I, o_t, b_gc, b_gT, qn, kn, rq, rk, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K,
+             C: tl.constexpr, DOT: tl.constexpr, SPLIT: tl.constexpr, RS: tl.constexpr):
     """Rows i of block I's share of Q[j] = sum_i A[i,j] y_i e^(gc_i-gc_j) for (A, y) = (dMs, qn) and
     (Diag(b) dL, kn), anchored at a = gc[16 I]: e^(gc_i-a) <= 1 on the block's rows, e^(a-gc_j) <=
     e^(15 |gamma|max) on the columns j < 16 (I + 1) it pairs with; A's rows come from memory, transposed."""
-    b_qI, b_gI, b_a = _block_rows(qn, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K)
-    b_kI = _rows(kn, bos, n, I, i_h, o_k, m_k, H, K)
+    b_qI, b_gI, b_a = _block_rows(qn, rq, gc, b_gT, bos, n, I, i_h, o_k, m_k, H, K, RS)
+    b_kI = _rows_qk(kn, rk, bos, n, I, i_h, o_k, m_k, H, K, RS)
     b_er = exp_(b_gI - b_a[None, :], DOT == 0)
     r = I * 16 + tl.arange(0, 16)
     b_bI = tl.load(b + (bos + r) * H + i_h, mask=r < n, other=0.)
@@ -329,7 +338,8 @@ def _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_
 
 @triton.jit(do_not_specialize=["c0"])
 def chunk_bwd_dqkg_kernel(
-    qn, kn,          # [BT, H, K] fp32
+    qn, kn,          # [BT, H, K] fp32 (with RS: the raw q, k, times rq, rk)
+    rq, rk,          # [BT, H] fp32 row scales (RS)
     gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
     gT,              # [NC, H, K] fp32
     b,               # [BT, H] fp32
@@ -358,6 +368,7 @@ def chunk_bwd_dqkg_kernel(
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
     FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
     TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
 ):
     if FILL:  # first: its arguments then hold no register through the loops
         _fill_nan(fill, fill_n)
@@ -381,8 +392,8 @@ def chunk_bwd_dqkg_kernel(
     b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
     b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])  # padding rows carry the chunk total
-    b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32)
-    b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
+    b_qn = load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, RS)
+    b_kn = load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, RS)
     b_E = exp_(b_gc, DOT == 0)
 
     # intra-chunk products with the decay exp(gc_i - gc_j), j <= i, on 16-row blocks:
@@ -403,8 +414,8 @@ def chunk_bwd_dqkg_kernel(
         tame = _tame(b_gc, m_k)
     if BLOCKED:
         for J in tl.range(0, C // 16, num_stages=1):  # not unrolled: bounds the live tiles
-            d_q, d_l, b_dM, b_kc, b_ml, b_a, r = _p_block(J, o_t, b_gc, b_gT, kn, gc, dMqk, dL, o_cc0, bos, n, i_h,
-                                                          o_k, m_k, H, K, C, DOT, SPLIT)
+            d_q, d_l, b_dM, b_kc, b_ml, b_a, r = _p_block(J, o_t, b_gc, b_gT, kn, rk, gc, dMqk, dL, o_cc0, bos, n,
+                                                          i_h, o_k, m_k, H, K, C, DOT, SPLIT, RS)
             b_Pq += d_q
             b_Pl += d_l
             if TAP_T:
@@ -452,8 +463,8 @@ def chunk_bwd_dqkg_kernel(
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
     if BLOCKED:
         for I in tl.range(0, C // 16, num_stages=1):
-            d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C,
-                                DOT, SPLIT)
+            d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, rq, rk, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
+                                H, K, C, DOT, SPLIT, RS)
             b_Qq += d_q
             b_Ql += d_l
     else:
@@ -610,8 +621,10 @@ def _plan_args(tap_plan, chunks) -> dict:
 
 
 def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
-                   gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None):
-    """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis.
+                   gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None,
+                   rq=None, rk=None):
+    """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis; ``rq, rk``: the
+    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``).
 
     Two kernels over (K-blocks, chunks, heads): the V pass (products with S, dS⁺, U, dU; dv, dMqk, dL)
     and the K pass (everything else); the V pass's results go through global memory (fp32).
@@ -670,7 +683,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
             num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
         chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
-            qn=qn, kn=kn, gc=gc, gT=gT, b=b, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS, dkr=dkr, dgTs=dgTs, dbv=dbv, g=g,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, dMqk=dMqk,
+            dL=dL, dOS=dOS, dcS=dcS, dkr=dkr, dgTs=dgTs, dbv=dbv, g=g,
             A_log=A_log if has_params else dv, dt_bias=dt_bias if has_params else dv,
             dq=dqn, dk=dkn, dg=dg, db_part=db_part, dA_part=dA_part if has_params else dv,
             ddt_part=ddt_part if has_params else dv, **{f"t_{n}": bufs[n] for n in K_TAPS}, **plan,
@@ -683,7 +697,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
-            SCAN=0 if K % BK3 else DOT, **LAUNCH,
+            SCAN=0 if K % BK3 else DOT, RS=rq is not None, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, seq_order, state_f64, state_grid, tap_kernel_args
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
-from .tlmath import exp_, mm, mm_operand, mm_tf32, seq_span, store_rn
+from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -138,8 +138,9 @@ def kda_fwd_recurrence_kernel(
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
 def kda_fwd_output_kernel(
-    qn,              # [BT, H, K] fp32
-    kn,              # [BT, H, K] fp32 (vcorr tap only)
+    qn,              # [BT, H, K] fp32 (with RS: the raw q, times rq)
+    kn,              # [BT, H, K] fp32 (vcorr tap only; with RS: the raw k, times rk)
+    rq, rk,          # [BT, H] fp32 row scales (RS)
     gc,              # [BT, H, K] fp32
     v,               # [BT, H, V] value (vcorr tap only)
     b,               # [BT, H] fp32 (vcorr tap only)
@@ -167,6 +168,7 @@ def kda_fwd_output_kernel(
     STORE_TAPS: tl.constexpr,
     TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
     STORE_O: tl.constexpr = 1,   # 0: the state pass formed o (recurrence.fuse_out): taps only
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
 ):
     i_c, i_h, i_vg = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -181,7 +183,7 @@ def kda_fwd_output_kernel(
     o_ch = (i_c * H + i_h).to(tl.int64)
 
     b_gc = tl.load(gc + o_tk, mask=m_tk, other=0)
-    b_qd = tl.load(qn + o_tk, mask=m_tk, other=0).to(tl.float32) * scale * exp_(b_gc, BF16 == 0)
+    b_qd = load_qk(qn, o_tk, m_tk, rq, o_tok * H + i_h, m_t, RS) * scale * exp_(b_gc, BF16 == 0)
     b_qd = mm_operand(tl.where(m_tk, b_qd, 0.0), BF16)
     b_M = mm_operand(tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :]), BF16)
     if STORE_TAPS:
@@ -189,7 +191,7 @@ def kda_fwd_output_kernel(
         tapped = (i_c >= tap_lo) & (i_c < tap_hi) & (i_slot >= 0)
         o_tap = ((i_c - tap_lo) * n_sel + i_slot).to(tl.int64)
         if TAP_VCORR:
-            b_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0).to(tl.float32) * exp_(b_gc, BF16 == 0), 0.0)
+            b_kd = tl.where(m_tk, load_qk(kn, o_tk, m_tk, rk, o_tok * H + i_h, m_t, RS) * exp_(b_gc, BF16 == 0), 0.0)
             b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
     for i_vb in range(NVB):
         o_v = (i_vg * NVB + i_vb) * BV + tl.arange(0, BV)
@@ -287,9 +289,10 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
 
 
 def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap_plan=None,
-                   out_dtype=torch.float32, o=None):
+                   out_dtype=torch.float32, o=None, rq=None, rk=None):
     """Output pass: ``o [BT,H,V]`` in ``out_dtype`` (and the S, vcorr, U taps). Given ``o`` (formed by the
-    state pass, ``fuse_out``), only the taps: it runs over the tap window and leaves ``o`` as it is."""
+    state pass, ``fuse_out``), only the taps: it runs over the tap window and leaves ``o`` as it is.
+    ``rq, rk``: the l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``)."""
     BT, H, K = qn.shape
     V = v.shape[-1]
     NC, C = chunks.n_chunks, chunks.chunk_size
@@ -310,12 +313,13 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         on = {n: taps and present[n] for n in OUTPUT_TAPS}
         t_S, t_vcorr, t_U = bufs
         kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
-            qn=qn, kn=kn, gc=gc, v=v, b=b, Mqk=Mqk, S=S, U=U, o=o, chunk_start=chunks.chunk_start,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, v=v, b=b, Mqk=Mqk, S=S,
+            U=U, o=o, chunk_start=chunks.chunk_start,
             chunk_len=chunks.chunk_len, scale=float(scale), t_S=t_S, t_vcorr=t_vcorr, t_U=t_U, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            STORE_O=not taps_only, **LAUNCH,
+            STORE_O=not taps_only, RS=rq is not None, **LAUNCH,
             num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
             num_stages=knob("OUT_STAGES", 1),
         )

@@ -19,13 +19,14 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
-from .tlmath import exp_, mm, seq_span
+from .tlmath import exp_, load_qk, mm, seq_span
 from .tuning import block_size, knob, pipeline_stages, state_block_v
 
 
 @triton.jit
 def chunk_bwd_prep_kernel(
-    qn, kn,          # [BT, H, K] fp32: normalised q, k
+    qn, kn,          # [BT, H, K] fp32: normalised q, k (with RS: the raw q, k, times rq, rk)
+    rq, rk,          # [BT, H] fp32 row scales (RS)
     gc,              # [BT, H, K] fp32: within-chunk inclusive cumsum of the log-decay
     gT,              # [NC, H, K] fp32: chunk total log-decay
     b,               # [BT, H] fp32: write strength
@@ -37,6 +38,7 @@ def chunk_bwd_prep_kernel(
     scale,           # query scale
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -55,8 +57,8 @@ def chunk_bwd_prep_kernel(
         b_gT = tl.load(gT + (i_c * H + i_h).to(tl.int64) * K + o_k, mask=m_k, other=0.)
         b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
         b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])
-        b_qn = tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32)
-        b_kn = tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32)
+        b_qn = load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, RS)
+        b_kn = load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, RS)
         b_E = exp_(b_gc, DOT == 0)
         b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
         tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
@@ -166,9 +168,10 @@ def recurrence_bwd_kernel(
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
-                   tap_plan=None):
+                   tap_plan=None, rq=None, rk=None):
     """``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO`` [BT,H,V], all fp32 (token-major, flattened B*T). The
-    recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it."""
+    recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
+    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``)."""
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
@@ -181,9 +184,11 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     if tap_plan is not None:
         tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
-        qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
+        qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
+        Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
-        C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), **LAUNCH,
+        C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), RS=rq is not None,
+        **LAUNCH,
         num_warps=8 if C >= 64 else 4)
     return qd, kr, w, dU
 

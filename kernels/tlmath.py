@@ -89,6 +89,17 @@ def mm_tf32(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def load_qk(x, o_x, m_x, r, o_row, m_row, RS: tl.constexpr):
+    """Rows of ``qn`` or ``kn`` as fp32: ``x[o_x]``, or with ``RS`` (row scales: ``x`` is the raw q or k)
+    ``x[o_x] * r[o_row]`` per row, the product the token kernel forms (``prepare.qk_rowscale``): the same
+    fp32 values as stored ones, from 2-byte inputs instead of 4-byte ``qn``, ``kn``. Masked rows are 0."""
+    b_x = tl.load(x + o_x, mask=m_x, other=0).to(tl.float32)
+    if RS:
+        b_x = b_x * tl.load(r + o_row, mask=m_row, other=0)[:, None]
+    return b_x
+
+
+@triton.jit
 def seq_span(chunk_start, chunk_len, c_lo, c_hi):
     """First row and end (one past the last row) of the sequence whose chunks are ``[c_lo, c_hi)``
     (0, 0 when it has none). Its chunks are consecutive and C rows apart (common.chunk_layout), so a

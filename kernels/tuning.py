@@ -33,7 +33,7 @@ KNOBS: dict[str, Knob] = {
                      "bf16 MMAs (else tf32)", True),
     "FWD_FUSE_OUT": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the forward state pass forms o; the output pass then writes taps only", True),
-    "PREP_QK_BF16": Knob("0", "bf16 mode with in-kernel l2norm: 1 rounds the normalised q, k to bf16 once "
+    "PREP_QK_BF16": Knob("1", "bf16 mode with in-kernel l2norm: 1 rounds the normalised q, k to bf16 once "
                          "(nearest) and stores them so; every later use (the token kernel's kd, kr, qd, the "
                          "intra, w/u and output passes, the backward) reads the rounded values, as without "
                          "l2norm and as fla does; 0: fp32. fp32 mode: no effect", True),
@@ -43,7 +43,7 @@ KNOBS: dict[str, Knob] = {
                    "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
     "STATE_F64": Knob("1 (fp32 mode only)", "1: the forward state pass carries S, U in float64 (float64 products), "
                       "the backward dS (fp32 products), stored in fp32 (common.state_f64); 0: in fp32", True),
-    "PREP_BK": Knob("K rounded up to a power of two, 16 to 64",
+    "PREP_BK": Knob("K rounded up to a power of two, 16 to 64 (to 32 with the gate or l2norm in the kernel)",
                     "K block of the forward token kernel (the l2norm row sums add per block)", True),
     "PREP_SOLVE_BK": Knob("16", "K block of the forward intra/solve kernel's products", True),
     "DQKG_BK": Knob("K rounded up to a power of two, 16 to 32",
@@ -59,6 +59,9 @@ KNOBS: dict[str, Knob] = {
     "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
                                "(block products); 0 forms them from products of their own everywhere", True),
     # launch-only knobs: the same bits
+    "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
+                             "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
+                             "0: the token kernel stores qn, kn in fp32", False),
     "PREP_WARPS": Knob("4", "warps of the forward token kernel", False),
     "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
     "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",

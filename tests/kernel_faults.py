@@ -72,23 +72,25 @@ FAULTS: dict[str, Fault] = {
          "        b_gT = tl.where(i_c == CHUNK, tl.sum(tl.where((o_t == BC - 1)[:, None], b_gc, 0.0), 0), b_gT)\n"),
     ), "gT"),
     # the V pass forms the dS leaving the chunk (exp(gT) dS⁺ + qd^T dO - kd^T Diag(b) dvcorr) and adds
-    # rowsum((dS - dS⁺) ⊙ S) to the planted chunk's rowsum(dS⁺ ⊙ S); it takes gc, qn, kn, gT, scale for that
+    # rowsum((dS - dS⁺) ⊙ S) to the planted chunk's rowsum(dS⁺ ⊙ S); it takes gc, qn, kn (their row
+    # scales rq, rk with F_RS: prepare.qk_rowscale), gT, scale for that
     "dgT_after_update": Fault("prepare_bwd", "chunk_bwd_dqkg", True, (
         ("def chunk_bwd_dqkg_v_kernel(\n",
-         "def chunk_bwd_dqkg_v_kernel(\n    gc, qn, kn, gT, scale,\n"),
+         "def chunk_bwd_dqkg_v_kernel(\n    gc, qn, kn, rq, rk, gT, scale, F_RS: tl.constexpr,\n"),
         ("    b_dbv = tl.zeros([C], dtype=tl.float32)\n    for i_v in range(tl.cdiv(V, BV)):\n",
          "    b_dbv = tl.zeros([C], dtype=tl.float32)\n"
          "    f_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)\n"
          "    f_E = tl.exp(tl.load(gc + o_tk, mask=m_tk, other=0.))\n"
-         "    f_qd = tl.where(m_tk, scale * tl.load(qn + o_tk, mask=m_tk, other=0.).to(tl.float32) * f_E, 0.)\n"
-         "    f_kd = tl.where(m_tk, tl.load(kn + o_tk, mask=m_tk, other=0.).to(tl.float32) * f_E, 0.)\n"
+         "    f_qd = tl.where(m_tk, scale * load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, F_RS) * f_E, 0.)\n"
+         "    f_kd = tl.where(m_tk, load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, F_RS) * f_E, 0.)\n"
          "    for i_v in range(tl.cdiv(V, BV)):\n"),
         ("        b_dgTs += tl.sum(b_dSp * b_S, axis=1)\n",
          "        b_dgTs += tl.sum(b_dSp * b_S, axis=1)\n"
          "        f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)\n"
          "                - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))\n"
          "        b_dgTs += tl.where(i_c == CHUNK, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)\n"),
-        (_V_PASS_LAUNCH, _V_PASS_LAUNCH + "            gc=gc, qn=qn, kn=kn, gT=gT, scale=scale,\n"),
+        (_V_PASS_LAUNCH, _V_PASS_LAUNCH + "            gc=gc, qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None "
+                                          "else rk, gT=gT, scale=scale, F_RS=rq is not None,\n"),
     ), "dgT"),
     "ln2_twice": Fault("prepare_bwd", "chunk_bwd_dqkg", True, (
         ("    b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path\n",

@@ -287,6 +287,34 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
         assert torch.equal(bits(a), bits(s)), n
 
 
+@pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "bf16", "tail"])
+def test_l2norm_as_row_scales_keeps_every_bit(name, monkeypatch):
+    """fp32 mode with l2norm: the token kernel keeps the row scales ``rq, rk`` (knob QK_ROWSCALE=1, the
+    default) and every later kernel forms ``qn = q * rq`` from the raw inputs (fp32 or, case ``bf16``,
+    bf16): every output, gradient and tap has the bits of the run that stores ``qn, kn`` in fp32
+    (QK_ROWSCALE=0), padding rows aside (zeroed in both)."""
+    precision = "fp32"
+    case = get_case(name)
+    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
+    assert cfg.qk_l2norm, name
+    sel = TapSelection()
+    runs = {}
+    for rs in ("1", "0"):
+        monkeypatch.setenv("KDADBG_QK_ROWSCALE", rs)
+        runs[rs] = run_fb(inputs, cfg, precision, sel)
+    (out_r, taps_r, plan_r), (out_s, taps_s, _) = runs["1"], runs["0"]
+    assert plan_r is not None
+    assert set(out_r) == set(out_s) and len(out_r) >= 7
+    for n, t in out_s.items():
+        assert torch.equal(bits(t), bits(out_r[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_r.lo:plan_r.hi]
+    assert list(taps_r) == list(taps_s) and len(taps_r) >= 20
+    for n in taps_r:
+        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_r, taps_s))
+        assert torch.equal(bits(a), bits(s)), n
+
+
 @pytest.mark.parametrize("B,T,cu,window", [
     pytest.param(1, 34, (0, 5, 25, 34), (2, 5), id="varlen-window_across_sequences"),
     pytest.param(1, 34, (0, 5, 25, 34), (2, 4), id="varlen-window_inside_a_sequence"),

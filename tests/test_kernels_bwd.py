@@ -65,7 +65,8 @@ def saved_from_taps(taps: dict, inputs: KDAInputs, cfg, chunks: KernelChunks) ->
     saved = FwdSaved(qn=qn.float().contiguous(), kn=kn.float().contiguous(), gc=tokens(taps["gc"]),
                      gT=taps["gT"].float().contiguous(), b=tokens(taps["b"]), INV=taps["INV"].float().contiguous(),
                      Mqk=taps["Mqk"].float().contiguous(), S=taps["S"].float().contiguous(), U=tokens(taps["U"]))
-    return FwdSaved(**{f: getattr(saved, f).to(DEVICE) for f in saved.__dataclass_fields__})
+    return FwdSaved(**{f: None if getattr(saved, f) is None else getattr(saved, f).to(DEVICE)
+                       for f in saved.__dataclass_fields__})
 
 
 def run_bwd(saved, chunks, inputs, cfg, precision="fp32", tap_plan=None):
