@@ -395,11 +395,12 @@ def kda_fwd_wu_kernel(
 
 def qk_bf16(precision: str, qk_l2norm: bool) -> bool:
     """Whether the l2-normalised ``qn, kn`` are stored in bf16 (knob ``PREP_QK_BF16``, bf16 mode with
-    l2norm only; default on): the forward's later kernels and the backward then read 2 bytes per element
-    instead of 4, as without l2norm (where ``qn, kn`` are the bf16 inputs) and as fla stores them. H200,
-    H32 T16384, softplus gate in the kernel: forward 2.479 -> 2.338 ms, forward+backward 10.025 -> 9.908
-    against fp32 ``qn, kn`` (``docs/kernels.md``)."""
-    return precision == "bf16" and qk_l2norm and bool(knob("PREP_QK_BF16", 1))
+    l2norm only; default off): the forward's later kernels and the backward then read 2 bytes per element
+    instead of 4, as without l2norm (where ``qn, kn`` are the bf16 inputs) and as fla stores them. Faster
+    (H200, H32 T16384, softplus gate in the kernel: forward 2.479 -> 2.338 ms, forward+backward 10.025 ->
+    9.908), but on the H200 ``dA_log`` then missed fla's bar in two cases of the bf16 case table (1.41e-2
+    against 1e-2, ``beta_high``, ``raw_beta_extremes``): off by default (``docs/kernels.md``)."""
+    return precision == "bf16" and qk_l2norm and bool(knob("PREP_QK_BF16", 0))
 
 
 def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:

@@ -33,7 +33,7 @@ KNOBS: dict[str, Knob] = {
                      "bf16 MMAs (else tf32)", True),
     "FWD_FUSE_OUT": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the forward state pass forms o; the output pass then writes taps only", True),
-    "PREP_QK_BF16": Knob("1", "bf16 mode with in-kernel l2norm: 1 rounds the normalised q, k to bf16 once "
+    "PREP_QK_BF16": Knob("0", "bf16 mode with in-kernel l2norm: 1 rounds the normalised q, k to bf16 once "
                          "(nearest) and stores them so; every later use (the token kernel's kd, kr, qd, the "
                          "intra, w/u and output passes, the backward) reads the rounded values, as without "
                          "l2norm and as fla does; 0: fp32. fp32 mode: no effect", True),

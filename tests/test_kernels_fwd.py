@@ -269,15 +269,14 @@ def test_forward_gpu_large(precision, C):
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "bf16"])
 def test_normalised_qk_stored_in_bf16(precision, name, monkeypatch):
-    """PREP_QK_BF16 (default 1): in bf16 mode with l2norm, qn and kn are stored in bf16 (every later use
-    reads the rounded values; with 0, in fp32) and o, ht and the taps that use them stay within bf16 mode's
+    """KDADBG_PREP_QK_BF16=1: in bf16 mode with l2norm, qn and kn are stored in bf16 (every later use reads
+    the rounded values; by default in fp32) and o, ht and the taps that use them stay within bf16 mode's
     tolerances; fp32 mode keeps the l2norm's fp32 values (as row scales, prepare.qk_rowscale) and every bit
     either way."""
     inputs, cfg = make_inputs(small(name))
     assert cfg.qk_l2norm
-    monkeypatch.setenv("KDADBG_PREP_QK_BF16", "0")
     base = run_fwd(inputs, cfg, precision)
-    monkeypatch.delenv("KDADBG_PREP_QK_BF16")
+    monkeypatch.setenv("KDADBG_PREP_QK_BF16", "1")
     o, ht, saved, *_ = run_fwd(inputs, cfg, precision)
     if precision == "bf16":  # stored rounded, no row scales; fp32 with the knob off
         assert saved.qn.dtype == saved.kn.dtype == torch.bfloat16 and saved.rq is None
