@@ -277,18 +277,22 @@ def kda_fwd_intra_solve_kernel(
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, rq, rk, gc, bos, 0, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
+        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, rq, rk, gc, bos, 0, n_valid, i_h, o_k, m_k, scale,
+                                               H, K, BF16 == 0, RS)
         k00, q00 = _pair(k00, q00, rk0, rq0, a0, kb0, g0, m0, BF16)
         if NB >= 2:
-            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, rq, rk, gc, bos, 1, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
+            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, rq, rk, gc, bos, 1, n_valid, i_h, o_k, m_k, scale,
+                                                   H, K, BF16 == 0, RS)
             k10, q10 = _pair(k10, q10, rk1, rq1, a1, kb0, g0, m0, BF16)
             k11, q11 = _pair(k11, q11, rk1, rq1, a1, kb1, g1, m1, BF16)
         if NB >= 4:
-            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, rq, rk, gc, bos, 2, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
+            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, rq, rk, gc, bos, 2, n_valid, i_h, o_k, m_k, scale,
+                                                   H, K, BF16 == 0, RS)
             k20, q20 = _pair(k20, q20, rk2, rq2, a2, kb0, g0, m0, BF16)
             k21, q21 = _pair(k21, q21, rk2, rq2, a2, kb1, g1, m1, BF16)
             k22, q22 = _pair(k22, q22, rk2, rq2, a2, kb2, g2, m2, BF16)
-            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, rq, rk, gc, bos, 3, n_valid, i_h, o_k, m_k, scale, H, K, BF16 == 0, RS)
+            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, rq, rk, gc, bos, 3, n_valid, i_h, o_k, m_k, scale,
+                                                   H, K, BF16 == 0, RS)
             k30, q30 = _pair(k30, q30, rk3, rq3, a3, kb0, g0, m0, BF16)
             k31, q31 = _pair(k31, q31, rk3, rq3, a3, kb1, g1, m1, BF16)
             k32, q32 = _pair(k32, q32, rk3, rq3, a3, kb2, g2, m2, BF16)
@@ -422,9 +426,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     own dtype: the same values, no copy; bf16 with ``qk_bf16``; with ``qk_rowscale`` the raw ``q, k``, to be
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
-    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``). ``krT`` is
-    ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left operand
-    with the reduction axis contiguous, as the MMAs need.
+    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode
+    (``common.fwd_lowp``). ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U``
+    then reads its left operand with the reduction axis contiguous, as the MMAs need.
     """
     BT, H, K = q.shape
     V = v.shape[-1]
@@ -480,7 +484,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
-            chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv, t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
+            chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
+            t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
             TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),

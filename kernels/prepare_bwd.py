@@ -37,7 +37,8 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index, truncate_mantissa
+from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index,
+                     truncate_mantissa)
 from .tuning import block_size, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")

@@ -89,8 +89,8 @@ FAULTS: dict[str, Fault] = {
          "        f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)\n"
          "                - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))\n"
          "        b_dgTs += tl.where(i_c == CHUNK, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)\n"),
-        (_V_PASS_LAUNCH, _V_PASS_LAUNCH + "            gc=gc, qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None "
-                                          "else rk, gT=gT, scale=scale, F_RS=rq is not None,\n"),
+        (_V_PASS_LAUNCH, _V_PASS_LAUNCH + "            gc=gc, qn=qn, kn=kn, rq=b if rq is None else rq,\n"
+                                          "            rk=b if rk is None else rk, gT=gT, scale=scale, F_RS=rq is not None,\n"),
     ), "dgT"),
     "ln2_twice": Fault("prepare_bwd", "chunk_bwd_dqkg", True, (
         ("    b_dgx += b_kn * (b_Ed - b_Ei)                 # dgc without the kr path\n",
