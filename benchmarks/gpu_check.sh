@@ -101,8 +101,19 @@ if has bench; then
             *) echo "gpu_check.sh: the FlashKDA build failed ($OUT/flashkda_build.log): timing without it" >&2 ;;
         esac
     fi
+    # fla's autotune results from earlier calls (docs/gpu/*/call*/autotune.tgz: Triton's
+    # <hash>/<kernel>.autotune.json, the same Triton and fla) spare its first call minutes per shape; the
+    # results after this run are saved as $OUT/autotune.tgz for the next. A TRITON_CACHE_DIR already set
+    # is used as it is.
+    if [ -z "${TRITON_CACHE_DIR:-}" ]; then
+        export TRITON_CACHE_DIR=/tmp/kdadbg_triton_cache
+        mkdir -p "$TRITON_CACHE_DIR"
+        for f in docs/gpu/*/call*/autotune.tgz; do [ -f "$f" ] && tar xzf "$f" -C "$TRITON_CACHE_DIR"; done
+    fi
+    export TRITON_CACHE_AUTOTUNING=1
     python3 benchmarks/bench.py --json "$OUT/benchmarks.json" --budget-s "${BENCH_BUDGET_S:-420}" ${BENCH_ARGS:-} 2>&1 \
         | tee "$OUT/bench.log" | grep -v -e Warning -e _warn_once | tail -60
+    (cd "$TRITON_CACHE_DIR" && find . -name "*.autotune.json" | tar czf "$OUT/autotune.tgz" -T -)
 fi
 if named diag; then
     # benchmarks/realistic_diag.py on every REAL_GPU case in both modes: counts, failing cells, floors
