@@ -272,9 +272,7 @@ def _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT: tl.constexpr, SPLI
 @triton.jit
 def _rows(x, bos, n, J, i_h, o_k, m_k, H, K):
     """Rows [16 J, 16 J + 16) of the chunk's [BT, H, K] tensor ``x`` (fp32, 0 on padding)."""
-    r = J * 16 + tl.arange(0, 16)
-    p = ((bos + r)[:, None] * H + i_h) * K + o_k[None, :]
-    return tl.load(x + p, mask=(r < n)[:, None] & m_k[None, :], other=0.).to(tl.float32)
+    return _rows_qk(x, x, bos, n, J, i_h, o_k, m_k, H, K, 0)
 
 
 @triton.jit
