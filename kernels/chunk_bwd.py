@@ -77,8 +77,9 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     qf, kf, gf, vf, dof = flat(q, K), flat(k, K), flat(g, K), flat(v, V), flat(do, V)
     betaf = beta.contiguous().view(BT, H)
     # qn, kn may be q, k themselves (no l2norm): the kernels read any float dtype, so no fp32 copy
-    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") else getattr(saved, f).float().contiguous()
-          for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
+    # Mqk may be bf16 (prepare.mqk_bf16): the prep kernel rounds it to bf16 for its product in bf16 mode
+    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") or (f == "Mqk" and precision == "bf16")
+          else getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
     rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,

@@ -262,6 +262,17 @@ class TapPlan:
         which the backward's K pass fills before any kernel writes them (``take_unfilled``)."""
         return self._buffers[name]
 
+    def own(self, name: str) -> None:
+        """Tap ``name``, if aliased, gets a NaN-filled buffer of its own for a kernel to store instead: the
+        kernels' tensor holds a rounded copy of it (``Mqk`` in bf16, ``prepare.mqk_bf16``)."""
+        if name not in self.aliased:
+            return
+        H, C, K, V = self.shape
+        self.aliased = tuple(n for n in self.aliased if n != name)
+        self._buffers[name] = torch.full((max(self.hi - self.lo, 0), self.n_sel, *REGISTRY[name].dims(C, K, V)),
+                                         float("nan"), device=self.head_slot.device)
+        self._read = None
+
     def take_unfilled(self) -> torch.Tensor | None:
         """The flat tensor still to be NaN-filled (None if none), which the caller now fills."""
         flat, self.unfilled = self.unfilled, None

@@ -224,18 +224,19 @@ def _store_lower(p, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, NB: tl.con
     tl.store(p + o_t[:, None] * BC + o_t[None, :], tl.zeros([BC, BC], dtype=tl.float32),
              mask=(o_t // 16)[:, None] < (o_t // 16)[None, :])
     o_b = o[:, None] * BC + o[None, :]
-    tl.store(p + o_b, b00)
+    m = None
+    store_rn(p + o_b, b00, m)  # to nearest even when p is bf16 (Mqk, mqk_bf16)
     if NB >= 2:
-        tl.store(p + 16 * BC + o_b, b10)
-        tl.store(p + 16 * BC + 16 + o_b, b11)
+        store_rn(p + 16 * BC + o_b, b10, m)
+        store_rn(p + 16 * BC + 16 + o_b, b11, m)
     if NB >= 4:
-        tl.store(p + 32 * BC + o_b, b20)
-        tl.store(p + 32 * BC + 16 + o_b, b21)
-        tl.store(p + 32 * BC + 32 + o_b, b22)
-        tl.store(p + 48 * BC + o_b, b30)
-        tl.store(p + 48 * BC + 16 + o_b, b31)
-        tl.store(p + 48 * BC + 32 + o_b, b32)
-        tl.store(p + 48 * BC + 48 + o_b, b33)
+        store_rn(p + 32 * BC + o_b, b20, m)
+        store_rn(p + 32 * BC + 16 + o_b, b21, m)
+        store_rn(p + 32 * BC + 32 + o_b, b22, m)
+        store_rn(p + 48 * BC + o_b, b30, m)
+        store_rn(p + 48 * BC + 16 + o_b, b31, m)
+        store_rn(p + 48 * BC + 32 + o_b, b32, m)
+        store_rn(p + 48 * BC + 48 + o_b, b33, m)
 
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
@@ -246,7 +247,7 @@ def kda_fwd_intra_solve_kernel(
     gc,              # [BT, H, K] fp32
     b,               # [BT, H] fp32
     INV,             # out [NC, H, BC, BC] fp32: (I + L)^-1 (identity on padding)
-    Mqk,             # out [NC, H, BC, BC] fp32: tril(qd ki^T) (0 on padding)
+    Mqk,             # out [NC, H, BC, BC] fp32 (bf16 with mqk_bf16): tril(qd ki^T) (0 on padding)
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     scale,
@@ -418,6 +419,15 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
+def mqk_bf16(precision: str) -> bool:
+    """Whether ``Mqk`` is stored in bf16 (knob ``MQK_BF16``, bf16 mode, default on): every reader uses it
+    only as a bf16 MMA operand, rounded to nearest even (the forward state pass's and the output pass's
+    ``Mqk U``, the backward's ``Mqk^T dO``), so storing the rounded value keeps every bit and halves the
+    bytes that the intra kernel writes and the state passes read per chunk. Its tap is then not read from
+    ``Mqk`` (``TapPlan.own``): the intra kernel stores the fp32 values from its registers, as before."""
+    return precision == "bf16" and bool(knob("MQK_BF16", 1))
+
+
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
                     A_log, dt_bias, precision, tap_plan=None, store_qd=False):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
@@ -451,7 +461,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     qd = torch.empty(BT, H, K, device=dev, dtype=torch.bfloat16 if precision == "bf16" else f32) \
         if store_qd else None
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)
-    Mqk = torch.empty(NC, H, C, C, device=dev, dtype=f32)
+    mqk_lowp = mqk_bf16(precision)
+    if mqk_lowp and tap_plan is not None:
+        tap_plan.own("Mqk")  # the tap keeps the fp32 values: stored from the intra kernel's registers
+    Mqk = torch.empty(NC, H, C, C, device=dev, dtype=torch.bfloat16 if mqk_lowp else f32)
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
     if tap_plan is not None:

@@ -55,7 +55,7 @@ def kda_fwd_recurrence_kernel(
     U,               # out [BT, H, V] fp32
     ht,              # out [N, H, K, V] fp32: final state
     qd,              # [BT, H, K] scale qn exp(gc) (FUSE_OUT; bf16 in bf16 mode)
-    Mqk,             # [NC, H, BC, BC] fp32 (FUSE_OUT)
+    Mqk,             # [NC, H, BC, BC] fp32 or bf16 (prepare.mqk_bf16; FUSE_OUT)
     o,               # out [BT, H, V] (FUSE_OUT): qd S + Mqk U, in the caller's output dtype
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
@@ -275,7 +275,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
     eo = 2 if mm_bf16 else 4
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
-                                      C * BK * qd.element_size() + 4 * C * C if fused else 0)
+                                      C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0)
     kda_fwd_recurrence_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
         krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S, U=U, ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,

@@ -30,9 +30,10 @@ def chunk_bwd_prep_kernel(
     gc,              # [BT, H, K] fp32: within-chunk inclusive cumsum of the log-decay
     gT,              # [NC, H, K] fp32: chunk total log-decay
     b,               # [BT, H] fp32: write strength
-    INV, Mqk,        # [NC, H, C, C] fp32
+    INV, Mqk,        # [NC, H, C, C] fp32 (Mqk bf16 in bf16 mode with prepare.mqk_bf16)
     do,              # [BT, H, V] any float dtype
-    qd, kr, w,       # [BT, H, K] fp32 out: scale*qn*exp(gc), kn*exp(gT-gc), INV Diag(b) kn*exp(gc)
+    qd, kr, w,       # [BT, H, K] out (bf16 on the GPU's bf16 mode, else fp32): scale*qn*exp(gc), kn*exp(gT-gc),
+                     # INV Diag(b) kn*exp(gc)
     dU,              # [BT, H, V] fp32 out: Mqk^T dO
     chunk_start, chunk_len,  # [NC] int32
     scale,           # query scale

@@ -62,6 +62,11 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
+    "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
+                          "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "
+                          "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
+                          "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
+                     False),
     "PREP_WARPS": Knob("4", "warps of the forward token kernel", False),
     "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
     "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",

@@ -13,7 +13,7 @@ from kdadbg.reference import run_reference
 from kdadbg.tolerances import TOLERANCES
 from kdadbg_kernels import TapSelection, chunk_kda
 from kdadbg.tapsfile import zero_padding
-from kdadbg_kernels.chunk import kda_forward_backward
+from kdadbg_kernels.chunk import kda_forward, kda_forward_backward
 from kdadbg_kernels.common import ALIAS_TAPS, KernelChunks, TapPlan, chunk_layout
 
 CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", "chunk32", "chunk64_varlen", "gva",
@@ -273,8 +273,10 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
         monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
         runs[alias] = run_fb(inputs, cfg, precision, sel)
     (out_a, taps_a, plan_a), (out_s, taps_s, plan_s) = runs["1"], runs["0"]
-    assert set(plan_a.aliased) == set(ALIAS_TAPS) and plan_s.aliased == ()
-    assert not any(plan_a.has(n) for n in ALIAS_TAPS)
+    # bf16 mode keeps Mqk in bf16 (prepare.mqk_bf16): its tap has a buffer of its own there
+    own = {"Mqk"} if precision == "bf16" else set()
+    assert set(plan_a.aliased) == set(ALIAS_TAPS) - own and plan_s.aliased == ()
+    assert not any(plan_a.has(n) for n in set(ALIAS_TAPS) - own) and all(plan_a.has(n) for n in own)
     for n, t in out_s.items():
         assert torch.equal(bits(t), bits(out_a[n])), n
     B, T = inputs.q.shape[:2]
@@ -312,6 +314,41 @@ def test_l2norm_as_row_scales_keeps_every_bit(name, monkeypatch):
     assert list(taps_r) == list(taps_s) and len(taps_r) >= 20
     for n in taps_r:
         a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_r, taps_s))
+        assert torch.equal(bits(a), bits(s)), n
+
+
+@pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "tail", "strong_gates"])
+def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
+    """bf16 mode stores ``Mqk`` in bf16 (knob MQK_BF16=1, the default): each reader rounds it to bf16 for
+    its MMA anyway, so every output, gradient and tap (the Mqk tap then stored from the intra kernel's
+    fp32 registers, not read from the bf16 tensor) has the bits of the run that stores it in fp32
+    (MQK_BF16=0), padding rows aside (zeroed in both)."""
+    precision = "bf16"
+    case = get_case(name)
+    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
+    sel = TapSelection()
+    runs, dtypes = {}, {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("KDADBG_MQK_BF16", on)
+        runs[on] = run_fb(inputs, cfg, precision, sel)
+        x = inputs.to(DEVICE)
+        saved = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
+                            lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
+                            A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens,
+                            precision=precision)[2]
+        dtypes[on] = saved.Mqk.dtype
+    assert dtypes == {"1": torch.bfloat16, "0": torch.float32}
+    (out_b, taps_b, plan_b), (out_f, taps_f, plan_f) = runs["1"], runs["0"]
+    assert plan_b.has("Mqk") and "Mqk" in plan_f.aliased
+    assert set(out_b) == set(out_f) and len(out_b) >= 7
+    for n, t in out_f.items():
+        assert torch.equal(bits(t), bits(out_b[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_b.lo:plan_b.hi]
+    assert list(taps_b) == list(taps_f) and len(taps_b) >= 20
+    for n in taps_b:
+        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_b, taps_f))
+        assert a.numel() and torch.isfinite(s).any(), n
         assert torch.equal(bits(a), bits(s)), n
 
 
