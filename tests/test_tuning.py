@@ -125,6 +125,20 @@ def test_state_pass_stages_in_the_fast_mode(monkeypatch, BV, want):
     assert state_pass_plan(64, 128, BV, "cpu", (2, 2, 2, 2), 64 * 128 * 2 + 4 * 64 * 64) == want
 
 
+@pytest.mark.parametrize("BV, want", [(16, (3, 0)), (32, (3, 0)), (64, (2, 0))])
+def test_state_pass_plan_of_the_default_bf16_mode(monkeypatch, BV, want):
+    """The default bf16 mode (w, krT bf16, u fp32, bf16 products; the fused output's qd and, with
+    prepare.mqk_bf16, Mqk tiles in bf16): three stages at 16 and 32 columns without loading u ahead
+    (H32 T16384: 1.799 ms forward against 1.830 with it, docs/gpu/round24/call4); at 64 columns u ahead
+    would buy a third stage but is not taken (the varlen batch's forward 2.070 with it against 1.870
+    without, at two stages)."""
+    from kdadbg_kernels.recurrence import state_pass_plan
+
+    for name in ("KDADBG_REC_STAGES", "KDADBG_REC_U_AHEAD"):
+        monkeypatch.delenv(name, raising=False)
+    assert state_pass_plan(64, 128, BV, "cpu", (2, 2, 4, 2), 64 * 128 * 2 + 2 * 64 * 64) == want
+
+
 def test_forward_fast_mode_defaults_and_overrides(monkeypatch):
     """bf16 mode stores w and krT (not u) in bf16 with bf16 products and forms o in the state pass;
     fp32 mode does neither; KDADBG_FWD_LOWP / KDADBG_FWD_FUSE_OUT override, and a bad mask is refused."""
