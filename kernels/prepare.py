@@ -224,19 +224,18 @@ def _store_lower(p, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, NB: tl.con
     tl.store(p + o_t[:, None] * BC + o_t[None, :], tl.zeros([BC, BC], dtype=tl.float32),
              mask=(o_t // 16)[:, None] < (o_t // 16)[None, :])
     o_b = o[:, None] * BC + o[None, :]
-    m = None
-    store_rn(p + o_b, b00, m)  # to nearest even when p is bf16 (Mqk, mqk_bf16)
+    store_rn(p + o_b, b00, None)  # to nearest even when p is bf16 (Mqk, mqk_bf16)
     if NB >= 2:
-        store_rn(p + 16 * BC + o_b, b10, m)
-        store_rn(p + 16 * BC + 16 + o_b, b11, m)
+        store_rn(p + 16 * BC + o_b, b10, None)
+        store_rn(p + 16 * BC + 16 + o_b, b11, None)
     if NB >= 4:
-        store_rn(p + 32 * BC + o_b, b20, m)
-        store_rn(p + 32 * BC + 16 + o_b, b21, m)
-        store_rn(p + 32 * BC + 32 + o_b, b22, m)
-        store_rn(p + 48 * BC + o_b, b30, m)
-        store_rn(p + 48 * BC + 16 + o_b, b31, m)
-        store_rn(p + 48 * BC + 32 + o_b, b32, m)
-        store_rn(p + 48 * BC + 48 + o_b, b33, m)
+        store_rn(p + 32 * BC + o_b, b20, None)
+        store_rn(p + 32 * BC + 16 + o_b, b21, None)
+        store_rn(p + 32 * BC + 32 + o_b, b22, None)
+        store_rn(p + 48 * BC + o_b, b30, None)
+        store_rn(p + 48 * BC + 16 + o_b, b31, None)
+        store_rn(p + 48 * BC + 32 + o_b, b32, None)
+        store_rn(p + 48 * BC + 48 + o_b, b33, None)
 
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])

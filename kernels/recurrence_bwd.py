@@ -170,7 +170,8 @@ def recurrence_bwd_kernel(
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
                    tap_plan=None, rq=None, rk=None):
-    """``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO`` [BT,H,V], all fp32 (token-major, flattened B*T). The
+    """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
+    (token-major, flattened B*T). The
     recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
     l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``)."""
     BT, H, K = qn.shape
