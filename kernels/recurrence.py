@@ -227,16 +227,14 @@ def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4), extra:
     """``(num_stages, U_AHEAD)`` of the forward state pass for chunk C and a [BK, BV] state tile.
 
     Three stages (two chunks prefetched): 0.51 -> 0.42 ms at H16 T16384. Per
-    stage the fp32 w, krT and u tiles; besides, the S operand and a [C, BV] tile (221184 bytes at 16
-    columns, as compiled for sm_90; at 32 columns three stages would need 245760). With u loaded one
-    step ahead into registers (U_AHEAD), u leaves the stages and a second [C, BV] tile joins the rest:
-    three stages then fit at 32 columns (229376 bytes). That is taken only where it buys a stage, at 32
-    columns or fewer: at H32 T16384 0.771 -> 0.698 ms (2 -> 3 stages), but at equal stages it cost 0.430 ->
-    0.530 (H16) and 0.709 -> 1.120 (varlen H32, 64 columns). With ``Mqk`` in bf16 (``prepare.mqk_bf16``)
-    three stages fit at 32 columns without it (H32 T16384 forward 1.799 ms, 1.830 with it), and at 64
-    columns it would buy a third stage: taken there, the varlen batch's forward (H32, 64 columns) timed
-    2.070 ms against 1.870 for two stages without it the call before (``docs/gpu/round24/call4``,
-    ``call3``), so not at 64 columns. ``KDADBG_REC_U_AHEAD`` and
+    stage the w, krT and u tiles; besides, the S operand and a [C, BV] tile. With u loaded one step ahead
+    into registers (U_AHEAD), u leaves the stages and a second [C, BV] tile joins the rest, so it can buy
+    a stage where shared memory is short. The default takes it where it buys a stage at 32 columns or
+    fewer, and in the fused state pass (``extra``: bf16 mode) at 16 columns, where it keeps the stages and
+    hides u's load (H16 T16384 pre-gated forward 1.058 -> 1.040 ms, one process on the H200,
+    ``docs/gpu/round25/call2``). Not at 64 columns: there the register tile costs more than a stage buys
+    (forward 1.820 ms without, 2.069 with on the varlen batch at H32; 1.795 against 2.026 at H64 T8192),
+    nor at 32 columns without a stage to gain (H32 T16384: 1.805 against 1.834). ``KDADBG_REC_U_AHEAD`` and
     ``KDADBG_REC_STAGES`` override. ``sizes``: bytes per element of w, krT, u and the products' operands
     (``common.fwd_lowp``); ``extra``: more bytes per stage (the fused output's qd and Mqk tiles)."""
     ew, ek, eu, eo = sizes
@@ -244,7 +242,8 @@ def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4), extra:
     stages_u = pipeline_stages("REC_STAGES", 3, C * BK * (ew + ek) + extra, eo * BV * (BK + C) + 4 * C * BV,
                                device)
     # not at 64 columns: there u's [C, BV] tile in registers beside the state's cost more than the stage bought
-    u_ahead = knob("REC_U_AHEAD", int(stages_u > stages and BV <= 32))
+    u_ahead = knob("REC_U_AHEAD", int((stages_u > stages and BV <= 32)
+                                      or (extra > 0 and BV <= 16 and stages_u >= stages)))
     return (stages_u if u_ahead else stages), u_ahead
 
 

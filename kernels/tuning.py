@@ -76,7 +76,8 @@ KNOBS: dict[str, Knob] = {
                    "V block of the forward state pass", False),
     "REC_STAGES": Knob("3, or fewer where shared memory is short (tuning.pipeline_stages)",
                        "pipeline stages of the forward state pass", False),
-    "REC_U_AHEAD": Knob("1 only where it buys a pipeline stage (recurrence.state_pass_plan)",
+    "REC_U_AHEAD": Knob("1 where it buys a pipeline stage at 32 columns or fewer, and in bf16 mode's fused state "
+                        "pass at 16 columns (recurrence.state_pass_plan)",
                         "1: the forward state pass loads u one step ahead into registers", False),
     "REC_WARPS": Knob("4", "warps of the forward state pass", False),
     "OUT_NVB": Knob("every V block", "V blocks (up to 64 columns each) one output-pass program covers",

@@ -352,6 +352,32 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
         assert torch.equal(bits(a), bits(s)), n
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["chunk64_varlen", "tail"])
+def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):
+    """The forward state pass with u loaded one step ahead into registers (knob REC_U_AHEAD=1, the bf16
+    default at 16 columns) and without (=0): a launch choice, so every output, gradient and tap has the
+    same bits, padding rows aside (zeroed in both)."""
+    case = get_case(name)
+    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
+    sel = TapSelection()
+    runs = {}
+    for ahead in ("1", "0"):
+        monkeypatch.setenv("KDADBG_REC_U_AHEAD", ahead)
+        runs[ahead] = run_fb(inputs, cfg, precision, sel)
+    (out_a, taps_a, plan_a), (out_n, taps_n, _) = runs["1"], runs["0"]
+    assert set(out_a) == set(out_n) and len(out_a) >= 7
+    for n, t in out_n.items():
+        assert torch.equal(bits(t), bits(out_a[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_n) and len(taps_a) >= 20
+    for n in taps_a:
+        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_n))
+        assert a.numel() and torch.isfinite(s).any(), n
+        assert torch.equal(bits(a), bits(s)), n
+
+
 @pytest.mark.parametrize("B,T,cu,window", [
     pytest.param(1, 34, (0, 5, 25, 34), (2, 5), id="varlen-window_across_sequences"),
     pytest.param(1, 34, (0, 5, 25, 34), (2, 4), id="varlen-window_inside_a_sequence"),
