@@ -115,18 +115,23 @@ def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K:
 def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
                               device, group: tuple[str, ...], dtype=torch.float32):
     """As ``alloc_tap_buffers``, but the selected taps named in ``group`` are views of one flat tensor
-    (each starting on a 256-byte boundary) left unfilled, for the caller to NaN-fill before any kernel
-    writes them. Returns ``(buffers, flat)``, ``flat`` None when no selected tap is in ``group``."""
+    left unfilled, for the caller to NaN-fill before any kernel writes them. Returns ``(buffers, flat)``,
+    ``flat`` None when no selected tap is in ``group``. The other buffers are views of a second flat
+    tensor, NaN-filled here by one fill rather than one per tap (each launch is host time the GPU can
+    wait on with taps on). Every view starts on a 256-byte boundary."""
     lo, hi = sel.chunk_range(n_chunks)
     nh = len(sel.head_list(n_heads))
     shapes = {n: (hi - lo, nh, *REGISTRY[n].dims(C, K, V)) for n in sel.names}
     align = 256 // torch.empty(0, dtype=dtype).element_size()
-    offsets, total = {}, 0
+    offsets, totals = {}, [0, 0]  # [filled here, left to the caller]
     for n in sel.names:
-        if n in group:
-            offsets[n] = total
-            total += -(-_numel(shapes[n]) // align) * align
-    flat = torch.empty(total, dtype=dtype, device=device) if offsets else None
-    bufs = {n: flat[offsets[n]:offsets[n] + _numel(shapes[n])].view(shapes[n]) if n in offsets
-            else torch.full(shapes[n], float("nan"), dtype=dtype, device=device) for n in sel.names}
+        part = int(n in group)
+        offsets[n] = part, totals[part]
+        totals[part] += -(-_numel(shapes[n]) // align) * align
+    filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
+    flat = torch.empty(totals[1], dtype=dtype, device=device) if any(n in group for n in sel.names) else None
+    bufs = {}
+    for n in sel.names:
+        part, off = offsets[n]
+        bufs[n] = (flat if part else filled)[off:off + _numel(shapes[n])].view(shapes[n])
     return bufs, flat

@@ -352,6 +352,32 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
         assert torch.equal(bits(a), bits(s)), n
 
 
+def test_tap_buffers_start_nan_in_two_flat_tensors():
+    """alloc_tap_buffers_grouped: the taps outside ``group`` are views of one flat tensor NaN-filled at
+    allocation (one fill), those in ``group`` views of another left for the caller to fill; no two views
+    overlap, each starts on a 256-byte boundary and has its tap's shape."""
+    from kdadbg_kernels.taps import REGISTRY, alloc_tap_buffers_grouped
+
+    names = ("gc", "qd", "S", "U", "dkr", "dS", "dL")
+    sel = TapSelection(names=names, chunks=(1, 4), heads=(0, 2))
+    C, K, V = 16, 20, 24
+    bufs, flat = alloc_tap_buffers_grouped(sel, 6, 3, C, K, V, "cpu", ("dkr", "dL"))
+    assert list(bufs) == list(names) and flat is not None
+    spans = {}
+    for n, b in bufs.items():
+        assert b.shape == (3, 2, *REGISTRY[n].dims(C, K, V)), n
+        owner = flat if n in ("dkr", "dL") else bufs["gc"]
+        assert b.untyped_storage().data_ptr() == owner.untyped_storage().data_ptr(), n
+        assert (b.data_ptr() - owner.untyped_storage().data_ptr()) % 256 == 0, n
+        spans[n] = (b.data_ptr(), b.data_ptr() + b.numel() * b.element_size())
+        if n not in ("dkr", "dL"):
+            assert b.isnan().all(), n
+    ordered = sorted(spans.values())
+    assert all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:]))
+    bufs, flat = alloc_tap_buffers_grouped(sel, 6, 3, C, K, V, "cpu", ())
+    assert flat is None and all(b.isnan().all() for b in bufs.values())
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "tail"])
 def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):
