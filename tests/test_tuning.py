@@ -172,3 +172,45 @@ def test_pick_variants_takes_each_groups_fastest_beyond_the_margin(tmp_path):
                         "PREP_WU_WARPS,PREP_WU_BK"], capture_output=True, text=True)
     assert p.returncode == 0, p.stderr
     assert p.stdout.split() == ["KDADBG_PREP_BK=64"]  # c is within 1%, d spans both groups
+
+
+def test_bench_merge_keeps_the_last_row_of_each_configuration_and_the_rest_beside(tmp_path):
+    """benchmarks/bench_merge.py: per setting and shape the row of the last file wins, the row it replaced
+    is kept under superseded, taps timings and knob A/B runs are collected with their source, an untimed
+    (skipped) row is not a result; a file that is not bench.py's JSON is refused in one line, nothing written."""
+    import json
+    import subprocess
+    import sys
+
+    def row(setting, shape, fwd, **extra):
+        return {"name": f"{setting}_{shape}", "setting": setting, "shape": shape, "runs": {"ours": {"fwd_ms": fwd},
+                **extra.pop("runs", {})}, "ratios": {}, **extra}
+
+    a = {"schema": 2, "env": {"commit": "aaa"}, "results": [
+        row("pregated", "dense_H16_T8192", 1.0), row("softplus", "dense_H16_T8192", 2.0),
+        {"name": "x", "setting": "pregated", "shape": "dense_H64_T8192", "runs": {}}]}
+    b = {"schema": 2, "env": {"commit": "bbb"}, "results": [
+        row("pregated", "dense_H16_T8192", 0.9, taps_ratios=[1.05, 1.06], taps_fwdbwd_ms=[[1, 1.05], [1, 1.06]],
+            runs={"ours@REC_BV=32": {"fwd_ms": 1.1, "fwdbwd_ms": 3.0}})]}
+    fa, fb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "merged.json"
+    fa.write_text(json.dumps(a))
+    fb.write_text(json.dumps(b))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_merge.py"
+    p = subprocess.run([sys.executable, str(script), str(fa), str(fb), "--out", str(out), "--note", "n1"],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(out.read_text())
+    got = {(r["setting"], r["shape"]): (r["commit"], r["runs"]["ours"]["fwd_ms"]) for r in m["results"]}
+    assert got == {("pregated", "dense_H16_T8192"): ("bbb", 0.9), ("softplus", "dense_H16_T8192"): ("aaa", 2.0)}
+    assert [(r["commit"], r["runs"]["ours"]["fwd_ms"]) for r in m["superseded"]] == [("aaa", 1.0)]
+    assert [t["taps_ratios"] for t in m["taps"]] == [[1.05, 1.06]] and m["taps"][0]["commit"] == "bbb"
+    assert m["knob_ab"][0]["ours@REC_BV=32"] == {"fwd_ms": 1.1, "fwdbwd_ms": 3.0}
+    assert set(m["sources"]) == {str(fa), str(fb)} and m["notes"] == ["n1"]
+
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"schema": 1}))
+    out.unlink()
+    p = subprocess.run([sys.executable, str(script), str(fa), str(bad), "--out", str(out)], capture_output=True,
+                       text=True)
+    assert p.returncode != 0 and not out.exists()
+    assert p.stderr.strip().count("\n") == 0 and str(bad) in p.stderr and "schema 1" in p.stderr

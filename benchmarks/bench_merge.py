@@ -1,0 +1,95 @@
+"""Merge the JSON of several ``benchmarks/bench.py`` runs into one file of current numbers.
+
+    python benchmarks/bench_merge.py RUN.json [RUN.json ...] [--out docs/benchmarks.json] [--note TEXT ...]
+
+A device call has ten minutes, so one benchmark of every shape takes several calls, each writing its own
+``benchmarks.json`` (``docs/gpu/<round>/<call>/``). This writes one file from them: for each setting and
+shape the row of the last file given that has it (``results``, each with its ``source`` file and
+``commit``), the rows it replaced (``superseded``, kept: a row timed again is not dropped), every taps-on
+timing (``taps``), every knob A/B run beside the default (``knob_ab``), and each file's environment (commit,
+date, versions, GPU, command) under ``sources``. A file that is missing, is not JSON or is not a bench.py
+result (schema 2) is refused with one line naming it; the output is written only when every input read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _rel(p: Path) -> str:
+    try:
+        return str(p.resolve().relative_to(REPO))
+    except ValueError:
+        return str(p)
+
+
+def load(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise SystemExit(f"bench_merge: {path}: cannot read ({e.strerror})")
+    except json.JSONDecodeError as e:
+        raise SystemExit(f"bench_merge: {path}: not JSON ({e.msg}, line {e.lineno})")
+    if not isinstance(data, dict) or data.get("schema") != 2 or not isinstance(data.get("results"), list):
+        raise SystemExit(f"bench_merge: {path}: expected bench.py's JSON (schema 2 with a results list), "
+                         f"found {type(data).__name__} with schema {data.get('schema') if isinstance(data, dict) else None}")
+    return data
+
+
+def merge(runs: list[tuple[str, dict]], notes: list[str] = ()) -> dict:
+    """``runs``: ``(source, bench.py JSON)`` in priority order, the last winning."""
+    chosen: dict[tuple[str, str], dict] = {}
+    superseded, taps, knob_ab, sources, order = [], [], [], {}, []
+    for source, data in runs:
+        env = data.get("env", {})
+        sources[source] = env
+        for r in data["results"]:
+            runs_ = r.get("runs") or {}
+            if "ours" not in runs_ or "fwd_ms" not in runs_["ours"]:
+                continue  # skipped by the budget, or ours failed: nothing timed to keep
+            row = {**r, "source": source, "commit": env.get("commit")}
+            key = (r["setting"], r["shape"])
+            if key in chosen:
+                superseded.append(chosen[key])
+            else:
+                order.append(key)
+            chosen[key] = row
+            if r.get("taps_ratios"):
+                taps.append({"source": source, "commit": env.get("commit"), "name": r["name"],
+                             **{k: r[k] for k in ("taps_fwdbwd_ms", "taps_ratios", "taps_first_call_s",
+                                                  "taps_peak_mem_gib") if k in r}})
+            variants = {k: {m: v[m] for m in ("fwd_ms", "fwdbwd_ms") if m in v}
+                        for k, v in runs_.items() if k.startswith("ours@") and "fwd_ms" in v}
+            if variants:
+                base = runs_["ours"]
+                knob_ab.append({"source": source, "commit": env.get("commit"), "name": r["name"],
+                                "ours": {m: base[m] for m in ("fwd_ms", "fwdbwd_ms") if m in base}, **variants})
+    return {"schema": 2, "merged_from": [s for s, _ in runs], "sources": sources,
+            "settings": sorted({k[0] for k in order}, key=["pregated", "softplus", "lower_bound"].index),
+            "results": [chosen[k] for k in order], "superseded": superseded, "taps": taps, "knob_ab": knob_ab,
+            "notes": list(notes)}
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("runs", nargs="+", type=Path, help="bench.py JSON files, in priority order (the last wins)")
+    ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.json", help="the merged file")
+    ap.add_argument("--note", action="append", default=[], help="a note to record (repeatable)")
+    a = ap.parse_args(argv)
+    runs = [(_rel(p), load(p)) for p in a.runs]
+    out = merge(runs, a.note)
+    if not out["results"]:
+        raise SystemExit("bench_merge: no timed row in " + ", ".join(s for s, _ in runs) + ": nothing written")
+    a.out.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"bench_merge: {len(out['results'])} rows ({len(out['superseded'])} superseded, {len(out['taps'])} taps "
+          f"timings, {len(out['knob_ab'])} knob A/B) from {len(runs)} files -> {_rel(a.out)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
