@@ -255,6 +255,32 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
+def knob_runs(inputs, cfg, precision, knob, values, monkeypatch):
+    """``run_fb`` with every tap on once per value of ``KDADBG_<knob>``: ``{value: (outputs, taps, plan)}``."""
+    runs = {}
+    for value in values:
+        monkeypatch.setenv(f"KDADBG_{knob}", value)
+        runs[value] = run_fb(inputs, cfg, precision, TapSelection())
+    return runs
+
+
+def assert_same_bits(inputs, cfg, run_a, run_b):
+    """Two ``run_fb`` results have the same bits in every output, gradient and tap (padding rows zeroed
+    in both), with at least 7 outputs and 20 taps compared, each tap with finite values."""
+    (out_a, taps_a, plan_a), (out_b, taps_b, _) = run_a, run_b
+    assert plan_a is not None
+    assert set(out_a) == set(out_b) and len(out_a) >= 7
+    for n, t in out_b.items():
+        assert torch.equal(bits(t), bits(out_a[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_b) and len(taps_a) >= 20
+    for n in taps_a:
+        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_b))
+        assert a.numel() and torch.isfinite(s).any(), n
+        assert torch.equal(bits(a), bits(s)), n
+
+
 @pytest.mark.parametrize("name,precision,window,heads", [
     pytest.param("varlen_short", "fp32", None, None, id="varlen_short-every_chunk_a_sequence_start"),
     pytest.param("no_state", "bf16", (0, 3), None, id="no_state-bf16-dS0_from_dh0_without_h0"),
@@ -295,26 +321,11 @@ def test_l2norm_as_row_scales_keeps_every_bit(name, monkeypatch):
     default) and every later kernel forms ``qn = q * rq`` from the raw inputs (fp32 or, case ``bf16``,
     bf16): every output, gradient and tap has the bits of the run that stores ``qn, kn`` in fp32
     (QK_ROWSCALE=0), padding rows aside (zeroed in both)."""
-    precision = "fp32"
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     assert cfg.qk_l2norm, name
-    sel = TapSelection()
-    runs = {}
-    for rs in ("1", "0"):
-        monkeypatch.setenv("KDADBG_QK_ROWSCALE", rs)
-        runs[rs] = run_fb(inputs, cfg, precision, sel)
-    (out_r, taps_r, plan_r), (out_s, taps_s, _) = runs["1"], runs["0"]
-    assert plan_r is not None
-    assert set(out_r) == set(out_s) and len(out_r) >= 7
-    for n, t in out_s.items():
-        assert torch.equal(bits(t), bits(out_r[n])), n
-    B, T = inputs.q.shape[:2]
-    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_r.lo:plan_r.hi]
-    assert list(taps_r) == list(taps_s) and len(taps_r) >= 20
-    for n in taps_r:
-        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_r, taps_s))
-        assert torch.equal(bits(a), bits(s)), n
+    runs = knob_runs(inputs, cfg, "fp32", "QK_ROWSCALE", ("1", "0"), monkeypatch)
+    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
 @pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "tail", "strong_gates"])
@@ -326,11 +337,9 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
     precision = "bf16"
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
-    sel = TapSelection()
-    runs, dtypes = {}, {}
+    dtypes = {}
     for on in ("1", "0"):
         monkeypatch.setenv("KDADBG_MQK_BF16", on)
-        runs[on] = run_fb(inputs, cfg, precision, sel)
         x = inputs.to(DEVICE)
         saved = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
                             lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
@@ -338,18 +347,9 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
                             precision=precision)[2]
         dtypes[on] = saved.Mqk.dtype
     assert dtypes == {"1": torch.bfloat16, "0": torch.float32}
-    (out_b, taps_b, plan_b), (out_f, taps_f, plan_f) = runs["1"], runs["0"]
-    assert plan_b.has("Mqk") and "Mqk" in plan_f.aliased
-    assert set(out_b) == set(out_f) and len(out_b) >= 7
-    for n, t in out_f.items():
-        assert torch.equal(bits(t), bits(out_b[n])), n
-    B, T = inputs.q.shape[:2]
-    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_b.lo:plan_b.hi]
-    assert list(taps_b) == list(taps_f) and len(taps_b) >= 20
-    for n in taps_b:
-        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_b, taps_f))
-        assert a.numel() and torch.isfinite(s).any(), n
-        assert torch.equal(bits(a), bits(s)), n
+    runs = knob_runs(inputs, cfg, precision, "MQK_BF16", ("1", "0"), monkeypatch)
+    assert runs["1"][2].has("Mqk") and "Mqk" in runs["0"][2].aliased
+    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
 def test_tap_buffers_start_nan_in_two_flat_tensors():
@@ -386,22 +386,8 @@ def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):
     same bits, padding rows aside (zeroed in both)."""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
-    sel = TapSelection()
-    runs = {}
-    for ahead in ("1", "0"):
-        monkeypatch.setenv("KDADBG_REC_U_AHEAD", ahead)
-        runs[ahead] = run_fb(inputs, cfg, precision, sel)
-    (out_a, taps_a, plan_a), (out_n, taps_n, _) = runs["1"], runs["0"]
-    assert set(out_a) == set(out_n) and len(out_a) >= 7
-    for n, t in out_n.items():
-        assert torch.equal(bits(t), bits(out_a[n])), n
-    B, T = inputs.q.shape[:2]
-    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
-    assert list(taps_a) == list(taps_n) and len(taps_a) >= 20
-    for n in taps_a:
-        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_n))
-        assert a.numel() and torch.isfinite(s).any(), n
-        assert torch.equal(bits(a), bits(s)), n
+    runs = knob_runs(inputs, cfg, precision, "REC_U_AHEAD", ("1", "0"), monkeypatch)
+    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
 @pytest.mark.parametrize("B,T,cu,window", [
