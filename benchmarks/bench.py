@@ -18,7 +18,9 @@ D = K = V = 128, B = 1, chunk 64. Ours is ``kdadbg_kernels.chunk.chunk_kda`` (th
 only, when ``flash_kda`` is importable: ``benchmarks/build_flashkda.sh``) is timed through
 ``flash_kda.fwd`` (forward) and, for the fork, ``flash_kda.autograd.flash_kda_func`` (forward+backward);
 against FlashKDA's forward ours is also timed at chunk 16 (``--flashkda-chunks``) and the ratio takes
-our best.
+our best; ``ours_infer`` is our forward under ``torch.no_grad`` (an inference forward, as FlashKDA's is:
+nothing kept for a backward, so the state pass stores no per-chunk ``S``, ``U``), ratio
+``ours_infer/flashkda_fwd``.
 
 "fwd" is the training forward (inputs require grad); "fwd+bwd" adds ``torch.autograd.grad`` w.r.t.
 every input (``A_log``, ``dt_bias`` included). Times are ``triton.testing.do_bench`` medians (ms).
@@ -146,7 +148,7 @@ def configurations(a) -> list[dict]:
             runs = ["ours"] + [variant_tag(v) for v in a.variants if setting in a.ab_settings]
             runs += [p for p in a.peers if p == "fla" or setting == "lower_bound"]
             if "flashkda" in runs:
-                runs += [f"ours_c{c}" for c in a.flashkda_chunks if c != a.chunk_size]
+                runs += [f"ours_c{c}" for c in a.flashkda_chunks if c != a.chunk_size] + ["ours_infer"]
             out.append(dict(name=f"{setting}_{shape['shape']}", setting=setting, **shape, runs=runs,
                             taps=f"{setting}:{shape['shape']}" in taps_at))
     return out
@@ -314,6 +316,13 @@ class Bench:
                 runs["flashkda"] = {"error": f"{type(e).__name__}: {e}"[:500]}
             plan.update({f"ours_c{chunk}": (ours(chunk), None, {}) for chunk in a.flashkda_chunks
                          if chunk != a.chunk_size})
+            fwd_train = ours()
+
+            def infer():  # FlashKDA's forward is an inference one: ours without a backward to follow
+                with torch.no_grad():
+                    return fwd_train()
+
+            plan["ours_infer"] = (infer, None, {})
         for tag, (fwd, fwdbwd, variant) in plan.items():
             r = runs[tag] = {}
             try:
@@ -384,8 +393,11 @@ def ratios(rec):
     """ours (and each variant) / fla, fwd and fwd+bwd; our best forward / FlashKDA's forward."""
     runs = rec.get("runs", {})
     out = {}
+    fk = runs.get("flashkda", {})
+    if "fwd_ms" in fk and "fwd_ms" in runs.get("ours_infer", {}):
+        out["ours_infer/flashkda_fwd"] = runs["ours_infer"]["fwd_ms"] / fk["fwd_ms"]
     for tag, r in runs.items():
-        if not tag.startswith("ours") or tag.startswith("ours_c"):
+        if not tag.startswith("ours") or tag.startswith("ours_c") or tag == "ours_infer":
             continue
         fla = runs.get("fla", {})
         for m in ("fwd", "fwdbwd"):

@@ -69,7 +69,7 @@ def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_s
 
 def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bound=-5.0, qk_l2norm=True,
                 beta_sigmoid=True, A_log=None, dt_bias=None, h0=None, cu_seqlens=None, precision="fp32",
-                tap_plan: TapPlan | None = None, out_dtype=torch.float32, cu_seqlens_cpu=None):
+                tap_plan: TapPlan | None = None, out_dtype=torch.float32, cu_seqlens_cpu=None, keep_state=True):
     """Chunked KDA forward.
 
     Args:
@@ -83,6 +83,8 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         precision: ``"fp32"`` (exact fp32 matmuls) or ``"bf16"`` (bf16 operands, fp32 accumulation).
         tap_plan: where to write forward taps (see ``TapPlan``), or None.
         out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
+        keep_state: False when no backward will follow: then, where the state pass forms ``o`` (bf16 mode)
+            and without ``tap_plan``, the per-chunk ``S`` and ``U`` are not stored (``FwdSaved.S``, ``U`` None).
 
     Returns:
         ``(o [B,T,H,V] in out_dtype, ht [N,H,K,V] fp32, FwdSaved, KernelChunks)``.
@@ -113,7 +115,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused)
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
-                                     out_dtype=out_dtype, tap_plan=tap_plan)
+                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk)
@@ -213,11 +215,14 @@ class ChunkKDAFunction(torch.autograd.Function):
     back over each group in float32, then rounded once to q's and k's dtypes."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan):
+    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan, backward=True):
         G = _value_group(q, v)
         qx, kx = _expand_groups(q, G), _expand_groups(k, G)
         o, ht, saved, chunks = kda_forward(qx, kx, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
-                                           A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, **opts)
+                                           A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, keep_state=backward,
+                                           **opts)
+        if not backward:  # no output requires grad: nothing to keep
+            return o, ht
         ctx.save_for_backward(qx, kx, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
                               saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk)
         ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0, ctx.group = chunks, opts, plan, h0 is not None, G
@@ -244,7 +249,7 @@ class ChunkKDAFunction(torch.autograd.Function):
                 grads["dA_log"].to(A_log.dtype) if has_gate and ctx.needs_input_grad[5] else None,
                 grads["ddt_bias"].reshape(dt_bias.shape).to(dt_bias.dtype)
                 if has_gate and ctx.needs_input_grad[6] else None,
-                grads.get("dh0"), None, None, None)
+                grads.get("dh0"), None, None, None, None)
 
 
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
@@ -301,6 +306,10 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     layout = "vk" if state_v_first else "kv"
     h0 = _to_math(initial_state, layout)  # differentiable: dh0 flows back through the transpose
     plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens, cu_seqlens_cpu, chunk_size, q.device)
-    o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan)
+    # a backward can follow only where grad mode is on and an input requires grad: otherwise (inference,
+    # torch.no_grad) the forward keeps nothing for one
+    backward = torch.is_grad_enabled() and any(
+        x is not None and x.requires_grad for x in (q, k, v, g, beta, A_log, dt_bias, initial_state))
+    o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan, backward)
     final = _from_math(ht, layout) if output_final_state else None
     return (o, final, plan) if taps is not None else (o, final)

@@ -51,8 +51,8 @@ def kda_fwd_recurrence_kernel(
     w,               # [BT, H, K] fp32 or bf16: INV Diag(b) kd
     u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v
     h0,              # [N, H, K, V] fp32 initial state (math layout), if HAS_H0
-    S,               # out [NC, H, K, V] fp32: state entering each chunk
-    U,               # out [BT, H, V] fp32
+    S,               # out [NC, H, K, V] fp32: state entering each chunk (STORE_SU)
+    U,               # out [BT, H, V] fp32 (STORE_SU)
     ht,              # out [N, H, K, V] fp32: final state
     qd,              # [BT, H, K] scale qn exp(gc) (FUSE_OUT; bf16 in bf16 mode)
     Mqk,             # [NC, H, BC, BC] fp32 or bf16 (prepare.mqk_bf16; FUSE_OUT)
@@ -73,6 +73,7 @@ def kda_fwd_recurrence_kernel(
     MM_BF16: tl.constexpr = 0,   # 1: both products as bf16 MMAs (common.fwd_lowp bit 8), else tf32
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
     F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
+    STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -115,14 +116,16 @@ def kda_fwd_recurrence_kernel(
             b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :],
                                other=0).to(acc)
 
-        tl.store(S + o_ch * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
+        if STORE_SU:
+            tl.store(S + o_ch * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
         if U_AHEAD:
             b_U = b_u
             b_u = b_u_next
         else:
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(acc)
         b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
-        tl.store(U + o_tv, b_U.to(tl.float32), mask=m_tv)
+        if STORE_SU:
+            tl.store(U + o_tv, b_U.to(tl.float32), mask=m_tv)
         if FUSE_OUT:  # off the chain: S and U of this chunk are final here
             b_qd = tl.load(qd + o_tk, mask=m_tk, other=0)
             b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
@@ -258,18 +261,21 @@ def fuse_out(precision: str) -> bool:
 
 
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
-                       tap_plan=None):
+                       tap_plan=None, keep_state=True):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
     ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None). ``S`` and ``U`` hold the S and U taps
-    when ``tap_plan`` aliases them."""
+    when ``tap_plan`` aliases them. ``keep_state=False`` (a forward no backward will follow): where the
+    pass forms ``o`` itself and no tap plan is given, ``S`` and ``U`` are neither allocated nor stored
+    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits."""
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
     dev, f32 = w.device, torch.float32
-    S = torch.empty(NC, H, K, V, device=dev, dtype=f32)
-    U = torch.empty(BT, H, V, device=dev, dtype=f32)
-    ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     fused = qd is not None
+    store_su = keep_state or not fused or tap_plan is not None
+    S = torch.empty(NC, H, K, V, device=dev, dtype=f32) if store_su else None
+    U = torch.empty(BT, H, V, device=dev, dtype=f32) if store_su else None
+    ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
     if N == 0:
         return S, U, ht, o
@@ -281,12 +287,13 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0)
     kda_fwd_recurrence_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
-        krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S, U=U, ht=ht, qd=qd if fused else ht,
+        krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S if store_su else ht, U=U if store_su else ht,
+        ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        **LAUNCH,
+        STORE_SU=int(store_su), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o

@@ -390,6 +390,55 @@ def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("name", ["chunk64_varlen", "tail", "gate_softplus"])
+def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, monkeypatch):
+    """chunk_kda without a backward to follow (under torch.no_grad, or no input requiring grad) runs the
+    forward with keep_state=False: o and the final state have the bits of the training forward; in bf16
+    mode (the state pass forms o) the per-chunk S and U are then not stored, in fp32 mode (the output pass
+    reads them) they are; with taps they always are."""
+    import kdadbg_kernels.chunk as chunk_mod
+
+    case = get_case(name)
+    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
+    x = inputs.to(DEVICE)
+    kept = []
+    real = chunk_mod.kda_forward
+
+    def spy(*a, **kw):
+        out = real(*a, **kw)
+        kept.append((kw.get("keep_state", True), out[2].S is not None, out[2].U is not None))
+        return out
+
+    monkeypatch.setattr(chunk_mod, "kda_forward", spy)
+    extra = {}
+    if cfg.gate != "none":
+        extra = dict(use_gate_in_kernel=True, A_log=x.A_log, dt_bias=x.dt_bias,
+                     lower_bound=cfg.lower_bound if cfg.gate == "lower_bound" else None)
+
+    def call(grad, taps=None):
+        leaves = {n: getattr(x, n).clone().requires_grad_(grad) for n in ("q", "k", "v", "g", "beta")}
+        return chunk_kda(**leaves, scale=cfg.scale, initial_state=x.h0, output_final_state=True,
+                         cu_seqlens=x.cu_seqlens, chunk_size=cfg.chunk_size,
+                         use_qk_l2norm_in_kernel=cfg.qk_l2norm, use_beta_sigmoid_in_kernel=cfg.beta_sigmoid,
+                         state_v_first=cfg.state_layout == "vk", precision=precision, taps=taps, **extra)
+
+    o_t, ht_t = call(True)
+    with torch.no_grad():
+        o_n, ht_n = call(True)
+    o_d, ht_d = call(False)
+    stored = precision == "fp32"
+    assert kept == [(True, True, True), (False, stored, stored), (False, stored, stored)]
+    for o, ht in ((o_n, ht_n), (o_d, ht_d)):
+        assert not o.requires_grad and o.numel() and ht.numel()
+        assert torch.equal(bits(o.float()), bits(o_t.detach().float()))
+        assert torch.equal(bits(ht), bits(ht_t.detach()))
+    kept.clear()
+    with torch.no_grad():
+        call(True, TapSelection(names=("S", "U"), chunks=(0, 1)))
+    assert kept == [(False, True, True)]
+
+
 @pytest.mark.parametrize("B,T,cu,window", [
     pytest.param(1, 34, (0, 5, 25, 34), (2, 5), id="varlen-window_across_sequences"),
     pytest.param(1, 34, (0, 5, 25, 34), (2, 4), id="varlen-window_inside_a_sequence"),
