@@ -36,8 +36,9 @@ def load(path: Path) -> dict:
     except json.JSONDecodeError as e:
         raise SystemExit(f"bench_merge: {path}: not JSON ({e.msg}, line {e.lineno})")
     if not isinstance(data, dict) or data.get("schema") != 2 or not isinstance(data.get("results"), list):
+        schema = data.get("schema") if isinstance(data, dict) else None
         raise SystemExit(f"bench_merge: {path}: expected bench.py's JSON (schema 2 with a results list), "
-                         f"found {type(data).__name__} with schema {data.get('schema') if isinstance(data, dict) else None}")
+                         f"found {type(data).__name__} with schema {schema}")
     return data
 
 

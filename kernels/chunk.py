@@ -215,13 +215,13 @@ class ChunkKDAFunction(torch.autograd.Function):
     back over each group in float32, then rounded once to q's and k's dtypes."""
 
     @staticmethod
-    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan, backward=True):
+    def forward(ctx, q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan, needs_backward=True):
         G = _value_group(q, v)
         qx, kx = _expand_groups(q, G), _expand_groups(k, G)
         o, ht, saved, chunks = kda_forward(qx, kx, v, g, beta, h0=h0, cu_seqlens=cu_seqlens, tap_plan=plan,
-                                           A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, keep_state=backward,
+                                           A_log=A_log, dt_bias=dt_bias, out_dtype=v.dtype, keep_state=needs_backward,
                                            **opts)
-        if not backward:  # no output requires grad: nothing to keep
+        if not needs_backward:  # no output requires grad: nothing to keep
             return o, ht
         ctx.save_for_backward(qx, kx, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
                               saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk)
@@ -308,8 +308,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     plan = _tap_plan(taps, B, T, H, K, V, cu_seqlens, cu_seqlens_cpu, chunk_size, q.device)
     # a backward can follow only where grad mode is on and an input requires grad: otherwise (inference,
     # torch.no_grad) the forward keeps nothing for one
-    backward = torch.is_grad_enabled() and any(
+    needs_backward = torch.is_grad_enabled() and any(
         x is not None and x.requires_grad for x in (q, k, v, g, beta, A_log, dt_bias, initial_state))
-    o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan, backward)
+    o, ht = ChunkKDAFunction.apply(q, k, v, g, beta, A_log, dt_bias, h0, cu_seqlens, opts, plan, needs_backward)
     final = _from_math(ht, layout) if output_final_state else None
     return (o, final, plan) if taps is not None else (o, final)

@@ -129,7 +129,8 @@ def test_state_pass_stages_in_the_fast_mode(monkeypatch, BV, want):
 def test_state_pass_plan_of_the_default_bf16_mode(monkeypatch, BV, want):
     """The default bf16 mode (w, krT bf16, u fp32, bf16 products; the fused output's qd and, with
     prepare.mqk_bf16, Mqk tiles in bf16): three stages at 16 and 32 columns, u loaded ahead at 16 (H16
-    T16384 forward 1.040 ms with it against 1.058 without; at H32 1.834 against 1.805, docs/gpu/round25/call2);
+    T16384 forward 1.040 ms with it against 1.058 without; at H32 1.834 against 1.805,
+    docs/gpu/round25/call2);
     at 64 columns u ahead would buy a third stage but is not taken (the varlen batch's forward 2.069 with it
     against 1.820 without, at two stages)."""
     from kdadbg_kernels.recurrence import state_pass_plan
