@@ -102,8 +102,8 @@ def test_pipeline_stages_drop_to_what_fits_in_shared_memory(monkeypatch):
 @pytest.mark.parametrize("BV, want", [(16, (3, 0)), (32, (3, 1)), (64, (2, 0))])
 def test_state_pass_loads_u_ahead_only_where_it_buys_a_stage(monkeypatch, BV, want):
     """fp32 mode's state pass (fp32 tiles, no fused output): H16 (16 columns) has three stages either way,
-    u stays in the stages (loading it ahead cost 0.10 ms there); H32 (32 columns) gets its third stage only with u in registers; the varlen batch (64
-    columns) has two either way (ahead it cost 0.41 ms)."""
+    u stays in the stages (loading it ahead cost 0.10 ms there); H32 (32 columns) gets its third stage only
+    with u in registers; the varlen batch (64 columns) has two either way (ahead it cost 0.41 ms)."""
     from kdadbg_kernels.recurrence import state_pass_plan
 
     for name in ("KDADBG_REC_STAGES", "KDADBG_REC_U_AHEAD"):
