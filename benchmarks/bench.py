@@ -18,9 +18,10 @@ D = K = V = 128, B = 1, chunk 64. Ours is ``kdadbg_kernels.chunk.chunk_kda`` (th
 only, when ``flash_kda`` is importable: ``benchmarks/build_flashkda.sh``) is timed through
 ``flash_kda.fwd`` (forward) and, for the fork, ``flash_kda.autograd.flash_kda_func`` (forward+backward);
 against FlashKDA's forward ours is also timed at chunk 16 (``--flashkda-chunks``) and the ratio takes
-our best; ``ours_infer`` is our forward under ``torch.no_grad`` (an inference forward, as FlashKDA's is:
-nothing kept for a backward, so the state pass stores no per-chunk ``S``, ``U``), ratio
-``ours_infer/flashkda_fwd``.
+our best; ``ours_infer`` (``ours_infer_c16`` at chunk 16) is our forward under ``torch.no_grad`` (an
+inference forward, as FlashKDA's is: nothing kept for a backward, so the state pass stores no per-chunk
+``S``, ``U``, nor fp32 ``qn, kn``), ratio ``ours_infer/flashkda_fwd`` of our better chunk; with ``--ab``
+in the lower-bound setting it is timed at each variant too (``ours_infer@NAME=value``, no ratio).
 
 "fwd" is the training forward (inputs require grad); "fwd+bwd" adds ``torch.autograd.grad`` w.r.t.
 every input (``A_log``, ``dt_bias`` included). Times are ``triton.testing.do_bench`` medians (ms).
@@ -139,6 +140,11 @@ def variant_tag(variant: dict) -> str:
     return "ours@" + ",".join(f"{n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
 
 
+def infer_tag(variant: dict) -> str:
+    """The inference forward's run with ``variant``'s knob overrides (beside FlashKDA)."""
+    return variant_tag(variant).replace("ours@", "ours_infer@", 1)
+
+
 def configurations(a) -> list[dict]:
     """Every (shape, setting) in timing order, with the runs each makes."""
     taps_at = set(a.taps_at)
@@ -148,7 +154,9 @@ def configurations(a) -> list[dict]:
             runs = ["ours"] + [variant_tag(v) for v in a.variants if setting in a.ab_settings]
             runs += [p for p in a.peers if p == "fla" or setting == "lower_bound"]
             if "flashkda" in runs:
-                runs += [f"ours_c{c}" for c in a.flashkda_chunks if c != a.chunk_size] + ["ours_infer"]
+                other = [c for c in a.flashkda_chunks if c != a.chunk_size]
+                runs += [f"ours_c{c}" for c in other] + ["ours_infer"] + [f"ours_infer_c{c}" for c in other]
+                runs += [infer_tag(v) for v in a.variants if setting in a.ab_settings]
             out.append(dict(name=f"{setting}_{shape['shape']}", setting=setting, **shape, runs=runs,
                             taps=f"{setting}:{shape['shape']}" in taps_at))
     return out
@@ -316,13 +324,19 @@ class Bench:
                 runs["flashkda"] = {"error": f"{type(e).__name__}: {e}"[:500]}
             plan.update({f"ours_c{chunk}": (ours(chunk), None, {}) for chunk in a.flashkda_chunks
                          if chunk != a.chunk_size})
-            fwd_train = ours()
+            def infer(chunk=a.chunk_size):  # FlashKDA's forward is an inference one: ours, no backward to follow
+                fwd_train = ours(chunk)
 
-            def infer():  # FlashKDA's forward is an inference one: ours without a backward to follow
-                with torch.no_grad():
-                    return fwd_train()
+                def run():
+                    with torch.no_grad():
+                        return fwd_train()
+                return run
 
-            plan["ours_infer"] = (infer, None, {})
+            plan["ours_infer"] = (infer(), None, {})
+            plan.update({f"ours_infer_c{chunk}": (infer(chunk), None, {}) for chunk in a.flashkda_chunks
+                         if chunk != a.chunk_size})
+            if c["setting"] in a.ab_settings:
+                plan.update({infer_tag(v): (infer(), None, v) for v in a.variants})
         for tag, (fwd, fwdbwd, variant) in plan.items():
             r = runs[tag] = {}
             try:
@@ -394,10 +408,11 @@ def ratios(rec):
     runs = rec.get("runs", {})
     out = {}
     fk = runs.get("flashkda", {})
-    if "fwd_ms" in fk and "fwd_ms" in runs.get("ours_infer", {}):
-        out["ours_infer/flashkda_fwd"] = runs["ours_infer"]["fwd_ms"] / fk["fwd_ms"]
+    infer = [r["fwd_ms"] for t, r in runs.items() if t.startswith("ours_infer") and "@" not in t and "fwd_ms" in r]
+    if "fwd_ms" in fk and "fwd_ms" in runs.get("ours_infer", {}):  # our best chunk, as for the training forward
+        out["ours_infer/flashkda_fwd"] = min(infer) / fk["fwd_ms"]
     for tag, r in runs.items():
-        if not tag.startswith("ours") or tag.startswith("ours_c") or tag == "ours_infer":
+        if not tag.startswith("ours") or tag.startswith(("ours_c", "ours_infer")):
             continue
         fla = runs.get("fla", {})
         for m in ("fwd", "fwdbwd"):

@@ -294,22 +294,22 @@ class TapPlan:
         """Register the kernels' tensors that hold aliased taps (``name=tensor``; ``dS=(dSn, dh0, ext)``
         with ``ext`` None or, for one sequence, the tensor ``[NC + 1, ...]`` whose views dh0 and dSn are),
         before any kernel writes them: each is NaN-filled over the tap window here."""
+        views = []
         for name, x in tensors.items():
             if name not in self.aliased or self.hi <= self.lo:
                 continue
-            win, nan = self._window(chunks), float("nan")
             kind = ALIAS_TAPS[name]
             if kind == "chunk":
-                x[self.lo:self.hi].fill_(nan)
+                views.append(x[self.lo:self.hi])
             elif kind == "token":
-                t0, t1 = win.token_span()
-                x[t0:t1].fill_(nan)
+                t0, t1 = self._window(chunks).token_span()
+                views.append(x[t0:t1])
             else:  # dS of chunk c is dSn[c - 1], or dh0 for a sequence's first chunk
                 dSn, dh0, _ = x
-                dSn[max(self.lo - 1, 0):self.hi - 1].fill_(nan)
-                dh0.fill_(nan)
+                views += [dSn[max(self.lo - 1, 0):self.hi - 1], dh0]
             self._sources[name] = x
             self._read = None
+        nan_fill(views)
 
     def _dev(self, name: str, host: torch.Tensor, device) -> torch.Tensor:
         """A host index table of the window on ``device``, copied once, without waiting for the GPU."""
@@ -369,6 +369,21 @@ class TapPlan:
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}
+
+
+def nan_fill(views: list[torch.Tensor]) -> None:
+    """NaN-fill every tensor of ``views``, one multi-tensor launch per device and dtype (a taps-on call is
+    bound by the host at H16: each launch counts). The launch multiplies by NaN, which gives NaN whatever
+    the memory held (IEEE 754: NaN, infinities and uninitialised bits included)."""
+    groups: dict = {}
+    for x in views:
+        if x.numel():
+            groups.setdefault((x.device, x.dtype), []).append(x)
+    for group in groups.values():
+        if len(group) == 1:
+            group[0].fill_(float("nan"))
+        else:
+            torch._foreach_mul_(group, float("nan"))
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:

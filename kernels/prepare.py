@@ -418,6 +418,18 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
+def rowscale_for_inference(precision: str, qk_l2norm: bool) -> bool:
+    """Whether a forward with no backward to follow keeps the l2norm as row scales in bf16 mode (knob
+    ``INFER_ROWSCALE``, default on; with l2norm, fp32 ``qn, kn`` and no taps): the token kernel then writes
+    ``rq, rk`` [BT, H] instead of two fp32 ``[BT, H, K]`` tensors, and the intra and WY kernels form
+    ``qn = q * rq`` from the raw q, k (``tlmath.load_qk``), the fp32 product the token kernel stored: the
+    same bits of ``o`` and the final state as the training forward. Not in training, where the backward's
+    K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``); not with bf16 ``qn, kn``
+    (``qk_bf16``), which the later kernels would have to round again."""
+    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) \
+        and bool(knob("INFER_ROWSCALE", 1))
+
+
 def mqk_bf16(precision: str) -> bool:
     """Whether ``Mqk`` is stored in bf16 (knob ``MQK_BF16``, bf16 mode, default on): every reader uses it
     only as a bf16 MMA operand, rounded to nearest even (the forward state pass's and the output pass's
@@ -428,14 +440,15 @@ def mqk_bf16(precision: str) -> bool:
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
-                    A_log, dt_bias, precision, tap_plan=None, store_qd=False):
+                    A_log, dt_bias, precision, tap_plan=None, store_qd=False, keep_qk=True):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
     own dtype: the same values, no copy; bf16 with ``qk_bf16``; with ``qk_rowscale`` the raw ``q, k``, to be
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
-    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``w``, ``krT`` and ``u`` are bf16 in bf16 mode
+    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_qk=False`` (no backward follows, no taps): with
+    l2norm the row scales replace fp32 ``qn, kn`` in bf16 mode too (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode
     (``common.fwd_lowp``). ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U``
     then reads its left operand with the reduction axis contiguous, as the MMAs need.
     """
@@ -445,7 +458,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     dev, f32 = q.device, torch.float32
     qk_lowp = qk_bf16(precision, qk_l2norm)
     qk_dtype = torch.bfloat16 if qk_lowp else f32
-    rs = qk_rowscale(precision, qk_l2norm)
+    rs = qk_rowscale(precision, qk_l2norm) or (not keep_qk and rowscale_for_inference(precision, qk_l2norm))
     store_qk = qk_l2norm and not rs
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)

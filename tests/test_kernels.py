@@ -378,6 +378,38 @@ def test_tap_buffers_start_nan_in_two_flat_tensors():
     assert flat is None and all(b.isnan().all() for b in bufs.values())
 
 
+def test_nan_fill_fills_the_views_alone_in_one_launch_per_dtype():
+    """common.nan_fill (the aliased taps' windows): every element of every view NaN (whatever it held:
+    infinities, NaN, finite), nothing outside the views touched, one launch per dtype."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from kdadbg_kernels.common import nan_fill
+
+    class Launches(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            if not func.is_view:  # slicing the views is no launch
+                self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    a = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), -0.0, 3e38, 5.0, 6.0])
+    b = torch.arange(12, dtype=torch.float32).view(3, 4)
+    c = torch.arange(6, dtype=torch.float64)
+    d = torch.ones(4, dtype=torch.float64)
+    with Launches() as seen:
+        nan_fill([a[:6], b[1:], c[2:5], d, a[6:6]])
+    assert seen.ops == ["aten._foreach_mul_.Scalar", "aten._foreach_mul_.Scalar"]
+    assert a[:6].isnan().all() and a[6:].tolist() == [5.0, 6.0]
+    assert b[1:].isnan().all() and b[0].tolist() == [0.0, 1.0, 2.0, 3.0]
+    assert c[2:5].isnan().all() and c[[0, 1, 5]].tolist() == [0.0, 1.0, 5.0] and d.isnan().all()
+    with Launches() as seen:
+        nan_fill([b[:1]])
+    assert seen.ops == ["aten.fill_.Scalar"] and b.isnan().all()
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "tail"])
 def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):
@@ -396,18 +428,20 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     """chunk_kda without a backward to follow (under torch.no_grad, or no input requiring grad) runs the
     forward with keep_state=False: o and the final state have the bits of the training forward; in bf16
     mode (the state pass forms o) the per-chunk S and U are then not stored, in fp32 mode (the output pass
-    reads them) they are; with taps they always are."""
+    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward keeps row
+    scales instead of fp32 qn, kn (INFER_ROWSCALE, default 1; 0 stores them: the same bits either way)."""
     import kdadbg_kernels.chunk as chunk_mod
 
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     x = inputs.to(DEVICE)
-    kept = []
+    kept, scales = [], []
     real = chunk_mod.kda_forward
 
     def spy(*a, **kw):
         out = real(*a, **kw)
         kept.append((kw.get("keep_state", True), out[2].S is not None, out[2].U is not None))
+        scales.append(out[2].rq is not None)
         return out
 
     monkeypatch.setattr(chunk_mod, "kda_forward", spy)
@@ -427,16 +461,23 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     with torch.no_grad():
         o_n, ht_n = call(True)
     o_d, ht_d = call(False)
+    monkeypatch.setenv("KDADBG_INFER_ROWSCALE", "0")
+    with torch.no_grad():
+        o_q, ht_q = call(True)  # fp32 qn, kn stored, as in training
+    monkeypatch.delenv("KDADBG_INFER_ROWSCALE")
     stored = precision == "fp32"
-    assert kept == [(True, True, True), (False, stored, stored), (False, stored, stored)]
-    for o, ht in ((o_n, ht_n), (o_d, ht_d)):
+    assert kept == [(True, True, True)] + [(False, stored, stored)] * 3
+    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward
+    assert cfg.qk_l2norm and scales == [stored, True, True, stored]
+    for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q)):
         assert not o.requires_grad and o.numel() and ht.numel()
         assert torch.equal(bits(o.float()), bits(o_t.detach().float()))
         assert torch.equal(bits(ht), bits(ht_t.detach()))
     kept.clear()
+    scales.clear()
     with torch.no_grad():
         call(True, TapSelection(names=("S", "U"), chunks=(0, 1)))
-    assert kept == [(False, True, True)]
+    assert kept == [(False, True, True)] and scales == [stored]
 
 
 @pytest.mark.parametrize("B,T,cu,window", [
