@@ -229,6 +229,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "
                          f"dg's rows are judged on their own")
+    hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
+    if hint:
+        res.notes.append(hint)
     if impl.kind == "taps file":
         res.files = {"theirs": impl.path, "state_layout": impl.spec.state_layout, "gate_units": impl.spec.gate_units}
     bad_in = nonfinite_inputs(inputs)
@@ -247,6 +250,22 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
             res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails)
     step(None)
     return res
+
+
+def precision_hint(precision: str, cells: dict, dtypes: dict, name: str) -> str | None:
+    """A note where most output/gradient cells are UNREP at fp32 because the implementation returns them
+    in 16 bits: a pass that judged few cells, which ``--precision bf16`` (bf16's tolerances) would judge."""
+    low = {n: str(dt).removeprefix("torch.") for n, dt in dtypes.items() if dt in (torch.bfloat16, torch.float16)}
+    if precision != "fp32" or not low:
+        return None
+    rows = [c for n, c in cells.items() if not c.quantity.is_tap]
+    judged = sum(int((c.count > 0).sum()) for c in rows)
+    unrep = sum(int(((c.label == noise.UNREP) & (c.count > 0)).sum()) for c in rows)
+    if not judged or 2 * unrep <= judged:
+        return None
+    kinds = "; ".join(f"{', '.join(n for n in low if low[n] == d)} in {d}" for d in dict.fromkeys(low.values()))
+    return (f"{unrep} of {judged} output/gradient cells are UNREP: {name} returns {kinds}, values that fp32's "
+            f"tolerances cannot judge; --precision bf16 judges them at bf16's")
 
 
 # two taps files, no reference

@@ -61,6 +61,22 @@ def test_user_function_passes_the_case_table(case):
     assert n["row_cells"] > 0 and n["cells"] == n["ok"] + n["unrep"]
 
 
+def test_bf16_outputs_judged_at_fp32_point_to_the_bf16_precision():
+    """A function that returns bf16 outputs, diffed at fp32: most rows are UNREP (fp32's tolerances cannot
+    judge them) and a note names the bf16 outputs and --precision bf16; at bf16 every row is judged."""
+    inputs, config = case_inputs("bf16")
+    res = diff_dump(inputs, config, impl(), window=0)
+    n = res.counts()
+    hint = [x for x in res.notes if "--precision bf16" in x]
+    assert res.passed and 2 * n["unrep"] > n["row_cells"] > 0
+    assert hint == [f"{n['unrep']} of {n['row_cells']} output/gradient cells are UNREP: {impl().name} returns "
+                    f"o, dq, dk, dv, dg, dbeta, dh0 in bfloat16, values that fp32's tolerances cannot judge; "
+                    f"--precision bf16 judges them at bf16's"]
+    res = diff_dump(inputs, config, impl(precision="bf16"), window=0)
+    assert res.counts()["ok"] == res.counts()["cells"] > 0
+    assert not [x for x in res.notes if "--precision bf16" in x]
+
+
 def test_run_of_a_user_function_passes_and_adds_little_time():
     from kdadbg.dump import load_dump
 

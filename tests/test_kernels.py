@@ -378,38 +378,6 @@ def test_tap_buffers_start_nan_in_two_flat_tensors():
     assert flat is None and all(b.isnan().all() for b in bufs.values())
 
 
-def test_nan_fill_fills_the_views_alone_in_one_launch_per_dtype():
-    """common.nan_fill (the aliased taps' windows): every element of every view NaN (whatever it held:
-    infinities, NaN, finite), nothing outside the views touched, one launch per dtype."""
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    from kdadbg_kernels.common import nan_fill
-
-    class Launches(TorchDispatchMode):
-        def __init__(self):
-            super().__init__()
-            self.ops = []
-
-        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-            if not func.is_view:  # slicing the views is no launch
-                self.ops.append(str(func))
-            return func(*args, **(kwargs or {}))
-
-    a = torch.tensor([1.0, float("inf"), -float("inf"), float("nan"), -0.0, 3e38, 5.0, 6.0])
-    b = torch.arange(12, dtype=torch.float32).view(3, 4)
-    c = torch.arange(6, dtype=torch.float64)
-    d = torch.ones(4, dtype=torch.float64)
-    with Launches() as seen:
-        nan_fill([a[:6], b[1:], c[2:5], d, a[6:6]])
-    assert seen.ops == ["aten._foreach_mul_.Scalar", "aten._foreach_mul_.Scalar"]
-    assert a[:6].isnan().all() and a[6:].tolist() == [5.0, 6.0]
-    assert b[1:].isnan().all() and b[0].tolist() == [0.0, 1.0, 2.0, 3.0]
-    assert c[2:5].isnan().all() and c[[0, 1, 5]].tolist() == [0.0, 1.0, 5.0] and d.isnan().all()
-    with Launches() as seen:
-        nan_fill([b[:1]])
-    assert seen.ops == ["aten.fill_.Scalar"] and b.isnan().all()
-
-
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "tail"])
 def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):

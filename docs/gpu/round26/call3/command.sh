@@ -1,0 +1,24 @@
+# Round 26 call 3 (warm after call 2, without .peer in carry so that call 1's FlashKDA build stays;
+# COMMIT=<sha> bash docs/gpu/round26/call3/command.sh): (a) the taps pairs again with the aliased windows'
+# fills one fill_ each (call 2 timed one torch._foreach_mul_ by NaN: 1.110 to 1.118 at H16); (b) the
+# lower-bound setting at every shape with FlashKDA: ours (chunk 64, 16), ours_infer (chunk 64, 16) and
+# FlashKDA's forward; (c) ours_infer against KDADBG_INFER_ROWSCALE=0 at H32 and H64 T16384.
+mkdir -p /tmp/kdadbg_path && ln -sfn $PWD/kernels /tmp/kdadbg_path/kdadbg_kernels
+export PYTHONPATH="$PWD:/tmp/kdadbg_path:$PWD/.peer/site" FLA_FLASH_KDA=0 PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=/tmp/kdadbg_triton_cache TRITON_CACHE_AUTOTUNING=1
+mkdir -p $OUT/a $OUT/b $OUT/c
+timeout 120 python3 benchmarks/bench.py --json $OUT/a/benchmarks.json --budget-s 90 --commit $COMMIT --peers fla \
+    --settings pregated --shapes dense_H16_T16384 --taps-at pregated:dense_H16_T16384 > $OUT/a/bench.log 2>&1
+echo "bench a exit $?"
+ls .peer; . .peer/fk_env.sh
+timeout $((480 - SECONDS)) python3 benchmarks/bench.py --json $OUT/b/benchmarks.json --budget-s $((420 - SECONDS)) \
+    --commit $COMMIT --peers flashkda --settings lower_bound \
+    --shapes dense_H16_T16384 dense_H32_T16384 dense_H64_T8192 dense_H16_T8192 dense_H32_T8192 dense_H64_T16384 \
+             varlen_mixed6_H32 dense_H16_T65536 dense_H32_T65536 dense_H64_T65536 \
+    --taps-at lower_bound:dense_H32_T16384 > $OUT/b/bench.log 2>&1
+echo "bench b exit $?"
+timeout $((590 - SECONDS)) python3 benchmarks/bench.py --json $OUT/c/benchmarks.json --budget-s $((560 - SECONDS)) \
+    --commit $COMMIT --peers flashkda --settings lower_bound --shapes dense_H32_T16384 dense_H64_T16384 \
+    --ab KDADBG_INFER_ROWSCALE=0 --ab-settings lower_bound > $OUT/c/bench.log 2>&1
+echo "bench c exit $?"
+grep -E "^\[bench\]" $OUT/a/bench.log $OUT/b/bench.log $OUT/c/bench.log | cut -c1-500
