@@ -2,20 +2,23 @@
 
     python benchmarks/kernel_profile.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--precision bf16]
                                  [--iters 5] [--varlen] [--settings pregated,softplus,lower_bound]
-                                 [--ab KDADBG_NAME=value ...] [--taps-window N] [--peer fla] [--json FILE]
+                                 [--ab KDADBG_NAME=value ...] [--taps-window N] [--peer fla] [--host-profile N]
+                                 [--json FILE]
 
 Inputs as ``benchmarks/bench.py``, in each of ``--settings`` (default ``pregated``: bf16 q/k/v, fp32
 log-decay, no in-kernel gate/l2norm/sigmoid; ``softplus``, ``lower_bound``: raw inputs with the gate,
 l2norm and beta sigmoid in the kernel, ``peer_inputs.SETTINGS``); ``--ab`` adds a run with knob overrides
 in each in-kernel setting. After two calls (compilation), ``--iters`` forwards and then ``--iters``
 forward+backward calls are profiled; the tables give each kernel's mean CUDA time per call (forward+
-backward) and its share of the total kernel time, beside the
-wall time of a forward and a forward+backward (``do_bench`` medians): where the wall time exceeds the
-kernel time, the host (launches, synchronising copies) is the bound. With more than one setting or
-variant, two closing tables (forward; forward+backward) compare them kernel by kernel. ``--varlen``: ``bench.py``'s
-varlen batch of six sequences (``--T`` is then their total, 16384). ``--taps-window N``: every tap
-on for chunks [0, N) and all heads (as ``bench.py``'s taps-on timing), so the table shows where the
-taps' extra time goes: the tap-storing kernel variants, the NaN fills of the buffers.
+backward) and its share of the total kernel time, beside the wall time of a forward and a forward+backward
+(``do_bench`` medians) and the host's time per call (the calls enqueued without waiting): where the wall time
+exceeds the kernel time and the host's time nears the wall time, the host (launches, Python, synchronising
+copies) is the bound; ``--host-profile N`` names where the host's time goes (cProfile, the N functions with
+the most time of their own). With more than one setting or variant, two closing tables (forward;
+forward+backward) compare them kernel by kernel. ``--varlen``: ``bench.py``'s varlen batch of six sequences
+(``--T`` is then their total, 16384). ``--taps-window N``: every tap on for chunks [0, N) and all heads (as
+``bench.py``'s taps-on timing), so the table shows where the taps' extra time goes: the tap-storing kernel
+variants, the NaN fills of the buffers.
 ``--peer fla``: the same table for fla's ``chunk_kda`` (chunk 64, ``FLA_FLASH_KDA=0`` as in
 ``bench.py``) on the same inputs, to compare kernel by kernel. Its first call autotunes for minutes;
 with ``TRITON_CACHE_AUTOTUNING=1`` Triton keeps the chosen configs in its cache directory.
@@ -51,6 +54,9 @@ def main(argv=None):
     ap.add_argument("--per-launch", action="store_true",
                     help="also a row per launch in call order (a kernel launched over the tap window and "
                          "over the chunks outside it shows as two rows)")
+    ap.add_argument("--host-profile", type=int, default=0, metavar="N",
+                    help="also profile the host (cProfile) over --iters forward+backward calls: the N functions "
+                         "with the most time of their own")
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test under TRITON_INTERPRET=1 (no CUDA times)")
     a = ap.parse_args(argv)
@@ -84,7 +90,10 @@ def main(argv=None):
             print(f"{a.peer} [{tag}]: H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} "
                   f"varlen={a.varlen} taps_window={a.taps_window}: first call {prof['first_call_s']:.1f} s, "
                   f"kernel time per fwd {prof['total_fwd_ms']:.3f} ms, per fwd+bwd {prof['total_ms']:.3f} ms; "
-                  f"wall fwd {prof['wall_ms']['fwd']:.3f} ms, fwd+bwd {prof['wall_ms']['fwdbwd']:.3f} ms")
+                  f"wall fwd {prof['wall_ms']['fwd']:.3f} ms, fwd+bwd {prof['wall_ms']['fwdbwd']:.3f} ms; "
+                  f"host fwd {prof['host_ms']['fwd']:.3f} ms, fwd+bwd {prof['host_ms']['fwdbwd']:.3f} ms")
+            if prof.get("host_profile"):
+                print(prof["host_profile"])
             print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
             for k in prof["kernels"]:
                 print(f"{k['name'][:60]:<60} {k['ms']:8.3f} {k['ms'] / prof['total_ms']:6.1%} {k['launches']:8d}")
@@ -168,7 +177,34 @@ def profile_one(a, x, cu, do, flags, fla_only) -> dict:
             seq = per_launch(prof.events(), a.iters, "CUDA" if cuda else "CPU") if a.per_launch else []
             out["launches"] = [{"name": n, "ms": ms} for n, ms in seq]
     out["wall_ms"] = {"fwd": wall(fwd), "fwdbwd": wall(step)}
+    out["host_ms"] = {"fwd": host(fwd, a.iters, sync), "fwdbwd": host(step, a.iters, sync)}
+    if a.host_profile:
+        import cProfile
+        import io
+        import pstats
+
+        prof = cProfile.Profile()
+        prof.enable()
+        for _ in range(a.iters):
+            step()
+        prof.disable()
+        sync()
+        text = io.StringIO()
+        pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(a.host_profile)
+        out["host_profile"] = text.getvalue()
     return out
+
+
+def host(fn, iters: int, sync) -> float:
+    """The host's time per call of ``fn`` (ms): the calls enqueued back to back without waiting for the GPU,
+    the mean of ``iters``, after a sync. Near the wall time, the host is the bound (launches, Python)."""
+    sync()
+    t = time.perf_counter()
+    for _ in range(iters):
+        fn()
+    host_s = time.perf_counter() - t
+    sync()
+    return host_s / iters * 1e3
 
 
 def compare(profiles, key, what):

@@ -3,7 +3,8 @@
 # taps pairs again with the aliased windows' fills one fill_ each (call 2 timed one torch._foreach_mul_ by
 # NaN: 1.110 to 1.118 at H16); (b) the
 # lower-bound setting at every shape with FlashKDA: ours (chunk 64, 16), ours_infer (chunk 64, 16) and
-# FlashKDA's forward; (c) ours_infer against KDADBG_INFER_ROWSCALE=0 at H32 and H64 T16384.
+# FlashKDA's forward; (c) ours_infer against KDADBG_INFER_ROWSCALE=0 at H32 and H64 T16384. Before (a):
+# kernel_profile.py with the host's time per call and its cProfile, taps on and off.
 bash benchmarks/build_flashkda.sh upstream .peer > $OUT/flashkda_build.log 2>&1; tail -1 $OUT/flashkda_build.log > .peer/fk_env.sh
 echo "build $SECONDS s"
 mkdir -p /tmp/kdadbg_path && ln -sfn $PWD/kernels /tmp/kdadbg_path/kdadbg_kernels
@@ -13,6 +14,12 @@ export TRITON_CACHE_DIR=/tmp/kdadbg_triton_cache TRITON_CACHE_AUTOTUNING=1
 mkdir -p $TRITON_CACHE_DIR $OUT/a $OUT/b $OUT/c
 for f in docs/gpu/*/call*/autotune.tgz; do tar xzf $f -C $TRITON_CACHE_DIR; done
 { nvidia-smi; python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } > $OUT/env.txt 2>&1
+# where a taps-on call's time goes on the host (pre-gated H16 T16384, taps on chunks [0, 64) and off)
+for w in 64 0; do
+    timeout 60 python3 benchmarks/kernel_profile.py --H 16 --taps-window $w --host-profile 30 \
+        --json $OUT/profile_taps$w.json > $OUT/profile_taps$w.log 2>&1
+    echo "profile taps $w exit $?"
+done
 timeout 120 python3 benchmarks/bench.py --json $OUT/a/benchmarks.json --budget-s 90 --commit $COMMIT --peers fla \
     --settings pregated --shapes dense_H16_T16384 --taps-at pregated:dense_H16_T16384 > $OUT/a/bench.log 2>&1
 echo "bench a exit $?"
@@ -28,4 +35,5 @@ timeout $((590 - SECONDS)) python3 benchmarks/bench.py --json $OUT/c/benchmarks.
     --ab KDADBG_INFER_ROWSCALE=0 --ab-settings lower_bound > $OUT/c/bench.log 2>&1
 echo "bench c exit $?"
 tail -3 $OUT/flashkda_build.log | cut -c1-300
+grep -E "^ours" $OUT/profile_taps*.log | cut -c1-400
 grep -E "^\[bench\]" $OUT/a/bench.log $OUT/b/bench.log $OUT/c/bench.log | cut -c1-500
