@@ -2,8 +2,9 @@
 # upstream FlashKDA built first, with nothing else running (the taps pairs are bound by the host); (a) the
 # taps pairs again with the aliased windows' fills one fill_ each (call 2 timed one torch._foreach_mul_ by
 # NaN: 1.110 to 1.118 at H16); (b) the lower-bound setting at every shape with fla and FlashKDA: ours
-# (chunk 64, 16), ours_infer (chunk 64, 16) and FlashKDA's forward; (c) ours_infer against KDADBG_INFER_ROWSCALE=0 at H32 and H64 T16384. Before (a):
-# kernel_profile.py with the host's time per call and its cProfile, taps on and off.
+# (chunk 64, 16), ours_infer (chunk 64, 16) and FlashKDA's forward; (c) ours_infer against
+# KDADBG_INFER_ROWSCALE=0 at H32 and H64 T16384. Before (a): kernel_profile.py with the host's time per call
+# and its cProfile, taps on and off.
 bash benchmarks/build_flashkda.sh upstream .peer > $OUT/flashkda_build.log 2>&1; tail -1 $OUT/flashkda_build.log > .peer/fk_env.sh
 echo "build $SECONDS s"
 mkdir -p /tmp/kdadbg_path && ln -sfn $PWD/kernels /tmp/kdadbg_path/kdadbg_kernels
