@@ -4,7 +4,7 @@
 # NaN: 1.110 to 1.118 at H16); (b) the lower-bound setting at every shape with fla and FlashKDA: ours
 # (chunk 64, 16), ours_infer (chunk 64, 16) and FlashKDA's forward; (c) ours_infer against
 # KDADBG_INFER_ROWSCALE=0 at H32 and H64 T16384. Before (a): kernel_profile.py with the host's time per call
-# and its cProfile, taps on and off.
+# and its cProfile, taps on and off; and kernel by kernel softplus against lower-bound at H32 T16384.
 bash benchmarks/build_flashkda.sh upstream .peer > $OUT/flashkda_build.log 2>&1; tail -1 $OUT/flashkda_build.log > .peer/fk_env.sh
 echo "build $SECONDS s"
 mkdir -p /tmp/kdadbg_path && ln -sfn $PWD/kernels /tmp/kdadbg_path/kdadbg_kernels
@@ -20,6 +20,10 @@ for w in 64 0; do
         --json $OUT/profile_taps$w.json > $OUT/profile_taps$w.log 2>&1
     echo "profile taps $w exit $?"
 done
+# the lower-bound gate's forward costs 0.12 ms more than softplus at H32 T16384 (round 25): kernel by kernel
+timeout 90 python3 benchmarks/kernel_profile.py --H 32 --settings softplus,lower_bound --iters 3 \
+    --json $OUT/profile_gates_H32.json > $OUT/profile_gates_H32.log 2>&1
+echo "profile gates exit $?"
 timeout 120 python3 benchmarks/bench.py --json $OUT/a/benchmarks.json --budget-s 90 --commit $COMMIT --peers fla \
     --settings pregated --shapes dense_H16_T16384 --taps-at pregated:dense_H16_T16384 > $OUT/a/bench.log 2>&1
 echo "bench a exit $?"
@@ -36,4 +40,5 @@ timeout $((590 - SECONDS)) python3 benchmarks/bench.py --json $OUT/c/benchmarks.
 echo "bench c exit $?"
 tail -3 $OUT/flashkda_build.log | cut -c1-300
 grep -E "^ours" $OUT/profile_taps*.log | cut -c1-400
+grep -A14 "^forward, kernel time" $OUT/profile_gates_H32.log
 grep -E "^\[bench\]" $OUT/a/bench.log $OUT/b/bench.log $OUT/c/bench.log | cut -c1-500
