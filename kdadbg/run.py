@@ -45,7 +45,7 @@ class RunResult:
     def passed(self) -> bool:
         if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
             return False
-        return all(t.passed for t in self.tensors)
+        return all(t.passed or t.unrep for t in self.tensors)
 
     @property
     def elements(self) -> int:
@@ -63,7 +63,8 @@ class RunResult:
             "tensors": [{"name": t.name, "shape": list(t.shape), "max_abs": finite_or_none(t.max_abs),
                          "max_index": list(t.max_index), "ratio": finite_or_none(t.ratio),
                          "cosine": finite_or_none(t.cosine), "count": t.count,
-                         "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed} for t in self.tensors],
+                         "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep}
+                        for t in self.tensors],
             "compared": {"tensors": len(self.tensors), "elements": self.elements},
             "not_provided": self.not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
@@ -152,8 +153,9 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         ref = reference_run(inputs, config, seeded, info, ct, *window, device, progress=progress)
         timings["reference"] += time.perf_counter() - t0
     names = outputs_that_apply(inputs, config)
-    rows = [compare(n, got.outputs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
-                    _window_mask(n, masks, B, T, ref.outputs[n].ndim)).judge(tols[n])
+    tols16 = tolerances("bf16", tol_overrides)
+    rows = [judged(n, got.outputs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
+                   _window_mask(n, masks, B, T, ref.outputs[n].ndim), tols[n], tols16[n])
             for n in names if n in got.outputs]
     not_provided = {n: got.not_provided.get(n, "not returned") for n in names if n not in got.outputs}
     if not rows:
@@ -172,6 +174,19 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
                 **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata()}
         atomic_save({r.name: got.outputs[r.name].detach().float().cpu() for r in rows}, meta, save, force=force)
     return result
+
+
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def judged(name: str, x: torch.Tensor, ref: torch.Tensor, mask, tol: float, tol16: float) -> Compare:
+    """``x`` against ``ref`` at ``tol``; a tensor returned in 16 bits that fails where the reference rounded
+    to that dtype fails too is judged at bf16 mode's ``tol16`` instead, UNREP within it
+    (``Compare.judge_storage``)."""
+    row = compare(name, x, ref, mask).judge(tol)
+    if not row.passed and x.dtype in LOW_DTYPES:
+        row.judge_storage(x.dtype, compare(name, ref.to(x.dtype), ref, mask).ratio, tol16)
+    return row
 
 
 def _window_mask(name: str, masks: dict | None, B: int, T: int, ndim: int):

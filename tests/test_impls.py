@@ -24,6 +24,7 @@ from kdadbg.impls.function import Function
 from kdadbg.reference import run_reference
 from kdadbg.run import check
 from kdadbg.tapsfile import chunk_rows, taps_metadata, write_taps_file
+from kdadbg.tolerances import tolerances
 from conftest import REPO
 
 IMPL = str(REPO / "tests" / "impls" / "torch_kda.py")
@@ -75,6 +76,30 @@ def test_bf16_outputs_judged_at_fp32_point_to_the_bf16_precision():
     res = diff_dump(inputs, config, impl(precision="bf16"), window=0)
     assert res.counts()["ok"] == res.counts()["cells"] > 0
     assert not [x for x in res.notes if "--precision bf16" in x]
+
+
+def test_run_of_bf16_outputs_at_fp32_is_unrep_where_their_rounding_explains_them(tmp_path):
+    """kdadbg run of a function that returns bf16 outputs, at fp32: a tensor over fp32's tolerance by what
+    bf16's rounding gives is judged at bf16 mode's tolerance instead, UNREP within it (not a failure; the
+    JSON says why), the rest judged as ever; an error in the same function over bf16's tolerance (o 1 %
+    off) still fails; at bf16 every tensor is judged."""
+    off = tmp_path / "off.py"
+    off.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+                   "def o_off(*a, **k):\n    o, ht = _k(*a, **k)\n    return o * 1.01, ht\n" % str(REPO))
+    inputs, config = case_inputs("bf16")
+    res = check(inputs, config, impl=impl())
+    unrep = {t.name: t for t in res.tensors if t.unrep}
+    assert res.passed and set(unrep) == {"o", "dq", "dk", "dv", "dg", "dbeta", "dh0"}
+    bf16_tols = tolerances("bf16")
+    assert all(not t.passed and t.tol < t.floor and t.ratio <= bf16_tols[n] for n, t in unrep.items())
+    assert {t.name for t in res.tensors if t.passed} == {"ht", "dA_log", "ddt_bias"}
+    doc = res.as_json()
+    assert doc["verdict"] == "pass" and doc["tensors"][0]["unrep"].startswith("returned in bfloat16, whose")
+    res = check(inputs, config, impl=resolve_impl(f"{off}:o_off", "fp32"))
+    o = [t for t in res.tensors if t.name == "o"][0]
+    assert not res.passed and not o.passed and not o.unrep and o.tol < o.floor < bf16_tols["o"] < o.ratio
+    res = check(inputs, config, impl=impl(precision="bf16"))
+    assert res.passed and all(t.passed and not t.unrep for t in res.tensors)
 
 
 def test_run_of_a_user_function_passes_and_adds_little_time():

@@ -78,10 +78,23 @@ class Compare:
     count: int = 0      # elements compared
     tol: float | None = None
     passed: bool | None = None
+    unrep: str | None = None   # over tol, but within what the implementation's storage dtype can hold: why
+    floor: float | None = None  # judge_storage: the ratio of the reference rounded to the storage dtype
 
     def judge(self, tol: float) -> "Compare":
         self.tol = tol
         self.passed = bool(passes(self.ratio, self.max_abs, self.nonfinite, tol))
+        return self
+
+    def judge_storage(self, dtype: torch.dtype, floor: float, tol16: float) -> "Compare":
+        """A failing tensor the implementation returned in ``dtype`` (16 bits) whose reference, rounded to
+        ``dtype``, is itself over the tolerance (``floor``: that rounding's ratio) is judged at ``tol16``,
+        the tolerance of bf16 mode: within it UNREP (the compared precision cannot judge values stored so;
+        never a failure), over it a failure still."""
+        self.floor = floor
+        if not self.passed and floor > self.tol and bool(passes(self.ratio, self.max_abs, self.nonfinite, tol16)):
+            self.unrep = (f"returned in {str(dtype).removeprefix('torch.')}, whose rounding alone is ratio "
+                          f"{floor:.2g} against tol {self.tol:g}; within bf16 mode's tol {tol16:g}")
         return self
 
     def as_dict(self) -> dict:

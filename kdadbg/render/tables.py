@@ -164,7 +164,8 @@ def render_run(console: Console, result) -> None:
     for col in ("tensor", "shape", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
         t.add_column(col, justify="left" if col in ("tensor", "shape", "at", "verdict") else "right")
     for r in result.tensors:
-        verdict = "[green]pass[/green]" if r.passed else "[bold red]FAIL[/bold red]"
+        verdict = "[green]pass[/green]" if r.passed else "[magenta]UNREP[/magenta]" if r.unrep else \
+            "[bold red]FAIL[/bold red]"
         t.add_row(r.name, _shape(r.shape), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
                   f"{r.cosine:.8f}", str(r.nonfinite), _num(r.tol), verdict)
     for name, why in result.not_provided.items():
@@ -176,14 +177,26 @@ def render_run(console: Console, result) -> None:
                   f"scale={cfg.scale:.6g} qk_l2norm={cfg.qk_l2norm} beta_sigmoid={cfg.beta_sigmoid} "
                   f"state_layout={cfg.state_layout}", soft_wrap=True, highlight=False)
     times = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
-    failed = [r.name for r in result.tensors if not r.passed]
+    failed = [r.name for r in result.tensors if not r.passed and not r.unrep]
+    unrep = [r for r in result.tensors if not r.passed and r.unrep]
+    if unrep:   # one line: which, their storage, the rounding's ratio against the tolerances
+        lo, hi = min(r.floor for r in unrep), max(r.floor for r in unrep)
+        tols = sorted({r.tol for r in unrep})
+        dtypes = sorted({r.unrep.split(",")[0].removeprefix("returned in ") for r in unrep})
+        console.print(f"UNREP: {', '.join(r.name for r in unrep)} returned in {', '.join(dtypes)}, whose rounding "
+                      f"alone is ratio {lo:.2g}{'' if hi == lo else f' to {hi:.2g}'} against tol "
+                      f"{', '.join(f'{t:g}' for t in tols)}: within bf16 mode's tolerances, which "
+                      f"--precision bf16 applies to every tensor", soft_wrap=True, highlight=False)
     if failed:
         console.print(f"[bold red]FAIL[/bold red]: {', '.join(failed)} over tolerance ({times}); "
                       f"`kdadbg diff` locates the first diverging chunk and stage", soft_wrap=True)
     else:
         extra = f"; {len(result.not_provided)} not provided" if result.not_provided else ""
-        console.print(f"[bold green]PASS[/bold green]: {len(result.tensors)} tensors within tolerance "
-                      f"({result.elements} elements compared{extra}; {times})", soft_wrap=True)
+        judged = len(result.tensors) - len(unrep)
+        what = f"{judged} tensors within tolerance" + (f", {len(unrep)} UNREP ({', '.join(r.name for r in unrep)})"
+                                                        if unrep else "")
+        console.print(f"[bold green]PASS[/bold green]: {what} ({result.elements} elements compared{extra}; "
+                      f"{times})", soft_wrap=True)
 
 
 def render_captured(console: Console, err: Console, result: dict) -> None:
