@@ -104,12 +104,15 @@ def test_plot_run(tmp_path):
     ref = torch.randn(2, 8, dtype=torch.float64)
     bad = ref.clone()
     bad[0, 0] = float("nan")
+    low = ref.to(torch.bfloat16)
     tensors = [compare("o", ref.float(), ref).judge(1e-5), compare("dq", ref * 1.1, ref).judge(1e-5),
-               compare("dk", bad, ref).judge(1e-5)]
+               compare("dk", bad, ref).judge(1e-5),
+               compare("dv", low, ref).judge(1e-5).judge_storage(low.dtype, compare("dv", low, ref).ratio, 8e-3)]
     result = RunResult("d.safetensors", "fp32", "cpu", make_inputs(get_case("basic"))[1], tensors)
     data = run_plot_data(result)
-    assert [t["name"] for t in data["tensors"]] == ["o", "dq", "dk"]
-    assert [t["passed"] for t in data["tensors"]] == [True, False, False]
+    assert [t["name"] for t in data["tensors"]] == ["o", "dq", "dk", "dv"]
+    assert [t["passed"] for t in data["tensors"]] == [True, False, False, False]
+    assert [t["unrep"] for t in data["tensors"]] == [False, False, False, True] and result.passed is False
     assert data["tensors"][2]["ratio"] is None and data["tensors"][2]["nonfinite"] == 1
     w, h = png_size(plot_run(tmp_path / "r.png", data).read_bytes())
     assert 600 <= w <= 1600 and 250 <= h <= 1000

@@ -32,6 +32,7 @@ NONFINITE = "#ff00ff"
 NOT_COMPARED = "#bdbdbd"
 UNREPRESENTABLE = "#ffffff"
 PASS, FAIL = "#4c9f50", "#d62728"
+UNREP_BAR = "#9e9e9e"   # kdadbg run: over the tolerance where the implementation's 16-bit storage explains it
 
 
 def _matplotlib():
@@ -286,7 +287,7 @@ def plot_run(path, data: dict) -> Path:
 
     Args:
         data: ``{"title": str, "tensors": [{"name", "ratio": float | None (None: not finite), "tol",
-            "passed": bool, "nonfinite": int}]}``.
+            "passed": bool, "nonfinite": int, "unrep": bool (optional: UNREP, grey)}]}``.
     Example: ``plot_run("r.png", run_plot_data(result))``.
     """
     Figure, Canvas = _matplotlib()
@@ -307,14 +308,15 @@ def plot_run(path, data: dict) -> Path:
     for y, t in enumerate(tensors):
         bad = t["ratio"] is None or t.get("nonfinite", 0) > 0
         ratio = hi if bad else max(t["ratio"], lo)
-        colour = NONFINITE if bad else PASS if t["passed"] else FAIL
+        unrep = not t["passed"] and t.get("unrep", False)
+        colour = NONFINITE if bad else PASS if t["passed"] else UNREP_BAR if unrep else FAIL
         ax.barh(y, ratio - lo, left=lo, height=0.62, color=colour)
         if t.get("tol"):
             ax.plot([t["tol"]] * 2, [y - 0.42, y + 0.42], color="black", lw=2.2)
         text = f"NaN/Inf ({t.get('nonfinite', 0)})" if bad else f"{t['ratio']:.2g}"
-        verdict = "pass" if t["passed"] else "FAIL"
+        verdict = "pass" if t["passed"] else "UNREP" if unrep else "FAIL"
         ax.text(hi * 1.15, y, f"{text}  {verdict}", va="center", ha="left", fontsize=8,
-                color="black" if t["passed"] else FAIL)
+                color="black" if t["passed"] or unrep else FAIL)
     ax.set_xlim(lo, hi)
     ax.set_ylim(len(tensors) - 0.5, -0.5)
     ax.set_yticks(range(len(tensors)), [t["name"] for t in tensors], family="monospace")
@@ -326,6 +328,8 @@ def plot_run(path, data: dict) -> Path:
                Line2D([], [], color="black", lw=2.2, label="tolerance")]
     if any(t["ratio"] is None or t.get("nonfinite", 0) > 0 for t in tensors):
         handles.insert(2, Patch(color=NONFINITE, label="NaN/Inf"))
+    if any(not t["passed"] and t.get("unrep", False) for t in tensors):
+        handles.insert(2, Patch(color=UNREP_BAR, label="UNREP (16-bit storage, within bf16 mode's tol)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     return _save(fig, Canvas, path)
 
@@ -333,6 +337,7 @@ def plot_run(path, data: dict) -> Path:
 def run_plot_data(result) -> dict:
     """The :func:`plot_run` data of a ``kdadbg.run.RunResult``."""
     tensors = [{"name": t.name, "ratio": t.ratio if math.isfinite(t.ratio) else None, "tol": t.tol,
-                "passed": bool(t.passed), "nonfinite": t.nonfinite} for t in result.tensors]
-    title = f"kdadbg run: {result.dump}  ·  kernels vs float64 reference  ·  {result.precision} ({result.device})"
+                "passed": bool(t.passed), "nonfinite": t.nonfinite, "unrep": bool(t.unrep)} for t in result.tensors]
+    who = result.impl.get("name", "kernels") if result.impl else "kernels"
+    title = f"kdadbg run: {result.dump}  ·  {who} vs float64 reference  ·  {result.precision} ({result.device})"
     return {"title": title, "tensors": tensors}
