@@ -372,9 +372,8 @@ class TapPlan:
 
 
 def nan_fill(views: list[torch.Tensor]) -> None:
-    """NaN-fill every tensor of ``views``, one ``fill_`` each: a write-only launch. (One multi-tensor
-    launch, ``torch._foreach_mul_`` by NaN, reads the memory too: on the H200 it made taps-on forward +
-    backward 1.5 to 2 % slower at H16 and H32 T16384, round 26 call 2.)"""
+    """NaN-fill every tensor of ``views``, one ``fill_`` each: write-only launches (a multi-tensor multiply
+    by NaN, one launch, reads the memory too, and timed slower on the H200: ``docs/benchmarks.md``)."""
     for x in views:
         if x.numel():
             x.fill_(float("nan"))
