@@ -82,7 +82,8 @@ def test_run_of_bf16_outputs_at_fp32_is_unrep_where_their_rounding_explains_them
     """kdadbg run of a function that returns bf16 outputs, at fp32: a tensor over fp32's tolerance by what
     bf16's rounding gives is judged at bf16 mode's tolerance instead, UNREP within it (not a failure; the
     JSON says why), the rest judged as ever; an error in the same function over bf16's tolerance (o 1 %
-    off) still fails; at bf16 every tensor is judged."""
+    off, and every gradient with it) still fails, the line naming --precision bf16; at bf16 every tensor is
+    judged."""
     off = tmp_path / "off.py"
     off.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
                    "def o_off(*a, **k):\n    o, ht = _k(*a, **k)\n    return o * 1.01, ht\n" % str(REPO))
@@ -100,6 +101,12 @@ def test_run_of_bf16_outputs_at_fp32_is_unrep_where_their_rounding_explains_them
     assert not res.passed and not o.passed and not o.unrep and o.tol < o.floor < bf16_tols["o"] < o.ratio
     res = check(inputs, config, impl=impl(precision="bf16"))
     assert res.passed and all(t.passed and not t.unrep for t in res.tensors)
+    dump = save_dump(tmp_path / "b.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{IMPL}:chunk_kda"])
+    assert r.exit_code == 0 and "PASS: 3 tensors within tolerance, 7 UNREP (o, dq, dk, dv, dg, dbeta, dh0)" in r.stdout
+    assert "returned in bfloat16, whose rounding alone is ratio" in r.stdout
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{off}:o_off"])
+    assert r.exit_code == 1 and "FAIL: o, dq, dh0, dA_log, ddt_bias over tolerance" in r.stdout and "--precision bf16 is the mode" in r.stdout
 
 
 def test_run_of_a_user_function_passes_and_adds_little_time():

@@ -188,8 +188,10 @@ def render_run(console: Console, result) -> None:
                       f"{', '.join(f'{t:g}' for t in tols)}: within bf16 mode's tolerances, which "
                       f"--precision bf16 applies to every tensor", soft_wrap=True, highlight=False)
     if failed:
+        low = "; it returns tensors in 16 bits: if it computes in bf16 too, --precision bf16 is the mode to " \
+              "judge it in" if unrep and result.precision == "fp32" else ""
         console.print(f"[bold red]FAIL[/bold red]: {', '.join(failed)} over tolerance ({times}); "
-                      f"`kdadbg diff` locates the first diverging chunk and stage", soft_wrap=True)
+                      f"`kdadbg diff` locates the first diverging chunk and stage{low}", soft_wrap=True)
     else:
         extra = f"; {len(result.not_provided)} not provided" if result.not_provided else ""
         judged = len(result.tensors) - len(unrep)
