@@ -294,22 +294,24 @@ class TapPlan:
         """Register the kernels' tensors that hold aliased taps (``name=tensor``; ``dS=(dSn, dh0, ext)``
         with ``ext`` None or, for one sequence, the tensor ``[NC + 1, ...]`` whose views dh0 and dSn are),
         before any kernel writes them: each is NaN-filled over the tap window here."""
-        views = []
         for name, x in tensors.items():
             if name not in self.aliased or self.hi <= self.lo:
                 continue
+            win, nan = self._window(chunks), float("nan")
             kind = ALIAS_TAPS[name]
+            # one write-only fill_ each (a multi-tensor multiply by NaN reads the memory too: slower on the
+            # H200, docs/benchmarks.md)
             if kind == "chunk":
-                views.append(x[self.lo:self.hi])
+                x[self.lo:self.hi].fill_(nan)
             elif kind == "token":
-                t0, t1 = self._window(chunks).token_span()
-                views.append(x[t0:t1])
+                t0, t1 = win.token_span()
+                x[t0:t1].fill_(nan)
             else:  # dS of chunk c is dSn[c - 1], or dh0 for a sequence's first chunk
                 dSn, dh0, _ = x
-                views += [dSn[max(self.lo - 1, 0):self.hi - 1], dh0]
+                dSn[max(self.lo - 1, 0):self.hi - 1].fill_(nan)
+                dh0.fill_(nan)
             self._sources[name] = x
             self._read = None
-        nan_fill(views)
 
     def _dev(self, name: str, host: torch.Tensor, device) -> torch.Tensor:
         """A host index table of the window on ``device``, copied once, without waiting for the GPU."""
@@ -369,14 +371,6 @@ class TapPlan:
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}
-
-
-def nan_fill(views: list[torch.Tensor]) -> None:
-    """NaN-fill every tensor of ``views``, one ``fill_`` each: write-only launches (a multi-tensor multiply
-    by NaN, one launch, reads the memory too, and timed slower on the H200: ``docs/benchmarks.md``)."""
-    for x in views:
-        if x.numel():
-            x.fill_(float("nan"))
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:

@@ -440,17 +440,18 @@ def mqk_bf16(precision: str) -> bool:
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
-                    A_log, dt_bias, precision, tap_plan=None, store_qd=False, keep_qk=True):
+                    A_log, dt_bias, precision, tap_plan=None, store_qd=False, keep_state=True):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
     own dtype: the same values, no copy; bf16 with ``qk_bf16``; with ``qk_rowscale`` the raw ``q, k``, to be
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
-    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_qk=False`` (no backward follows, no taps): with
-    l2norm the row scales replace fp32 ``qn, kn`` in bf16 mode too (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode
-    (``common.fwd_lowp``). ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U``
-    then reads its left operand with the reduction axis contiguous, as the MMAs need.
+    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_state=False`` (no backward follows) without
+    ``tap_plan``: with l2norm the row scales replace fp32 ``qn, kn`` in bf16 mode too
+    (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
+    ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
+    operand with the reduction axis contiguous, as the MMAs need.
     """
     BT, H, K = q.shape
     V = v.shape[-1]
@@ -458,7 +459,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     dev, f32 = q.device, torch.float32
     qk_lowp = qk_bf16(precision, qk_l2norm)
     qk_dtype = torch.bfloat16 if qk_lowp else f32
-    rs = qk_rowscale(precision, qk_l2norm) or (not keep_qk and rowscale_for_inference(precision, qk_l2norm))
+    infer = not keep_state and tap_plan is None
+    rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm))
     store_qk = qk_l2norm and not rs
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)

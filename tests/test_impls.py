@@ -106,7 +106,8 @@ def test_run_of_bf16_outputs_at_fp32_is_unrep_where_their_rounding_explains_them
     assert r.exit_code == 0 and "PASS: 3 tensors within tolerance, 7 UNREP (o, dq, dk, dv, dg, dbeta, dh0)" in r.stdout
     assert "returned in bfloat16, whose rounding alone is ratio" in r.stdout
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{off}:o_off"])
-    assert r.exit_code == 1 and "FAIL: o, dq, dh0, dA_log, ddt_bias over tolerance" in r.stdout and "--precision bf16 is the mode" in r.stdout
+    assert r.exit_code == 1 and "FAIL: o, dq, dh0, dA_log, ddt_bias over tolerance" in r.stdout
+    assert "--precision bf16 is the mode" in r.stdout
 
 
 def test_run_of_a_user_function_passes_and_adds_little_time():

@@ -80,6 +80,7 @@ class Compare:
     passed: bool | None = None
     unrep: str | None = None   # over tol, but within what the implementation's storage dtype can hold: why
     floor: float | None = None  # judge_storage: the ratio of the reference rounded to the storage dtype
+    storage: str | None = None  # judge_storage: that dtype's name
 
     def judge(self, tol: float) -> "Compare":
         self.tol = tol
@@ -91,9 +92,9 @@ class Compare:
         ``dtype``, is itself over the tolerance (``floor``: that rounding's ratio) is judged at ``tol16``,
         the tolerance of bf16 mode: within it UNREP (the compared precision cannot judge values stored so;
         never a failure), over it a failure still."""
-        self.floor = floor
+        self.floor, self.storage = floor, str(dtype).removeprefix("torch.")
         if not self.passed and floor > self.tol and bool(passes(self.ratio, self.max_abs, self.nonfinite, tol16)):
-            self.unrep = (f"returned in {str(dtype).removeprefix('torch.')}, whose rounding alone is ratio "
+            self.unrep = (f"returned in {self.storage}, whose rounding alone is ratio "
                           f"{floor:.2g} against tol {self.tol:g}; within bf16 mode's tol {tol16:g}")
         return self
 

@@ -182,7 +182,7 @@ def render_run(console: Console, result) -> None:
     if unrep:   # one line: which, their storage, the rounding's ratio against the tolerances
         lo, hi = min(r.floor for r in unrep), max(r.floor for r in unrep)
         tols = sorted({r.tol for r in unrep})
-        dtypes = sorted({r.unrep.split(",")[0].removeprefix("returned in ") for r in unrep})
+        dtypes = sorted({r.storage for r in unrep})
         console.print(f"UNREP: {', '.join(r.name for r in unrep)} returned in {', '.join(dtypes)}, whose rounding "
                       f"alone is ratio {lo:.2g}{'' if hi == lo else f' to {hi:.2g}'} against tol "
                       f"{', '.join(f'{t:g}' for t in tols)}: within bf16 mode's tolerances, which "
