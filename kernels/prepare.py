@@ -73,13 +73,28 @@ def kda_fwd_token_kernel(
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
+    NKS: tl.constexpr = 1,       # K blocks split over programs (knob PREP_KSPLIT): axis 0 is chunk * NKS +
+                                 # K block, each program one K block (the row norms still over all of K)
 ):
-    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
+    if NKS > 1:
+        i_c, i_h = tl.program_id(0) // NKS + c0, tl.program_id(1)
+        k_lo = tl.program_id(0) % NKS
+        k_hi = k_lo + 1
+    else:
+        i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
+        k_lo = 0
+        k_hi = tl.cdiv(K, BK)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
 
     o_t = tl.arange(0, BC)
     m_t = o_t < n_valid
+    if NKS > 1:  # the per-token b (and rq, rk) stored by the chunk's first K block's program alone
+        m_own = k_lo * BC + o_t < n_valid  # m_t in the first K block's program, all false elsewhere
+        m_own_tap = k_lo * BC + o_t < BC
+    else:
+        m_own = m_t
+        m_own_tap = None
     o_tok = bos + o_t
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
@@ -116,12 +131,12 @@ def kda_fwd_token_kernel(
         b_rq = rsqrt_(b_sq + 1e-6, PRECISE)
         b_rk = rsqrt_(b_sk + 1e-6, PRECISE)
         if STORE_RS:
-            tl.store(rq + o_tok * H + i_h, b_rq, mask=m_t)
-            tl.store(rk + o_tok * H + i_h, b_rk, mask=m_t)
+            tl.store(rq + o_tok * H + i_h, b_rq, mask=m_own)
+            tl.store(rk + o_tok * H + i_h, b_rk, mask=m_own)
 
     # per K block: the per-token stage (qn, kn, gc, gT, kr)
     o_cK = o_t[:, None] * K
-    for i_k in range(tl.cdiv(K, BK)):
+    for i_k in range(k_lo, k_hi):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
@@ -169,10 +184,10 @@ def kda_fwd_token_kernel(
                 tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * exp_(-b_gc, PRECISE)), mask=m_ck)
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
-    tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
+    tl.store(b + o_tok * H + i_h, b_b, mask=m_own)
     if tapped:
         if TAP_B:
-            tl.store(t_b + o_tap * BC + o_t, b_b)
+            tl.store(t_b + o_tap * BC + o_t, b_b, mask=m_own_tap)
 
 
 @triton.jit
@@ -430,6 +445,16 @@ def rowscale_for_inference(precision: str, qk_l2norm: bool) -> bool:
         and bool(knob("INFER_ROWSCALE", 1))
 
 
+def rowscale_reads(precision: str, qk_l2norm: bool) -> bool:
+    """Whether the training forward's intra and WY kernels read the raw q, k with the row scales (knob
+    ``PREP_RS_READS``; bf16 mode with l2norm and fp32 ``qn, kn``): the token kernel then stores ``rq, rk``
+    beside the fp32 ``qn, kn`` that the output pass and the backward read, and those two kernels form
+    ``qn = q * rq`` themselves (``tlmath.load_qk``), the fp32 product stored: the same bits, 2 bytes per
+    element read instead of 4 (``rowscale_for_inference`` without the backward's need)."""
+    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) \
+        and bool(knob("PREP_RS_READS", 0))
+
+
 def mqk_bf16(precision: str) -> bool:
     """Whether ``Mqk`` is stored in bf16 (knob ``MQK_BF16``, bf16 mode, default on): every reader uses it
     only as a bf16 MMA operand, rounded to nearest even (the forward state pass's and the output pass's
@@ -462,8 +487,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     infer = not keep_state and tap_plan is None
     rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm))
     store_qk = qk_l2norm and not rs
+    # row scales for the intra and WY kernels alone, qn, kn stored for the rest (rowscale_reads)
+    rs_reads = store_qk and rowscale_reads(precision, qk_l2norm)
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
-    rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
+    rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs or rs_reads else (None, None)
+    # what the intra and WY kernels read: the raw q, k and rq, rk, or qn, kn
+    qi, ki, ri = (q, k, True) if rs_reads else (qn, kn, rs)
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
     gc = torch.empty(BT, H, K, device=dev, dtype=f32)
@@ -489,18 +518,20 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # H32 T16384 against 32); 32 with the gate or l2norm in the kernel (its registers: 0.815 -> 0.642 ms
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
     # (with w and u in bf16): 1.423 -> 1.323 against 64
+    bk = knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64))
+    nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 0) else 1
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
-        kda_fwd_token_kernel[(c1 - c0, H)](
+        kda_fwd_token_kernel[((c1 - c0) * nks, H)](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, krT=krT,
             qd=qn if qd is None else qd, b=b, gT=gT,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
-            H=H, K=K, BC=C, BK=knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64)),
+            H=H, K=K, BC=C, BK=bk, NKS=nks,
             GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_BF16=qk_lowp,
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs or rs_reads, QK_BF16=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
@@ -510,17 +541,19 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
-            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
+            qn=qi, kn=ki, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
+            TAP_MQK=taps and present["Mqk"], RS=ri, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
     kda_fwd_wu_kernel[(NC, H, 2)](
-        v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
+        v=v, kn=ki, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
-        BF16=bf16, RS=rs, **LAUNCH,
+        BF16=bf16, RS=ri, **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4),
     )
+    if rs_reads:  # the output pass and the backward read the stored qn, kn
+        rq = rk = None
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
