@@ -28,4 +28,4 @@ done
 grep -E "^ours \[" $W/profile_*.log | sed 's/precision=bf16 varlen=False taps_window=0: //' | cut -c1-330
 grep -E "^kda_fwd_token_kernel|^kda_fwd_intra|^kda_fwd_wu" $W/profile_pregated_ksplit*.log | cut -c1-200
 for f in $W/profile_ab_H*.log; do echo "== $f"; grep -A9 "^forward, kernel time" $f | cut -c1-260; done
-tar czf $W/call1.tgz -C $OUT --exclude call1.tgz . && echo "packed $(ls $OUT | wc -l) entries"
+tar czf $OUT/call1.tgz -C $W . && echo "packed $(ls $W | wc -l) entries"
