@@ -1,7 +1,8 @@
 """Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
 
-- ``kda_fwd_token_kernel`` (chunks, H): the per-token stage. l2norm, gate activation, beta
-  activation, the within-chunk gate cumsum ``gc``, the total ``gT`` and ``krT``.
+- ``kda_fwd_token_kernel`` (chunks, H; with the gate or l2norm in the kernel chunks x K blocks, H): the
+  per-token stage. l2norm, gate activation, beta activation, the within-chunk gate cumsum ``gc``, the
+  total ``gT`` and ``krT``.
 - ``kda_fwd_intra_solve_kernel`` (chunks, H): on [16, 16] blocks, the strictly lower
   ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk = tril(qd ki^T)`` and ``INV = (I + L)^-1``.
 - ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
@@ -445,16 +446,6 @@ def rowscale_for_inference(precision: str, qk_l2norm: bool) -> bool:
         and bool(knob("INFER_ROWSCALE", 1))
 
 
-def rowscale_reads(precision: str, qk_l2norm: bool) -> bool:
-    """Whether the training forward's intra and WY kernels read the raw q, k with the row scales (knob
-    ``PREP_RS_READS``; bf16 mode with l2norm and fp32 ``qn, kn``): the token kernel then stores ``rq, rk``
-    beside the fp32 ``qn, kn`` that the output pass and the backward read, and those two kernels form
-    ``qn = q * rq`` themselves (``tlmath.load_qk``), the fp32 product stored: the same bits, 2 bytes per
-    element read instead of 4 (``rowscale_for_inference`` without the backward's need)."""
-    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) \
-        and bool(knob("PREP_RS_READS", 0))
-
-
 def mqk_bf16(precision: str) -> bool:
     """Whether ``Mqk`` is stored in bf16 (knob ``MQK_BF16``, bf16 mode, default on): every reader uses it
     only as a bf16 MMA operand, rounded to nearest even (the forward state pass's and the output pass's
@@ -487,12 +478,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     infer = not keep_state and tap_plan is None
     rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm))
     store_qk = qk_l2norm and not rs
-    # row scales for the intra and WY kernels alone, qn, kn stored for the rest (rowscale_reads)
-    rs_reads = store_qk and rowscale_reads(precision, qk_l2norm)
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
-    rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs or rs_reads else (None, None)
-    # what the intra and WY kernels read: the raw q, k and rq, rk, or qn, kn
-    qi, ki, ri = (q, k, True) if rs_reads else (qn, kn, rs)
+    rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
     gc = torch.empty(BT, H, K, device=dev, dtype=f32)
@@ -518,8 +505,13 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # H32 T16384 against 32); 32 with the gate or l2norm in the kernel (its registers: 0.815 -> 0.642 ms
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
     # (with w and u in bf16): 1.423 -> 1.323 against 64
-    bk = knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64))
-    nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 0) else 1
+    fused = has_gate or qk_l2norm
+    bk = knob("PREP_BK", block_size(K, 32 if fused else 64))
+    # with the gate or l2norm in the kernel each K block in a program of its own, of 8 warps (the token
+    # kernel at H32 T16384, bf16 mode: lower-bound 0.905 -> 0.705 ms, softplus 0.775 -> 0.769; KSPLIT at 4
+    # warps 0.825 and 0.900, at 2 warps 0.968 and 1.068; pre-gated, KSPLIT at 4 warps 0.369 -> 0.425:
+    # docs/gpu/round27/call1)
+    nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 1 if fused else 0) else 1
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[((c1 - c0) * nks, H)](
@@ -531,29 +523,27 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, BC=C, BK=bk, NKS=nks,
             GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs or rs_reads, QK_BF16=qk_lowp,
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_BF16=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
-            num_warps=knob("PREP_WARPS", 4),
+            num_warps=knob("PREP_WARPS", 8 if fused else 4),
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
-            qn=qi, kn=ki, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], RS=ri, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
+            TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
     kda_fwd_wu_kernel[(NC, H, 2)](
-        v=v, kn=ki, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
+        v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
-        BF16=bf16, RS=ri, **LAUNCH,
+        BF16=bf16, RS=rs, **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4),
     )
-    if rs_reads:  # the output pass and the backward read the stored qn, kn
-        rq = rk = None
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

@@ -65,19 +65,17 @@ KNOBS: dict[str, Knob] = {
     "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm, a forward with no backward to follow and no taps: 1 "
                                 "keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 mode "
                                 "(prepare.rowscale_for_inference); 0: fp32 qn, kn stored as in training", False),
-    "PREP_RS_READS": Knob("0", "bf16 mode with l2norm, training (fp32 qn, kn stored for the backward): 1 the "
-                               "forward's intra and w/u kernels read the raw q, k with row scales rq, rk the "
-                               "token kernel stores beside qn, kn (prepare.rowscale_reads); 0: they read qn, kn",
-                          False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
                           "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
-    "PREP_WARPS": Knob("4", "warps of the forward token kernel", False),
-    "PREP_KSPLIT": Knob("0", "1: the forward token kernel's K blocks in programs of their own (chunks * K blocks "
-                             "programs, each taking the l2norm's row sums over all of K itself); 0: one program "
-                             "per (chunk, head) walks them", False),
+    "PREP_WARPS": Knob("8 with the gate or l2norm in the kernel, else 4", "warps of the forward token kernel",
+                       False),
+    "PREP_KSPLIT": Knob("1 with the gate or l2norm in the kernel, else 0",
+                        "1: the forward token kernel's K blocks in programs of their own (chunks * K blocks "
+                        "programs, each taking the l2norm's row sums over all of K itself); 0: one program "
+                        "per (chunk, head) walks them", False),
     "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
     "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",
                        "column block of the forward w/u kernel", False),

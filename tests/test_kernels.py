@@ -509,40 +509,18 @@ def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, wind
     pytest.param("raw", "bf16", (0, 2), 32, id="raw-bf16-K32-no_l2norm"),
 ])
 def test_token_kernel_k_blocks_in_programs_of_their_own_keep_every_bit(name, precision, window, K, monkeypatch):
-    """The forward token kernel with its K blocks split over programs (knob PREP_KSPLIT=1, each program
-    taking the row norms over all of K) against one program walking them (0): every output, gradient
-    and tap has the same bits. K blocks of 16 (PREP_BK, both runs) give two or three blocks per row (K =
-    24: the second one padded); ``raw`` has no l2norm and no beta sigmoid."""
+    """The forward token kernel with its K blocks split over programs of 8 warps (knobs PREP_KSPLIT=1,
+    PREP_WARPS=8, the defaults with the gate or l2norm in the kernel; each program takes the row norms over
+    all of K) against one program of 4 warps walking them (0, 4; the pre-gated default): every output,
+    gradient and tap has the same bits. K blocks of 16 (PREP_BK, both runs) give two or three blocks per
+    row (K = 24: the second one padded); ``raw`` has no l2norm and no beta sigmoid."""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2), K=K))
     monkeypatch.setenv("KDADBG_PREP_BK", "16")
     sel = TapSelection(chunks=window)
     runs = {}
-    for split in ("1", "0"):
+    for split, warps in (("1", "8"), ("0", "4")):
         monkeypatch.setenv("KDADBG_PREP_KSPLIT", split)
+        monkeypatch.setenv("KDADBG_PREP_WARPS", warps)
         runs[split] = run_fb(inputs, cfg, precision, sel)
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
-
-
-@pytest.mark.parametrize("name", ["chunk64_varlen", "kimi", "tail", "strong_gates"])
-def test_training_forward_reading_row_scales_keeps_every_bit(name, monkeypatch):
-    """bf16 mode with l2norm: the forward's intra and WY kernels reading the raw q, k with the row scales
-    (knob PREP_RS_READS=1; the token kernel stores rq, rk beside fp32 qn, kn) against reading qn, kn (0):
-    every output, gradient and tap has the same bits, and the backward gets the stored qn, kn either way."""
-    import kdadbg_kernels.chunk as chunk_mod
-
-    case = get_case(name)
-    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
-    assert cfg.qk_l2norm, name
-    scales = []
-    real = chunk_mod.kda_forward
-
-    def spy(*a, **kw):
-        out = real(*a, **kw)
-        scales.append((out[2].rq is None, out[2].qn.dtype, out[2].qn.data_ptr() != a[0].data_ptr()))
-        return out
-
-    monkeypatch.setattr(chunk_mod, "kda_forward", spy)
-    runs = knob_runs(inputs, cfg, "bf16", "PREP_RS_READS", ("1", "0"), monkeypatch)
-    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
-    assert scales == [(True, torch.float32, True)] * 2
