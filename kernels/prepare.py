@@ -1,8 +1,8 @@
 """Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
 
-- ``kda_fwd_token_kernel`` (chunks, H; with the gate or l2norm in the kernel chunks x K blocks, H): the
-  per-token stage. l2norm, gate activation, beta activation, the within-chunk gate cumsum ``gc``, the
-  total ``gT`` and ``krT``.
+- ``kda_fwd_token_kernel`` (chunks, H; chunks x K blocks, H in training at chunk 64 with the gate
+  and l2norm in the kernel): the per-token stage. l2norm, gate activation, beta activation, the
+  within-chunk gate cumsum ``gc``, the total ``gT`` and ``krT``.
 - ``kda_fwd_intra_solve_kernel`` (chunks, H): on [16, 16] blocks, the strictly lower
   ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk = tril(qd ki^T)`` and ``INV = (I + L)^-1``.
 - ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
@@ -505,13 +505,15 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # H32 T16384 against 32); 32 with the gate or l2norm in the kernel (its registers: 0.815 -> 0.642 ms
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
     # (with w and u in bf16): 1.423 -> 1.323 against 64
-    fused = has_gate or qk_l2norm
-    bk = knob("PREP_BK", block_size(K, 32 if fused else 64))
-    # with the gate or l2norm in the kernel each K block in a program of its own, of 8 warps (the token
-    # kernel at H32 T16384, bf16 mode: lower-bound 0.905 -> 0.705 ms, softplus 0.775 -> 0.769; KSPLIT at 4
-    # warps 0.825 and 0.900, at 2 warps 0.968 and 1.068; pre-gated, KSPLIT at 4 warps 0.369 -> 0.425:
-    # docs/gpu/round27/call1)
-    nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 1 if fused else 0) else 1
+    bk = knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64))
+    # in training at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 mode's l2norm), each
+    # K block in a program of its own of 8 warps (the token kernel at H32 T16384: lower-bound 0.905 -> 0.705
+    # ms, softplus 0.775 -> 0.769; KSPLIT at 4 warps 0.825 and 0.900, at 2 warps 0.968 and 1.068,
+    # docs/gpu/round27/call1); elsewhere one program of 4 warps walks them: pre-gated, KSPLIT at 4 warps
+    # 0.369 -> 0.425 ms; the inference forward (row scales, no qn, kn stored) 2 to 4 % slower split at
+    # chunk 64 and 10 to 21 % at chunk 16 (round 27 call 2 against round 26 call 3)
+    split = has_gate and store_qk and C == 64
+    nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 1 if split else 0) else 1
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[((c1 - c0) * nks, H)](
@@ -527,7 +529,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
-            num_warps=knob("PREP_WARPS", 8 if fused else 4),
+            num_warps=knob("PREP_WARPS", 8 if split else 4),
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)

@@ -58,7 +58,7 @@ KNOBS: dict[str, Knob] = {
                          "[C, C]·[C, BK] products", True),
     "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
                                "(block products); 0 forms them from products of their own everywhere", True),
-    "PREP_WARPS": Knob("8 with the gate or l2norm in the kernel, else 4",
+    "PREP_WARPS": Knob("8 where PREP_KSPLIT is 1 by default, else 4",
                        "warps of the forward token kernel (on the H200 8 against 4 moved bits: gc's cumsum adds "
                        "in the order of its register layout, which follows the warps)", True),
     # launch-only knobs: the same bits
@@ -73,7 +73,8 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
-    "PREP_KSPLIT": Knob("1 with the gate or l2norm in the kernel, else 0",
+    "PREP_KSPLIT": Knob("1 in training at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 "
+                        "mode's l2norm), else 0",
                         "1: the forward token kernel's K blocks in programs of their own (chunks * K blocks "
                         "programs, each taking the l2norm's row sums over all of K itself); 0: one program "
                         "per (chunk, head) walks them", False),

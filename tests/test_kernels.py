@@ -509,12 +509,13 @@ def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, wind
     pytest.param("raw", "bf16", (0, 2), 32, id="raw-bf16-K32-no_l2norm"),
 ])
 def test_token_kernel_k_blocks_in_programs_of_their_own_keep_every_bit(name, precision, window, K, monkeypatch):
-    """The forward token kernel with its K blocks split over programs (knob PREP_KSPLIT=1, the default with
-    the gate or l2norm in the kernel; each program takes the row norms over all of K) against one program
-    walking them (0), both at the default's 8 warps: every output, gradient and tap has the same bits. K
-    blocks of 16 (PREP_BK, both runs) give two or three blocks per row (K = 24: the second one padded);
-    ``raw`` has no l2norm and no beta sigmoid. (The warps themselves move bits on the H200: gc's cumsum
-    adds in the order of its register layout, which follows them; ``PREP_WARPS`` is a results knob.)"""
+    """The forward token kernel with its K blocks split over programs (knob PREP_KSPLIT=1, the default in
+    training at chunk 64 with the gate in the kernel and fp32 qn, kn; each program takes the row norms over
+    all of K) against one program walking them (0), both at 8 warps: every output, gradient and tap has
+    the same bits. K blocks of 16 (PREP_BK, both runs) give two or three blocks per row (K = 24: the
+    second one padded); ``raw`` has no l2norm and no beta sigmoid. (The warps themselves move bits on the
+    H200: gc's cumsum adds in the order of its register layout, which follows them; ``PREP_WARPS`` is a
+    results knob.)"""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2), K=K))
     monkeypatch.setenv("KDADBG_PREP_BK", "16")
