@@ -1,0 +1,21 @@
+# Round 27 call 4 (a fresh machine, .peer in carry; COMMIT=<sha> bash docs/gpu/round27/call4/command.sh):
+# the lower-bound setting again at every shape with fla and FlashKDA, now that the token kernel's split
+# launch is the default only in training at chunk 64 (call 2 timed the inference forward and chunk 16 with
+# it); FlashKDA built first with nothing else running. Written to $W, packed in one tarball in $OUT.
+export PYTHONUNBUFFERED=1
+W=/tmp/call4; mkdir -p $W/lb
+bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1; tail -1 $W/flashkda_build.log > .peer/fk_env.sh
+echo "flashkda built at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
+{ nvidia-smi; python3 -c 'import torch, triton; print("torch", torch.__version__, "triton", triton.__version__)'; } > $W/env.txt 2>&1
+mkdir -p /tmp/kdadbg_path && ln -sfn $PWD/kernels /tmp/kdadbg_path/kdadbg_kernels
+python3 -m pip install -q --no-index --no-deps --target $PWD/.peer/site .peer/fla_core-*.whl
+export PYTHONPATH="$PWD:/tmp/kdadbg_path:$PWD/.peer/site" FLA_FLASH_KDA=0
+export TRITON_CACHE_DIR=/tmp/kdadbg_triton_cache TRITON_CACHE_AUTOTUNING=1
+mkdir -p $TRITON_CACHE_DIR
+for f in docs/gpu/*/call*/autotune.tgz; do tar xzf $f -C $TRITON_CACHE_DIR; done
+. .peer/fk_env.sh
+timeout $((400 - SECONDS)) python3 benchmarks/bench.py --json $W/lb/benchmarks.json --budget-s $((330 - SECONDS)) \
+    --commit $COMMIT --peers fla,flashkda --settings lower_bound --taps-at > $W/lb/bench.log 2>&1
+echo "bench lower_bound exit $? at $SECONDS s"
+grep -E "^\[bench\]" $W/lb/bench.log | cut -c1-520
+tar czf $OUT/call4.tgz -C $W . && echo "packed $(ls $W | wc -l) entries"
