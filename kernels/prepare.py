@@ -1,7 +1,7 @@
 """Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
 
-- ``kda_fwd_token_kernel`` (chunks, H; chunks x K blocks, H in training at chunk 64 with the gate
-  and l2norm in the kernel): the per-token stage. l2norm, gate activation, beta activation, the
+- ``kda_fwd_token_kernel`` (chunks, H; chunks x K blocks, H in bf16 training at chunk 64 with the
+  gate and l2norm in the kernel): the per-token stage. l2norm, gate activation, beta activation, the
   within-chunk gate cumsum ``gc``, the total ``gT`` and ``krT``.
 - ``kda_fwd_intra_solve_kernel`` (chunks, H): on [16, 16] blocks, the strictly lower
   ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk = tril(qd ki^T)`` and ``INV = (I + L)^-1``.
