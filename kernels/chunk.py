@@ -85,7 +85,8 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
         keep_state: False when no backward will follow: then, where the state pass forms ``o`` (bf16 mode)
             and without ``tap_plan``, the per-chunk ``S`` and ``U`` are not stored (``FwdSaved.S``, ``U`` None),
-            nor, with l2norm, fp32 ``qn, kn`` (row scales instead: ``prepare.rowscale_for_inference``).
+            and with knob ``BF16_ROWSCALE=1`` fp32 ``qn, kn`` neither (row scales instead, as in training
+            at the default 2: ``prepare.bf16_rowscale``).
 
     Returns:
         ``(o [B,T,H,V] in out_dtype, ht [N,H,K,V] fp32, FwdSaved, KernelChunks)``.

@@ -82,8 +82,15 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
           else getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
     rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
-    qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
-                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs)
+    # bf16 mode's row scales (prepare.bf16_rowscale): the prep kernel stores qn = q * rq, kn = k * rk in
+    # fp32 for the K pass, which reads them so (with row scales it spilled, and on the H200 dq was not
+    # bit-identical); fp32 mode's K pass takes the row scales (prepare.qk_rowscale)
+    store_qk = precision == "bf16" and rs["rq"] is not None
+    qd, kr, w, dU, *qk = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
+                                        chunks, scale=scale, precision=precision, tap_plan=tap_plan,
+                                        store_qk=store_qk, **rs)
+    if store_qk:
+        (sv["qn"], sv["kn"]), rs = qk, {"rq": None, "rk": None}
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
     f32 = torch.float32

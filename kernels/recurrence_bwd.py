@@ -35,11 +35,13 @@ def chunk_bwd_prep_kernel(
     qd, kr, w,       # [BT, H, K] out (bf16 on the GPU's bf16 mode, else fp32): scale*qn*exp(gc), kn*exp(gT-gc),
                      # INV Diag(b) kn*exp(gc)
     dU,              # [BT, H, V] fp32 out: Mqk^T dO
+    qn_out, kn_out,  # [BT, H, K] fp32 out (STORE_QK): q * rq, k * rk, for the K pass
     chunk_start, chunk_len,  # [NC] int32
     scale,           # query scale
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
+    STORE_QK: tl.constexpr = 0,  # with RS: store the products qn, kn (prepare.bf16_rowscale)
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -65,6 +67,9 @@ def chunk_bwd_prep_kernel(
         tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
         tl.store(kr + o_tk, b_kn * exp_(b_gT[None, :] - b_gc, DOT == 0), mask=m_tk)
         tl.store(w + o_tk, b_w, mask=m_tk)
+        if STORE_QK:
+            tl.store(qn_out + o_tk, b_qn, mask=m_tk)
+            tl.store(kn_out + o_tk, b_kn, mask=m_tk)
     b_Mqk = tl.load(Mqk + o_cc, mask=m_tt, other=0.)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -169,11 +174,13 @@ def recurrence_bwd_kernel(
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
-                   tap_plan=None, rq=None, rk=None):
+                   tap_plan=None, rq=None, rk=None, store_qk: bool = False):
     """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
     (token-major, flattened B*T). The
     recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
-    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``)."""
+    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``, ``bf16_rowscale``);
+    with them and ``store_qk`` also ``qn = q * rq, kn = k * rk`` [BT,H,K] fp32, the products the forward's
+    kernels formed (the same bits), returned as ``qd, kr, w, dU, qn, kn``."""
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
@@ -181,18 +188,21 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     dt = torch.bfloat16 if dot_mode(precision) == 1 else torch.float32
     qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=dt) for _ in range(3))
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
+    store_qk = store_qk and rq is not None
+    qk = tuple(torch.empty(BT, H, K, device=qn.device, dtype=torch.float32) for _ in range(2)) if store_qk else ()
     if chunks.n_chunks == 0:
-        return qd, kr, w, dU
+        return (qd, kr, w, dU, *qk)
     if tap_plan is not None:
         tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
-        Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
+        Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU, qn_out=qk[0] if store_qk else dU,
+        kn_out=qk[1] if store_qk else dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), RS=rq is not None,
-        **LAUNCH,
+        STORE_QK=store_qk, **LAUNCH,
         num_warps=8 if C >= 64 else 4)
-    return qd, kr, w, dU
+    return (qd, kr, w, dU, *qk)
 
 
 def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precision: str = "fp32", tap_plan=None):

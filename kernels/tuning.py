@@ -65,9 +65,11 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm, a forward with no backward to follow and no taps: 1 "
-                                "keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 mode "
-                                "(prepare.rowscale_for_inference); 0: fp32 qn, kn stored as in training", False),
+    "BF16_ROWSCALE": Knob("2", "bf16 mode with l2norm (fp32 qn, kn): 2 keeps the l2norm as row scales rq, rk, "
+                               "as QK_ROWSCALE does in fp32 mode, in training too (the backward's prep kernel "
+                               "stores qn, kn for the K pass); 1 in a forward with no backward to follow and no "
+                               "taps only; 0: fp32 qn, kn stored by the token kernel (prepare.bf16_rowscale)",
+                          False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
                           "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
