@@ -10,6 +10,7 @@ from .prepare import kda_fwd_prepare
 from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
+from .tuning import knob
 
 CHUNK_SIZES = (16, 32, 64)
 MAX_HEAD_DIM = 256
@@ -19,6 +20,17 @@ FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _expect(ok: bool, name: str, expected: str, found) -> None:
     if not ok:
         raise ValueError(f"{name}: expected {expected}, found {found}")
+
+
+def bwd_fwd_operands(precision: str) -> int:
+    """What the training forward keeps of its state pass's operands for the backward's (knob
+    ``BWD_FWD_OPERANDS``, bf16 mode, where the token kernel stores ``qd``): 1 ``qd`` and ``krT`` (the
+    backward's prep kernel formed the same products, ``scale qn exp(gc)`` and ``kn exp(gT - gc)``, and
+    its reverse state pass rounds them to bf16 as the forward stored them: the same bits), so the prep
+    kernel no longer writes them; 2 ``w`` too, the forward's ``INV Diag(b) kn exp(gc)`` from a tf32
+    product where the backward's own was a bf16 one (results move); 0 none: the backward forms all three.
+    fp32 mode: 0."""
+    return knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
 
 
 def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision,
@@ -120,7 +132,9 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                                      out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
-    saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk)
+    reuse = bwd_fwd_operands(precision) if keep_state and qd is not None else 0
+    saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk,
+                     qd=qd if reuse else None, krT=krT if reuse else None, w=w if reuse >= 2 else None)
     return o.view(B, T, H, V), ht, saved, chunks
 
 
@@ -226,7 +240,8 @@ class ChunkKDAFunction(torch.autograd.Function):
         if not needs_backward:  # no output requires grad: nothing to keep
             return o, ht
         ctx.save_for_backward(qx, kx, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
-                              saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk)
+                              saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk, saved.qd, saved.krT,
+                              saved.w)
         ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0, ctx.group = chunks, opts, plan, h0 is not None, G
         ctx.set_materialize_grads(False)
         return o, ht

@@ -1,6 +1,7 @@
 """Chunked KDA backward: the stages in order.
 
-1. ``chunk_bwd_prep``      (recurrence_bwd) qd, kr, w and dU0 = Mqk^T dO, parallel over chunks;
+1. ``chunk_bwd_prep``      (recurrence_bwd) qd, kr, w (those the forward did not keep) and dU0 = Mqk^T dO,
+                                            parallel over chunks; with bf16 mode's row scales qn, kn;
 2. ``recurrence_bwd``      (recurrence_bwd) reverse state recurrence: dS⁺ per chunk, dU, dh0;
 3. ``chunk_bwd_dqkg``      (prepare_bwd)    per-chunk gradients: dv, dqn, dkn, dg, db partials,
                                             dA_log / ddt_bias partials;
@@ -62,6 +63,12 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     for name, x in (("saved.rq", saved.rq), ("saved.rk", saved.rk)):
         if x is not None:
             _check(name, x, (BT, H))
+    if (saved.qd is None) != (saved.krT is None):
+        raise ValueError("kda_backward: saved.qd and saved.krT: expected both or neither, found one")
+    for name, x, shape in (("saved.qd", saved.qd, (BT, H, K)), ("saved.krT", saved.krT, (NC, H, K, C)),
+                           ("saved.w", saved.w, (BT, H, K))):
+        if x is not None:
+            _check(name, x, shape)
     if dht is not None:
         _check("dht", dht, (N, H, K, V))
         dht = dht.float().contiguous()
@@ -86,9 +93,11 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     # fp32 for the K pass, which reads them so (with row scales it spilled, and on the H200 dq was not
     # bit-identical); fp32 mode's K pass takes the row scales (prepare.qk_rowscale)
     store_qk = precision == "bf16" and rs["rq"] is not None
+    # the forward's qd, krT (and w) where it kept them (chunk.bwd_fwd_operands)
+    fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "krT", "w") if getattr(saved, f) is not None}
     qd, kr, w, dU, *qk = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
                                         chunks, scale=scale, precision=precision, tap_plan=tap_plan,
-                                        store_qk=store_qk, **rs)
+                                        store_qk=store_qk, **rs, **fwd_ops)
     if store_qk:
         (sv["qn"], sv["kn"]), rs = qk, {"rq": None, "rk": None}
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,

@@ -61,6 +61,11 @@ KNOBS: dict[str, Knob] = {
     "PREP_WARPS": Knob("8 where PREP_KSPLIT is 1 by default, else 4",
                        "warps of the forward token kernel (on the H200 8 against 4 moved bits: gc's cumsum adds "
                        "in the order of its register layout, which follows the warps)", True),
+    "BWD_FWD_OPERANDS": Knob("1 in bf16 mode, 0 in fp32 mode",
+                             "bf16 mode: 1 keeps the forward's qd and krT for the backward's reverse state "
+                             "pass (the products the backward formed again: the same bits); 2 w too (the "
+                             "forward's tf32 product, not the backward's bf16 one); 0 none "
+                             "(chunk.bwd_fwd_operands)", True),
     # launch-only knobs: the same bits
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
