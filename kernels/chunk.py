@@ -23,14 +23,17 @@ def _expect(ok: bool, name: str, expected: str, found) -> None:
 
 
 def bwd_fwd_operands(precision: str) -> int:
-    """What the training forward keeps of its state pass's operands for the backward's (knob
-    ``BWD_FWD_OPERANDS``, bf16 mode, where the token kernel stores ``qd``): 1 ``qd`` and ``krT`` (the
-    backward's prep kernel formed the same products, ``scale qn exp(gc)`` and ``kn exp(gT - gc)``, and
-    its reverse state pass rounds them to bf16 as the forward stored them: the same bits), so the prep
-    kernel no longer writes them; 2 ``w`` too, the forward's ``INV Diag(b) kn exp(gc)`` from a tf32
-    product where the backward's own was a bf16 one (results move); 0 none: the backward forms all three.
-    fp32 mode: 0."""
-    return knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
+    """Which of the training forward's state-pass operands the backward's reverse state pass reads (knob
+    ``BWD_FWD_OPERANDS``, a bit mask, bf16 mode, where the token kernel stores ``qd``): 1 ``qd``, 2 ``krT``
+    (the backward's prep kernel formed the same products, ``scale qn exp(gc)`` and ``kn exp(gT - gc)``,
+    and the reverse pass rounds them to bf16 as the forward stored them: the same bits; ``krT`` read
+    transposed), kept for the backward so that the prep kernel forms them no more; 4 ``w``, the forward's
+    ``INV Diag(b) kn exp(gc)`` from a tf32 product where the backward's own is a bf16 one (results
+    move). fp32 mode: 0, the backward forms all three."""
+    mask = knob("BWD_FWD_OPERANDS", 3) if precision == "bf16" else 0
+    if mask & ~7:
+        raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1, 2 and 4")
+    return mask
 
 
 def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision,
@@ -134,7 +137,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
     reuse = bwd_fwd_operands(precision) if keep_state and qd is not None else 0
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk,
-                     qd=qd if reuse else None, krT=krT if reuse else None, w=w if reuse >= 2 else None)
+                     qd=qd if reuse & 1 else None, krT=krT if reuse & 2 else None, w=w if reuse & 4 else None)
     return o.view(B, T, H, V), ht, saved, chunks
 
 

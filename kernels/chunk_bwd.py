@@ -63,8 +63,6 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     for name, x in (("saved.rq", saved.rq), ("saved.rk", saved.rk)):
         if x is not None:
             _check(name, x, (BT, H))
-    if (saved.qd is None) != (saved.krT is None):
-        raise ValueError("kda_backward: saved.qd and saved.krT: expected both or neither, found one")
     for name, x, shape in (("saved.qd", saved.qd, (BT, H, K)), ("saved.krT", saved.krT, (NC, H, K, C)),
                            ("saved.w", saved.w, (BT, H, K))):
         if x is not None:
@@ -93,7 +91,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     # fp32 for the K pass, which reads them so (with row scales it spilled, and on the H200 dq was not
     # bit-identical); fp32 mode's K pass takes the row scales (prepare.qk_rowscale)
     store_qk = precision == "bf16" and rs["rq"] is not None
-    # the forward's qd, krT (and w) where it kept them (chunk.bwd_fwd_operands)
+    # the forward's qd, krT, w where it kept them (chunk.bwd_fwd_operands)
     fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "krT", "w") if getattr(saved, f) is not None}
     qd, kr, w, dU, *qk = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
                                         chunks, scale=scale, precision=precision, tap_plan=tap_plan,

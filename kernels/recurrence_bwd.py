@@ -42,8 +42,9 @@ def chunk_bwd_prep_kernel(
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
     STORE_QK: tl.constexpr = 0,  # with RS: store the products qn, kn (prepare.bf16_rowscale)
-    STORE_QDKR: tl.constexpr = 1,  # 0: qd, kr kept from the forward (chunk.bwd_fwd_operands), not stored
-    STORE_W: tl.constexpr = 1,     # 0: w kept from the forward
+    STORE_QD: tl.constexpr = 1,  # 0: qd kept from the forward (chunk.bwd_fwd_operands), not formed
+    STORE_KR: tl.constexpr = 1,  # 0: the forward's krT read instead
+    STORE_W: tl.constexpr = 1,   # 0: w kept from the forward
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -59,11 +60,11 @@ def chunk_bwd_prep_kernel(
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
-        if STORE_QDKR or STORE_W or STORE_QK:
+        if STORE_KR or STORE_W or STORE_QK:
             b_kn = load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, RS)
-        if STORE_QDKR or STORE_QK:
+        if STORE_QD or STORE_QK:
             b_qn = load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, RS)
-        if STORE_QDKR or STORE_W:
+        if STORE_QD or STORE_KR or STORE_W:
             b_gT = tl.load(gT + (i_c * H + i_h).to(tl.int64) * K + o_k, mask=m_k, other=0.)
             b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
             b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])
@@ -71,8 +72,9 @@ def chunk_bwd_prep_kernel(
             if STORE_W:
                 b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
                 tl.store(w + o_tk, b_w, mask=m_tk)
-            if STORE_QDKR:
+            if STORE_QD:
                 tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
+            if STORE_KR:
                 tl.store(kr + o_tk, b_kn * exp_(b_gT[None, :] - b_gc, DOT == 0), mask=m_tk)
         if STORE_QK:
             tl.store(qn_out + o_tk, b_qn, mask=m_tk)
@@ -163,8 +165,9 @@ def recurrence_bwd_kernel(
             tl.store(dSn + o_ck * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
-        if KRT:
-            b_kr = tl.load(kr + (o_ck + o_k[None, :]) * C + o_t[:, None], mask=m_tk, other=0.)
+        if KRT:  # [BK, C] with the rows contiguous, as stored, and transposed for the product
+            b_kr = tl.trans(tl.load(kr + (o_ck + o_k[:, None]) * C + o_t[None, :], mask=m_k[:, None] & m_t[None, :],
+                                  other=0.))
         else:
             b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
         b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
@@ -191,17 +194,15 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
     l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``, ``bf16_rowscale``);
     with them and ``store_qk`` also ``qn = q * rq, kn = k * rk`` [BT,H,K] fp32, the products the forward's
-    kernels formed (the same bits), returned as ``qd, kr, w, dU, qn, kn``. ``qd, krT`` (both or neither)
-    and ``w``: the forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed (``kr`` is
-    then ``krT [NC,H,K,C]``, which ``recurrence_bwd`` reads transposed)."""
+    kernels formed (the same bits), returned as ``qd, kr, w, dU, qn, kn``. ``qd``, ``krT``, ``w``: the
+    forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed (``kr`` is then ``krT
+    [NC,H,K,C]``, which ``recurrence_bwd`` reads transposed)."""
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
     # on the GPU's bf16 mode they are only ever bf16 MMA operands: stored as such (half the bytes)
     dt = torch.bfloat16 if dot_mode(precision) == 1 else torch.float32
-    if (qd is None) != (krT is None):
-        raise ValueError("chunk_bwd_prep: qd and krT: expected both or neither, found one")
-    store_qdkr, store_w = qd is None, w is None
+    store_qd, store_kr, store_w = qd is None, krT is None, w is None
     qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=dt) if x is None else x for x in (qd, krT, w))
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
     store_qk = store_qk and rq is not None
@@ -216,7 +217,7 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         kn_out=qk[1] if store_qk else dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), RS=rq is not None,
-        STORE_QK=store_qk, STORE_QDKR=store_qdkr, STORE_W=store_w, **LAUNCH,
+        STORE_QK=store_qk, STORE_QD=store_qd, STORE_KR=store_kr, STORE_W=store_w, **LAUNCH,
         num_warps=8 if C >= 64 else 4)
     return (qd, kr, w, dU, *qk)
 

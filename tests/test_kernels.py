@@ -359,30 +359,32 @@ def test_bf16_row_scales_in_training_keep_every_bit(name, split, monkeypatch):
 @pytest.mark.parametrize("name", ["kimi_c64", "fla_layer_varlen", "tail", "chunk64_varlen"])
 def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch):
     """bf16 mode: the training forward keeps its ``qd`` and ``krT`` for the backward's reverse state pass
-    (knob BWD_FWD_OPERANDS=1, the default; the prep kernel then forms neither): every output, gradient
-    and tap has the bits of the run whose backward forms them again (=0), padding rows aside (zeroed in
-    both). The forward keeps them only then: with 0 none, with 2 ``w`` too."""
+    (knob BWD_FWD_OPERANDS=3, the default; the prep kernel then forms neither), or ``qd`` alone (=1):
+    every output, gradient and tap has the bits of the run whose backward forms them again (=0), padding
+    rows aside (zeroed in both). The forward keeps what the mask names: with 7 ``w`` too."""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     kept = {}
-    for mode in ("1", "0", "2"):
+    for mode in ("3", "0", "7", "1"):
         monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", mode)
         x = inputs.to(DEVICE)
         s = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
                         lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
                         A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens, precision="bf16")[2]
         kept[mode] = tuple(getattr(s, f) is not None for f in ("qd", "krT", "w"))
-    assert kept == {"1": (True, True, False), "0": (False, False, False), "2": (True, True, True)}
-    runs = knob_runs(inputs, cfg, "bf16", "BWD_FWD_OPERANDS", ("1", "0"), monkeypatch)
+    assert kept == {"3": (True, True, False), "0": (False, False, False), "7": (True, True, True),
+                    "1": (True, False, False)}
+    runs = knob_runs(inputs, cfg, "bf16", "BWD_FWD_OPERANDS", ("3", "0", "1"), monkeypatch)
+    assert_same_bits(inputs, cfg, runs["3"], runs["0"])
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
 @pytest.mark.parametrize("name", ["basic", "chunk64_varlen", "kimi_varlen"])
 def test_backward_reading_the_forward_w_within_bf16_tolerances(name, monkeypatch):
-    """BWD_FWD_OPERANDS=2: the backward's reverse state pass reads the forward's ``w`` (a tf32 product,
-    where the backward's own is a bf16 one): the op's outputs and gradients stay within bf16 mode's
-    tolerances of the float64 reference."""
-    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "2")
+    """BWD_FWD_OPERANDS=7: the backward's reverse state pass reads the forward's ``w`` too (a tf32
+    product, where the backward's own is a bf16 one): the op's outputs and gradients stay within bf16
+    mode's tolerances of the float64 reference."""
+    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "7")
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
 
