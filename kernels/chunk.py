@@ -26,11 +26,12 @@ def bwd_fwd_operands(precision: str) -> int:
     """Which of the training forward's state-pass operands the backward's reverse state pass reads (knob
     ``BWD_FWD_OPERANDS``, a bit mask, bf16 mode, where the token kernel stores ``qd``): 1 ``qd``, 2 ``krT``
     (the backward's prep kernel formed the same products, ``scale qn exp(gc)`` and ``kn exp(gT - gc)``,
-    and the reverse pass rounds them to bf16 as the forward stored them: the same bits; ``krT`` read
-    transposed), kept for the backward so that the prep kernel forms them no more; 4 ``w``, the forward's
-    ``INV Diag(b) kn exp(gc)`` from a tf32 product where the backward's own is a bf16 one (results
-    move). fp32 mode: 0, the backward forms all three."""
-    mask = knob("BWD_FWD_OPERANDS", 3) if precision == "bf16" else 0
+    and the reverse pass rounds them to bf16 as the forward stored them: the same bits), kept for the
+    backward so that the prep kernel forms them no more; 4 ``w``, the forward's ``INV Diag(b) kn exp(gc)``
+    from a tf32 product where the backward's own is a bf16 one (results move). The default 1: ``krT``
+    is read transposed, and the reverse pass's step then waits on that load (``benchmarks/loop_check.py``
+    with Triton 3.9 for sm_90), so it stays a variant. fp32 mode: 0, the backward forms all three."""
+    mask = knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
     if mask & ~7:
         raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1, 2 and 4")
     return mask

@@ -358,8 +358,8 @@ def test_bf16_row_scales_in_training_keep_every_bit(name, split, monkeypatch):
 
 @pytest.mark.parametrize("name", ["kimi_c64", "fla_layer_varlen", "tail", "chunk64_varlen"])
 def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch):
-    """bf16 mode: the training forward keeps its ``qd`` and ``krT`` for the backward's reverse state pass
-    (knob BWD_FWD_OPERANDS=3, the default; the prep kernel then forms neither), or ``qd`` alone (=1):
+    """bf16 mode: the training forward keeps its ``qd`` for the backward's reverse state pass (knob
+    BWD_FWD_OPERANDS=1, the default; the prep kernel then forms it no more), or ``qd`` and ``krT`` (=3):
     every output, gradient and tap has the bits of the run whose backward forms them again (=0), padding
     rows aside (zeroed in both). The forward keeps what the mask names: with 7 ``w`` too."""
     case = get_case(name)
@@ -381,10 +381,10 @@ def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch
 
 @pytest.mark.parametrize("name", ["basic", "chunk64_varlen", "kimi_varlen"])
 def test_backward_reading_the_forward_w_within_bf16_tolerances(name, monkeypatch):
-    """BWD_FWD_OPERANDS=7: the backward's reverse state pass reads the forward's ``w`` too (a tf32
+    """BWD_FWD_OPERANDS=5: the backward's reverse state pass reads the forward's ``w`` too (a tf32
     product, where the backward's own is a bf16 one): the op's outputs and gradients stay within bf16
     mode's tolerances of the float64 reference."""
-    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "7")
+    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "5")
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
 
