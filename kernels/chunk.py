@@ -24,16 +24,16 @@ def _expect(ok: bool, name: str, expected: str, found) -> None:
 
 def bwd_fwd_operands(precision: str) -> int:
     """Which of the training forward's state-pass operands the backward's reverse state pass reads (knob
-    ``BWD_FWD_OPERANDS``, a bit mask, bf16 mode, where the token kernel stores ``qd``): 1 ``qd``, 2 ``krT``
-    (the backward's prep kernel formed the same products, ``scale qn exp(gc)`` and ``kn exp(gT - gc)``,
-    and the reverse pass rounds them to bf16 as the forward stored them: the same bits), kept for the
-    backward so that the prep kernel forms them no more; 4 ``w``, the forward's ``INV Diag(b) kn exp(gc)``
-    from a tf32 product where the backward's own is a bf16 one (results move). The default 1: ``krT``
-    is read transposed, and the reverse pass's step then waits on that load (``benchmarks/loop_check.py``
-    with Triton 3.9 for sm_90), so it stays a variant. fp32 mode: 0, the backward forms all three."""
+    ``BWD_FWD_OPERANDS``, a bit mask, bf16 mode, where the token kernel stores ``qd``): 1 ``qd`` (the
+    backward's prep kernel formed the same product, ``scale qn exp(gc)``, and the reverse pass rounds it
+    to bf16 as the forward stored it: the same bits), kept for the backward so that the prep kernel
+    forms it no more; 2 ``w``, the forward's ``INV Diag(b) kn exp(gc)`` from a tf32 product where the
+    backward's own is a bf16 one (results move). ``krT`` is not offered: read transposed, the reverse
+    pass's step waited on that load (``benchmarks/loop_check.py``, Triton 3.9 for sm_90) and on the H200
+    it faulted (round 28 call 2). fp32 mode: 0, the backward forms both."""
     mask = knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
-    if mask & ~7:
-        raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1, 2 and 4")
+    if mask & ~3:
+        raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1 and 2")
     return mask
 
 
@@ -101,8 +101,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
         keep_state: False when no backward will follow: then, where the state pass forms ``o`` (bf16 mode)
             and without ``tap_plan``, the per-chunk ``S`` and ``U`` are not stored (``FwdSaved.S``, ``U`` None),
-            and with knob ``BF16_ROWSCALE=1`` fp32 ``qn, kn`` neither (row scales instead, as in training
-            at the default 2: ``prepare.bf16_rowscale``).
+            nor, with l2norm, fp32 ``qn, kn`` (row scales instead: ``prepare.rowscale_for_inference``).
 
     Returns:
         ``(o [B,T,H,V] in out_dtype, ht [N,H,K,V] fp32, FwdSaved, KernelChunks)``.
@@ -138,7 +137,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
     reuse = bwd_fwd_operands(precision) if keep_state and qd is not None else 0
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk,
-                     qd=qd if reuse & 1 else None, krT=krT if reuse & 2 else None, w=w if reuse & 4 else None)
+                     qd=qd if reuse & 1 else None, w=w if reuse & 2 else None)
     return o.view(B, T, H, V), ht, saved, chunks
 
 
@@ -244,8 +243,7 @@ class ChunkKDAFunction(torch.autograd.Function):
         if not needs_backward:  # no output requires grad: nothing to keep
             return o, ht
         ctx.save_for_backward(qx, kx, v, g, beta, A_log, dt_bias, saved.qn, saved.kn, saved.gc, saved.gT, saved.b,
-                              saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk, saved.qd, saved.krT,
-                              saved.w)
+                              saved.INV, saved.Mqk, saved.S, saved.U, saved.rq, saved.rk, saved.qd, saved.w)
         ctx.chunks, ctx.opts, ctx.plan, ctx.has_h0, ctx.group = chunks, opts, plan, h0 is not None, G
         ctx.set_materialize_grads(False)
         return o, ht

@@ -1,7 +1,7 @@
 """Chunked KDA backward: the stages in order.
 
 1. ``chunk_bwd_prep``      (recurrence_bwd) qd, kr, w (those the forward did not keep) and dU0 = Mqk^T dO,
-                                            parallel over chunks; with bf16 mode's row scales qn, kn;
+                                            parallel over chunks;
 2. ``recurrence_bwd``      (recurrence_bwd) reverse state recurrence: dS⁺ per chunk, dU, dh0;
 3. ``chunk_bwd_dqkg``      (prepare_bwd)    per-chunk gradients: dv, dqn, dkn, dg, db partials,
                                             dA_log / ddt_bias partials;
@@ -63,8 +63,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     for name, x in (("saved.rq", saved.rq), ("saved.rk", saved.rk)):
         if x is not None:
             _check(name, x, (BT, H))
-    for name, x, shape in (("saved.qd", saved.qd, (BT, H, K)), ("saved.krT", saved.krT, (NC, H, K, C)),
-                           ("saved.w", saved.w, (BT, H, K))):
+    for name, x, shape in (("saved.qd", saved.qd, (BT, H, K)), ("saved.w", saved.w, (BT, H, K))):
         if x is not None:
             _check(name, x, shape)
     if dht is not None:
@@ -87,17 +86,10 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
           else getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
     rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
-    # bf16 mode's row scales (prepare.bf16_rowscale): the prep kernel stores qn = q * rq, kn = k * rk in
-    # fp32 for the K pass, which reads them so (with row scales it spilled, and on the H200 dq was not
-    # bit-identical); fp32 mode's K pass takes the row scales (prepare.qk_rowscale)
-    store_qk = precision == "bf16" and rs["rq"] is not None
-    # the forward's qd, krT, w where it kept them (chunk.bwd_fwd_operands)
-    fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "krT", "w") if getattr(saved, f) is not None}
-    qd, kr, w, dU, *qk = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
-                                        chunks, scale=scale, precision=precision, tap_plan=tap_plan,
-                                        store_qk=store_qk, **rs, **fwd_ops)
-    if store_qk:
-        (sv["qn"], sv["kn"]), rs = qk, {"rq": None, "rk": None}
+    # the forward's qd (and w) where it kept them (chunk.bwd_fwd_operands)
+    fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "w") if getattr(saved, f) is not None}
+    qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
+                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs, **fwd_ops)
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
     f32 = torch.float32

@@ -434,20 +434,16 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
-def bf16_rowscale(precision: str, qk_l2norm: bool, infer: bool) -> bool:
-    """Whether bf16 mode keeps the l2norm as row scales (knob ``BF16_ROWSCALE``; with l2norm and fp32
-    ``qn, kn``, not with ``qk_bf16``, whose rounded values the later kernels would have to round again).
-    The token kernel then writes ``rq, rk`` [BT, H] instead of two fp32 ``[BT, H, K]`` tensors, and the
-    intra, WY and output kernels form ``qn = q * rq`` from the raw q, k (``tlmath.load_qk``), the fp32
-    product the token kernel stores otherwise: the same bits. ``BF16_ROWSCALE=2`` (the default) in
-    training too: the backward's prep kernel then forms ``qn, kn`` once more the same way and stores them
-    for the K pass (``recurrence_bwd.chunk_bwd_prep``, ``STORE_QK``), which reads them stored (with row
-    scales it spilled, and on the H200 ``dq`` was not bit-identical: ``qk_rowscale``); 1 only in a forward
-    with no backward to follow and no taps (``infer``); 0 never."""
-    if precision != "bf16" or not qk_l2norm or qk_bf16(precision, qk_l2norm):
-        return False
-    mode = knob("BF16_ROWSCALE", 2)
-    return mode >= 2 or (mode == 1 and infer)
+def rowscale_for_inference(precision: str, qk_l2norm: bool) -> bool:
+    """Whether a forward with no backward to follow keeps the l2norm as row scales in bf16 mode (knob
+    ``INFER_ROWSCALE``, default on; with l2norm, fp32 ``qn, kn`` and no taps): the token kernel then writes
+    ``rq, rk`` [BT, H] instead of two fp32 ``[BT, H, K]`` tensors, and the intra and WY kernels form
+    ``qn = q * rq`` from the raw q, k (``tlmath.load_qk``), the fp32 product the token kernel stored: the
+    same bits of ``o`` and the final state as the training forward. Not in training, where the backward's
+    K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``); not with bf16 ``qn, kn``
+    (``qk_bf16``), which the later kernels would have to round again."""
+    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) \
+        and bool(knob("INFER_ROWSCALE", 1))
 
 
 def mqk_bf16(precision: str) -> bool:
@@ -467,9 +463,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     own dtype: the same values, no copy; bf16 with ``qk_bf16``; with ``qk_rowscale`` the raw ``q, k``, to be
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
-    [BT,H]`` fp32 with ``qk_rowscale`` or ``bf16_rowscale``, else None (``keep_state=False`` without
-    ``tap_plan``: no backward follows, ``bf16_rowscale``'s ``infer``). ``w``, ``krT`` and ``u`` are bf16
-    in bf16 mode (``common.fwd_lowp``).
+    [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_state=False`` (no backward follows) without
+    ``tap_plan``: with l2norm the row scales replace fp32 ``qn, kn`` in bf16 mode too
+    (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
     ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
     operand with the reduction axis contiguous, as the MMAs need.
     """
@@ -480,7 +476,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     qk_lowp = qk_bf16(precision, qk_l2norm)
     qk_dtype = torch.bfloat16 if qk_lowp else f32
     infer = not keep_state and tap_plan is None
-    rs = qk_rowscale(precision, qk_l2norm) or bf16_rowscale(precision, qk_l2norm, infer)
+    rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm))
     store_qk = qk_l2norm and not rs
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
@@ -510,8 +506,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
     # (with w and u in bf16): 1.423 -> 1.323 against 64
     bk = knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64))
-    # at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 mode's l2norm with
-    # BF16_ROWSCALE=0, or 1 in training; PREP_QK_BF16's bf16 qn, kn), each
+    # in training at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 mode's l2norm), each
     # K block in a program of its own of 8 warps (the token kernel at H32 T16384: lower-bound 0.905 -> 0.705
     # ms, softplus 0.775 -> 0.769; KSPLIT at 4 warps 0.825 and 0.900, at 2 warps 0.968 and 1.068,
     # docs/gpu/round27/call1); elsewhere one program of 4 warps walks them: pre-gated, KSPLIT at 4 warps

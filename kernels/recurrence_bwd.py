@@ -35,15 +35,12 @@ def chunk_bwd_prep_kernel(
     qd, kr, w,       # [BT, H, K] out (bf16 on the GPU's bf16 mode, else fp32): scale*qn*exp(gc), kn*exp(gT-gc),
                      # INV Diag(b) kn*exp(gc)
     dU,              # [BT, H, V] fp32 out: Mqk^T dO
-    qn_out, kn_out,  # [BT, H, K] fp32 out (STORE_QK): q * rq, k * rk, for the K pass
     chunk_start, chunk_len,  # [NC] int32
     scale,           # query scale
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
-    STORE_QK: tl.constexpr = 0,  # with RS: store the products qn, kn (prepare.bf16_rowscale)
     STORE_QD: tl.constexpr = 1,  # 0: qd kept from the forward (chunk.bwd_fwd_operands), not formed
-    STORE_KR: tl.constexpr = 1,  # 0: the forward's krT read instead
     STORE_W: tl.constexpr = 1,   # 0: w kept from the forward
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
@@ -60,25 +57,18 @@ def chunk_bwd_prep_kernel(
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
-        if STORE_KR or STORE_W or STORE_QK:
-            b_kn = load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, RS)
-        if STORE_QD or STORE_QK:
+        b_gT = tl.load(gT + (i_c * H + i_h).to(tl.int64) * K + o_k, mask=m_k, other=0.)
+        b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
+        b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])
+        b_kn = load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, RS)
+        b_E = exp_(b_gc, DOT == 0)
+        if STORE_W:
+            b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
+            tl.store(w + o_tk, b_w, mask=m_tk)
+        if STORE_QD:
             b_qn = load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, RS)
-        if STORE_QD or STORE_KR or STORE_W:
-            b_gT = tl.load(gT + (i_c * H + i_h).to(tl.int64) * K + o_k, mask=m_k, other=0.)
-            b_gc = tl.load(gc + o_tk, mask=m_tk, other=0.)
-            b_gc = tl.where(m_t[:, None], b_gc, b_gT[None, :])
-            b_E = exp_(b_gc, DOT == 0)
-            if STORE_W:
-                b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
-                tl.store(w + o_tk, b_w, mask=m_tk)
-            if STORE_QD:
-                tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
-            if STORE_KR:
-                tl.store(kr + o_tk, b_kn * exp_(b_gT[None, :] - b_gc, DOT == 0), mask=m_tk)
-        if STORE_QK:
-            tl.store(qn_out + o_tk, b_qn, mask=m_tk)
-            tl.store(kn_out + o_tk, b_kn, mask=m_tk)
+            tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
+        tl.store(kr + o_tk, b_kn * exp_(b_gT[None, :] - b_gc, DOT == 0), mask=m_tk)
     b_Mqk = tl.load(Mqk + o_cc, mask=m_tt, other=0.)
     for i_v in range(tl.cdiv(V, BV)):
         o_v = i_v * BV + tl.arange(0, BV)
@@ -111,7 +101,6 @@ def recurrence_bwd_kernel(
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
     F64: tl.constexpr = 0,       # 1: dS carried in float64, stored in fp32 (common.state_f64)
-    KRT: tl.constexpr = 0,       # 1: kr is the forward's krT [NC, H, K, C] (chunk.bwd_fwd_operands)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -165,11 +154,7 @@ def recurrence_bwd_kernel(
             tl.store(dSn + o_ck * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
         o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
         o_tv = ((bos + o_t[:, None]) * H + i_h) * V + o_v[None, :]
-        if KRT:  # [BK, C] with the rows contiguous, as stored, and transposed for the product
-            b_kr = tl.trans(tl.load(kr + (o_ck + o_k[:, None]) * C + o_t[None, :], mask=m_k[:, None] & m_t[None, :],
-                                  other=0.))
-        else:
-            b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
+        b_kr = tl.load(kr + o_tk, mask=m_tk, other=0.)
         b_qd = tl.load(qd + o_tk, mask=m_tk, other=0.)
         b_w = tl.load(w + o_tk, mask=m_tk, other=0.)
         b_do = tl.load(do + o_tv, mask=m_tv, other=0.).to(tl.float32)
@@ -188,43 +173,36 @@ def recurrence_bwd_kernel(
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
-                   tap_plan=None, rq=None, rk=None, store_qk: bool = False, qd=None, krT=None, w=None):
+                   tap_plan=None, rq=None, rk=None, qd=None, w=None):
     """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
     (token-major, flattened B*T). The
     recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
-    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``, ``bf16_rowscale``);
-    with them and ``store_qk`` also ``qn = q * rq, kn = k * rk`` [BT,H,K] fp32, the products the forward's
-    kernels formed (the same bits), returned as ``qd, kr, w, dU, qn, kn``. ``qd``, ``krT``, ``w``: the
-    forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed (``kr`` is then ``krT
-    [NC,H,K,C]``, which ``recurrence_bwd`` reads transposed)."""
+    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``). ``qd``, ``w``: the
+    forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed."""
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
     # on the GPU's bf16 mode they are only ever bf16 MMA operands: stored as such (half the bytes)
     dt = torch.bfloat16 if dot_mode(precision) == 1 else torch.float32
-    store_qd, store_kr, store_w = qd is None, krT is None, w is None
-    qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=dt) if x is None else x for x in (qd, krT, w))
+    store_qd, store_w = qd is None, w is None
+    qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=dt) if x is None else x for x in (qd, None, w))
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
-    store_qk = store_qk and rq is not None
-    qk = tuple(torch.empty(BT, H, K, device=qn.device, dtype=torch.float32) for _ in range(2)) if store_qk else ()
     if chunks.n_chunks == 0:
-        return (qd, kr, w, dU, *qk)
+        return qd, kr, w, dU
     if tap_plan is not None:
         tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
-        Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU, qn_out=qk[0] if store_qk else dU,
-        kn_out=qk[1] if store_qk else dU,
+        Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), RS=rq is not None,
-        STORE_QK=store_qk, STORE_QD=store_qd, STORE_KR=store_kr, STORE_W=store_w, **LAUNCH,
+        STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
         num_warps=8 if C >= 64 else 4)
-    return (qd, kr, w, dU, *qk)
+    return qd, kr, w, dU
 
 
 def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precision: str = "fp32", tap_plan=None):
-    """Run the reverse state recurrence. Completes ``dU`` in place. ``kr`` is ``[BT,H,K]`` token-major or
-    the forward's ``krT [NC,H,K,C]`` (``chunk_bwd_prep``).
+    """Run the reverse state recurrence. Completes ``dU`` in place.
 
     Returns ``(dSn [NC,H,K,V], dh0 [N,H,K,V] or None)``; ``dSn[c]`` is the gradient arriving at
     chunk c from its successor (``dht`` for a sequence's last chunk).
@@ -272,7 +250,6 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_lo=tap_plan.lo if tap else 0, tap_hi=tap_plan.hi if tap else 0, n_sel=tap_plan.n_sel if tap else 0,
         H=H, K=K, V=V, n_seqs=N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
         USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, F64=state_f64(precision),
-        KRT=kr.dim() == 4,
         **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:

@@ -328,63 +328,33 @@ def test_l2norm_as_row_scales_keeps_every_bit(name, monkeypatch):
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
-@pytest.mark.parametrize("split", [pytest.param(("0", "4"), id="one_program"),
-                                   pytest.param(("1", "8"), id="k_blocks_split")])
-@pytest.mark.parametrize("name", ["kimi_c64", "fla_layer_varlen", "tail", "bf16"])
-def test_bf16_row_scales_in_training_keep_every_bit(name, split, monkeypatch):
-    """bf16 mode with l2norm in training: the token kernel keeps the row scales ``rq, rk`` (knob
-    BF16_ROWSCALE=2, the default), the forward's kernels form ``qn = q * rq`` from the raw inputs and
-    the backward's prep kernel stores that product for the K pass: every output, gradient and tap has
-    the bits of the run that stores fp32 ``qn, kn`` in the forward (BF16_ROWSCALE=0), padding rows aside
-    (zeroed in both). The token kernel's launch is pinned (PREP_KSPLIT, PREP_WARPS: the warps move bits
-    on the GPU), one program per chunk and the K blocks split."""
-    case = get_case(name)
-    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
-    assert cfg.qk_l2norm, name
-    monkeypatch.setenv("KDADBG_PREP_KSPLIT", split[0])
-    monkeypatch.setenv("KDADBG_PREP_WARPS", split[1])
-    saved = {}
-    for mode in ("2", "0"):
-        monkeypatch.setenv("KDADBG_BF16_ROWSCALE", mode)
-        x = inputs.to(DEVICE)
-        s = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
-                        lower_bound=cfg.lower_bound, qk_l2norm=True, beta_sigmoid=cfg.beta_sigmoid,
-                        A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens, precision="bf16")[2]
-        saved[mode] = (s.rq is not None, s.qn.dtype)
-    assert saved == {"2": (True, inputs.q.dtype), "0": (False, torch.float32)}
-    runs = knob_runs(inputs, cfg, "bf16", "BF16_ROWSCALE", ("2", "0"), monkeypatch)
-    assert_same_bits(inputs, cfg, runs["2"], runs["0"])
-
-
 @pytest.mark.parametrize("name", ["kimi_c64", "fla_layer_varlen", "tail", "chunk64_varlen"])
 def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch):
     """bf16 mode: the training forward keeps its ``qd`` for the backward's reverse state pass (knob
-    BWD_FWD_OPERANDS=1, the default; the prep kernel then forms it no more), or ``qd`` and ``krT`` (=3):
-    every output, gradient and tap has the bits of the run whose backward forms them again (=0), padding
-    rows aside (zeroed in both). The forward keeps what the mask names: with 7 ``w`` too."""
+    BWD_FWD_OPERANDS=1, the default; the prep kernel then forms it no more): every output, gradient and
+    tap has the bits of the run whose backward forms it again (=0), padding rows aside (zeroed in both).
+    The forward keeps what the mask names: with 3 ``w`` too, with 0 neither."""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     kept = {}
-    for mode in ("3", "0", "7", "1"):
+    for mode in ("1", "0", "3"):
         monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", mode)
         x = inputs.to(DEVICE)
         s = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
                         lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
                         A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens, precision="bf16")[2]
-        kept[mode] = tuple(getattr(s, f) is not None for f in ("qd", "krT", "w"))
-    assert kept == {"3": (True, True, False), "0": (False, False, False), "7": (True, True, True),
-                    "1": (True, False, False)}
-    runs = knob_runs(inputs, cfg, "bf16", "BWD_FWD_OPERANDS", ("3", "0", "1"), monkeypatch)
-    assert_same_bits(inputs, cfg, runs["3"], runs["0"])
+        kept[mode] = tuple(getattr(s, f) is not None for f in ("qd", "w"))
+    assert kept == {"1": (True, False), "0": (False, False), "3": (True, True)}
+    runs = knob_runs(inputs, cfg, "bf16", "BWD_FWD_OPERANDS", ("1", "0"), monkeypatch)
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
 @pytest.mark.parametrize("name", ["basic", "chunk64_varlen", "kimi_varlen"])
 def test_backward_reading_the_forward_w_within_bf16_tolerances(name, monkeypatch):
-    """BWD_FWD_OPERANDS=5: the backward's reverse state pass reads the forward's ``w`` too (a tf32
+    """BWD_FWD_OPERANDS=3: the backward's reverse state pass reads the forward's ``w`` too (a tf32
     product, where the backward's own is a bf16 one): the op's outputs and gradients stay within bf16
     mode's tolerances of the float64 reference."""
-    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "5")
+    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "3")
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
 
@@ -457,9 +427,8 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     """chunk_kda without a backward to follow (under torch.no_grad, or no input requiring grad) runs the
     forward with keep_state=False: o and the final state have the bits of the training forward; in bf16
     mode (the state pass forms o) the per-chunk S and U are then not stored, in fp32 mode (the output pass
-    reads them) they are; with taps they always are. With l2norm bf16 mode keeps row scales instead of
-    fp32 qn, kn in both (BF16_ROWSCALE=2, the default); with BF16_ROWSCALE=1 in the inference forward
-    only, with 0 in neither: the same bits every way."""
+    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward keeps row
+    scales instead of fp32 qn, kn (INFER_ROWSCALE, default 1; 0 stores them: the same bits either way)."""
     import kdadbg_kernels.chunk as chunk_mod
 
     case = get_case(name)
@@ -491,27 +460,15 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     with torch.no_grad():
         o_n, ht_n = call(True)
     o_d, ht_d = call(False)
-    monkeypatch.setenv("KDADBG_BF16_ROWSCALE", "0")
+    monkeypatch.setenv("KDADBG_INFER_ROWSCALE", "0")
     with torch.no_grad():
-        o_q, ht_q = call(True)  # fp32 qn, kn stored
-    monkeypatch.setenv("KDADBG_BF16_ROWSCALE", "1")
-    # training: fp32 qn, kn stored, at chunk 64 with the gate by the split launch of 8 warps unless pinned
-    # (the warps move bits on the GPU: PREP_WARPS)
-    monkeypatch.setenv("KDADBG_PREP_KSPLIT", "0")
-    monkeypatch.setenv("KDADBG_PREP_WARPS", "4")
-    o_r, ht_r = call(True)
-    monkeypatch.delenv("KDADBG_PREP_KSPLIT")
-    monkeypatch.delenv("KDADBG_PREP_WARPS")
-    with torch.no_grad():
-        o_i, ht_i = call(True)  # row scales in the inference forward only
-    monkeypatch.delenv("KDADBG_BF16_ROWSCALE")
+        o_q, ht_q = call(True)  # fp32 qn, kn stored, as in training
+    monkeypatch.delenv("KDADBG_INFER_ROWSCALE")
     stored = precision == "fp32"
-    assert kept == [(True, True, True)] + [(False, stored, stored)] * 3 + [(True, True, True),
-                                                                          (False, stored, stored)]
-    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode by BF16_ROWSCALE
-    assert cfg.qk_l2norm and scales == [True, True, True, stored, stored, True]
-    assert o_r.requires_grad
-    for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q), (o_r.detach(), ht_r.detach()), (o_i, ht_i)):
+    assert kept == [(True, True, True)] + [(False, stored, stored)] * 3
+    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward
+    assert cfg.qk_l2norm and scales == [stored, True, True, stored]
+    for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q)):
         assert not o.requires_grad and o.numel() and ht.numel()
         assert torch.equal(bits(o.float()), bits(o_t.detach().float()))
         assert torch.equal(bits(ht), bits(ht_t.detach()))
@@ -519,7 +476,7 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     scales.clear()
     with torch.no_grad():
         call(True, TapSelection(names=("S", "U"), chunks=(0, 1)))
-    assert kept == [(False, True, True)] and scales == [True]  # with taps too
+    assert kept == [(False, True, True)] and scales == [stored]
 
 
 @pytest.mark.parametrize("B,T,cu,window", [

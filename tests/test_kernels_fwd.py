@@ -278,9 +278,9 @@ def test_normalised_qk_stored_in_bf16(precision, name, monkeypatch):
     base = run_fwd(inputs, cfg, precision)
     monkeypatch.setenv("KDADBG_PREP_QK_BF16", "1")
     o, ht, saved, *_ = run_fwd(inputs, cfg, precision)
-    if precision == "bf16":  # stored rounded, no row scales; row scales with the knob off (bf16_rowscale)
+    if precision == "bf16":  # stored rounded, no row scales; fp32 with the knob off
         assert saved.qn.dtype == saved.kn.dtype == torch.bfloat16 and saved.rq is None
-        assert base[2].qn.dtype == inputs.q.dtype and base[2].rq is not None
+        assert base[2].qn.dtype == torch.float32 and base[2].rq is None
     else:  # fp32 mode: the row scales, the raw inputs as they are, whatever the knob
         assert saved.rq is not None and saved.qn.dtype == inputs.q.dtype and base[2].rq is not None
         assert torch.equal(o, base[0]) and torch.equal(ht, base[1])
