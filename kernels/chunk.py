@@ -28,10 +28,12 @@ def bwd_fwd_operands(precision: str) -> int:
     backward's prep kernel formed the same product, ``scale qn exp(gc)``, and the reverse pass rounds it
     to bf16 as the forward stored it: the same bits), kept for the backward so that the prep kernel
     forms it no more; 2 ``w``, the forward's ``INV Diag(b) kn exp(gc)`` from a tf32 product where the
-    backward's own is a bf16 one (results move). ``krT`` is not offered: read transposed, the reverse
-    pass's step waited on that load (``benchmarks/loop_check.py``, Triton 3.9 for sm_90) and on the H200
-    it faulted (round 28 call 2). fp32 mode: 0, the backward forms both."""
-    mask = knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
+    backward's own was a bf16 one (results move, within bf16 mode's tolerances: the GPU suite). The
+    default 3, both: at H32 T16384 (lower-bound) the prep kernel 0.730 -> 0.313 ms, forward + backward
+    9.643 -> 9.193 (``docs/gpu/round28/call3``), the peak memory unchanged. ``krT`` is not offered: read
+    transposed, the reverse pass's step waited on that load (``benchmarks/loop_check.py``, Triton 3.9 for
+    sm_90) and on the H200 it faulted (round 28 call 2). fp32 mode: 0, the backward forms both."""
+    mask = knob("BWD_FWD_OPERANDS", 3) if precision == "bf16" else 0
     if mask & ~3:
         raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1 and 2")
     return mask
@@ -101,7 +103,8 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
         keep_state: False when no backward will follow: then, where the state pass forms ``o`` (bf16 mode)
             and without ``tap_plan``, the per-chunk ``S`` and ``U`` are not stored (``FwdSaved.S``, ``U`` None),
-            nor, with l2norm, fp32 ``qn, kn`` (row scales instead: ``prepare.rowscale_for_inference``).
+            nor, with l2norm below chunk 64, fp32 ``qn, kn`` (row scales instead:
+            ``prepare.rowscale_for_inference``).
 
     Returns:
         ``(o [B,T,H,V] in out_dtype, ht [N,H,K,V] fp32, FwdSaved, KernelChunks)``.

@@ -434,15 +434,19 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
-def rowscale_for_inference(precision: str, qk_l2norm: bool) -> bool:
+def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> bool:
     """Whether a forward with no backward to follow keeps the l2norm as row scales in bf16 mode (knob
-    ``INFER_ROWSCALE``, default on; with l2norm, fp32 ``qn, kn`` and no taps): the token kernel then writes
-    ``rq, rk`` [BT, H] instead of two fp32 ``[BT, H, K]`` tensors, and the intra and WY kernels form
-    ``qn = q * rq`` from the raw q, k (``tlmath.load_qk``), the fp32 product the token kernel stored: the
-    same bits of ``o`` and the final state as the training forward. Not in training, where the backward's
-    K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``); not with bf16 ``qn, kn``
-    (``qk_bf16``), which the later kernels would have to round again."""
-    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) \
+    ``INFER_ROWSCALE``, default on; with l2norm, fp32 ``qn, kn``, no taps, chunks below 64): the token kernel
+    then writes ``rq, rk`` [BT, H] instead of two fp32 ``[BT, H, K]`` tensors, and the intra and WY kernels
+    form ``qn = q * rq`` from the raw q, k (``tlmath.load_qk``), the fp32 product the token kernel stored:
+    the same bits of ``o`` and the final state as the training forward. Not at chunk 64: there, with bf16
+    inputs, ``o`` and the final state moved on the H200 (6 of 16384 and 96 of 2048 elements, case
+    ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``), so the inference forward stores ``qn, kn`` and takes
+    the training forward's token launch. Not in training, where the backward's K pass reads ``qn, kn``
+    (with row scales it spilled, ``qk_rowscale``; in the forward's kernels too they moved bits at chunk 64,
+    round 28 call 2); not with bf16 ``qn, kn`` (``qk_bf16``), which the later kernels would have to round
+    again."""
+    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) and chunk_size < 64 \
         and bool(knob("INFER_ROWSCALE", 1))
 
 
@@ -476,7 +480,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     qk_lowp = qk_bf16(precision, qk_l2norm)
     qk_dtype = torch.bfloat16 if qk_lowp else f32
     infer = not keep_state and tap_plan is None
-    rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm))
+    rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm, C))
     store_qk = qk_l2norm and not rs
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
@@ -506,7 +510,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
     # (with w and u in bf16): 1.423 -> 1.323 against 64
     bk = knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64))
-    # in training at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 mode's l2norm), each
+    # at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 mode's l2norm; the inference
+    # forward too, which keeps the training forward's bits there: rowscale_for_inference), each
     # K block in a program of its own of 8 warps (the token kernel at H32 T16384: lower-bound 0.905 -> 0.705
     # ms, softplus 0.775 -> 0.769; KSPLIT at 4 warps 0.825 and 0.900, at 2 warps 0.968 and 1.068,
     # docs/gpu/round27/call1); elsewhere one program of 4 warps walks them: pre-gated, KSPLIT at 4 warps

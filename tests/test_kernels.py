@@ -331,9 +331,9 @@ def test_l2norm_as_row_scales_keeps_every_bit(name, monkeypatch):
 @pytest.mark.parametrize("name", ["kimi_c64", "fla_layer_varlen", "tail", "chunk64_varlen"])
 def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch):
     """bf16 mode: the training forward keeps its ``qd`` for the backward's reverse state pass (knob
-    BWD_FWD_OPERANDS=1, the default; the prep kernel then forms it no more): every output, gradient and
-    tap has the bits of the run whose backward forms it again (=0), padding rows aside (zeroed in both).
-    The forward keeps what the mask names: with 3 ``w`` too, with 0 neither."""
+    BWD_FWD_OPERANDS=1; the prep kernel then forms it no more): every output, gradient and tap has the
+    bits of the run whose backward forms it again (=0), padding rows aside (zeroed in both). The forward
+    keeps what the mask names: with 3, the default, ``w`` too, with 0 neither."""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     kept = {}
@@ -351,9 +351,9 @@ def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch
 
 @pytest.mark.parametrize("name", ["basic", "chunk64_varlen", "kimi_varlen"])
 def test_backward_reading_the_forward_w_within_bf16_tolerances(name, monkeypatch):
-    """BWD_FWD_OPERANDS=3: the backward's reverse state pass reads the forward's ``w`` too (a tf32
-    product, where the backward's own is a bf16 one): the op's outputs and gradients stay within bf16
-    mode's tolerances of the float64 reference."""
+    """BWD_FWD_OPERANDS=3 (the default): the backward's reverse state pass reads the forward's ``w`` too
+    (a tf32 product, where the backward's own is a bf16 one): the op's outputs and gradients stay within
+    bf16 mode's tolerances of the float64 reference."""
     monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "3")
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
@@ -422,13 +422,14 @@ def test_u_loaded_ahead_keeps_every_bit(name, precision, monkeypatch):
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
-@pytest.mark.parametrize("name", ["chunk64_varlen", "tail", "gate_softplus"])
+@pytest.mark.parametrize("name", ["chunk64_varlen", "tail", "gate_softplus", "kimi", "kimi_c64"])
 def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, monkeypatch):
     """chunk_kda without a backward to follow (under torch.no_grad, or no input requiring grad) runs the
     forward with keep_state=False: o and the final state have the bits of the training forward; in bf16
     mode (the state pass forms o) the per-chunk S and U are then not stored, in fp32 mode (the output pass
-    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward keeps row
-    scales instead of fp32 qn, kn (INFER_ROWSCALE, default 1; 0 stores them: the same bits either way)."""
+    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward below chunk
+    64 keeps row scales instead of fp32 qn, kn (INFER_ROWSCALE, default 1; 0 stores them: the same bits
+    either way); at chunk 64 it stores them, with the training forward's token launch."""
     import kdadbg_kernels.chunk as chunk_mod
 
     case = get_case(name)
@@ -467,7 +468,9 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     stored = precision == "fp32"
     assert kept == [(True, True, True)] + [(False, stored, stored)] * 3
     # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward
-    assert cfg.qk_l2norm and scales == [stored, True, True, stored]
+    # bf16 mode's inference row scales only below chunk 64 (prepare.rowscale_for_inference)
+    rs = stored or cfg.chunk_size < 64
+    assert cfg.qk_l2norm and scales == [stored, rs, rs, stored]
     for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q)):
         assert not o.requires_grad and o.numel() and ht.numel()
         assert torch.equal(bits(o.float()), bits(o_t.detach().float()))
