@@ -61,7 +61,7 @@ KNOBS: dict[str, Knob] = {
     "PREP_WARPS": Knob("8 where PREP_KSPLIT is 1 by default, else 4",
                        "warps of the forward token kernel (on the H200 8 against 4 moved bits: gc's cumsum adds "
                        "in the order of its register layout, which follows the warps)", True),
-    "BWD_FWD_OPERANDS": Knob("3 in bf16 mode, 0 in fp32 mode",
+    "BWD_FWD_OPERANDS": Knob("1 in bf16 mode, 0 in fp32 mode",
                              "bit mask, bf16 mode: the backward's reverse state pass reads the forward's 1 qd "
                              "(the product the backward formed again: the same bits), 2 w (the forward's tf32 "
                              "product, not the backward's bf16 one); 0 neither (chunk.bwd_fwd_operands)", True),

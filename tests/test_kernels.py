@@ -331,9 +331,9 @@ def test_l2norm_as_row_scales_keeps_every_bit(name, monkeypatch):
 @pytest.mark.parametrize("name", ["kimi_c64", "fla_layer_varlen", "tail", "chunk64_varlen"])
 def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch):
     """bf16 mode: the training forward keeps its ``qd`` for the backward's reverse state pass (knob
-    BWD_FWD_OPERANDS=1; the prep kernel then forms it no more): every output, gradient and tap has the
-    bits of the run whose backward forms it again (=0), padding rows aside (zeroed in both). The forward
-    keeps what the mask names: with 3, the default, ``w`` too, with 0 neither."""
+    BWD_FWD_OPERANDS=1, the default; the prep kernel then forms it no more): every output, gradient and
+    tap has the bits of the run whose backward forms it again (=0), padding rows aside (zeroed in both).
+    The forward keeps what the mask names: with 3 ``w`` too, with 0 neither."""
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     kept = {}
@@ -351,9 +351,10 @@ def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch
 
 @pytest.mark.parametrize("name", ["basic", "chunk64_varlen", "kimi_varlen"])
 def test_backward_reading_the_forward_w_within_bf16_tolerances(name, monkeypatch):
-    """BWD_FWD_OPERANDS=3 (the default): the backward's reverse state pass reads the forward's ``w`` too
-    (a tf32 product, where the backward's own is a bf16 one): the op's outputs and gradients stay within
-    bf16 mode's tolerances of the float64 reference."""
+    """BWD_FWD_OPERANDS=3: the backward's reverse state pass reads the forward's ``w`` too (a tf32
+    product, where the backward's own is a bf16 one): the op's outputs and gradients stay within bf16
+    mode's tolerances of the float64 reference in these cases (on the H200 the bf16 case table's ``kimi``
+    missed fla's bar in ``dA_log``, 1.14e-2 against 1e-2: why it is not the default)."""
     monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "3")
     inputs, cfg = make_inputs(get_case(name))
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
