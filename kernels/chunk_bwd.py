@@ -89,7 +89,8 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     # the forward's qd (and w) where it kept them (chunk.bwd_fwd_operands)
     fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "w") if getattr(saved, f) is not None}
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
-                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs, **fwd_ops)
+                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs,
+                                   **fwd_ops)
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
     f32 = torch.float32

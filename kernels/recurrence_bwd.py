@@ -185,7 +185,11 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     # on the GPU's bf16 mode they are only ever bf16 MMA operands: stored as such (half the bytes)
     dt = torch.bfloat16 if dot_mode(precision) == 1 else torch.float32
     store_qd, store_w = qd is None, w is None
-    qd, kr, w = (torch.empty(BT, H, K, device=qn.device, dtype=dt) if x is None else x for x in (qd, None, w))
+
+    def new():
+        return torch.empty(BT, H, K, device=qn.device, dtype=dt)
+
+    qd, kr, w = new() if store_qd else qd, new(), new() if store_w else w
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
     if chunks.n_chunks == 0:
         return qd, kr, w, dU

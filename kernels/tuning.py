@@ -62,15 +62,17 @@ KNOBS: dict[str, Knob] = {
                        "warps of the forward token kernel (on the H200 8 against 4 moved bits: gc's cumsum adds "
                        "in the order of its register layout, which follows the warps)", True),
     "BWD_FWD_OPERANDS": Knob("1 in bf16 mode, 0 in fp32 mode",
-                             "bit mask, bf16 mode: the backward's reverse state pass reads the forward's 1 qd "
-                             "(the product the backward formed again: the same bits), 2 w (the forward's tf32 "
-                             "product, not the backward's bf16 one); 0 neither (chunk.bwd_fwd_operands)", True),
+                             "bit mask, bf16 mode: the backward's reverse state pass reads the forward's "
+                             "1 qd (the product the backward formed again: the same bits), 2 w (the "
+                             "forward's tf32 product, not the backward's bf16 one); 0 neither "
+                             "(chunk.bwd_fwd_operands)", True),
     # launch-only knobs: the same bits
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to follow and no taps: 1 "
-                                "keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 mode "
+    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to "
+                                "follow and no taps: 1 keeps the l2norm as row scales rq, rk, as "
+                                "QK_ROWSCALE does in fp32 mode "
                                 "(prepare.rowscale_for_inference); 0: fp32 qn, kn stored as in training", False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
                           "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "

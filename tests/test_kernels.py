@@ -255,6 +255,14 @@ def bits(t: torch.Tensor) -> torch.Tensor:
     return t.contiguous().view(torch.int32)
 
 
+def forward_saved(inputs, cfg, precision):
+    """What ``kda_forward`` keeps for the backward (``FwdSaved``) on ``inputs``, a training forward."""
+    x = inputs.to(DEVICE)
+    return kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
+                       lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
+                       A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens, precision=precision)[2]
+
+
 def knob_runs(inputs, cfg, precision, knob, values, monkeypatch):
     """``run_fb`` with every tap on once per value of ``KDADBG_<knob>``: ``{value: (outputs, taps, plan)}``."""
     runs = {}
@@ -339,10 +347,7 @@ def test_backward_reading_the_forward_operands_keeps_every_bit(name, monkeypatch
     kept = {}
     for mode in ("1", "0", "3"):
         monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", mode)
-        x = inputs.to(DEVICE)
-        s = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
-                        lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
-                        A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens, precision="bf16")[2]
+        s = forward_saved(inputs, cfg, "bf16")
         kept[mode] = tuple(getattr(s, f) is not None for f in ("qd", "w"))
     assert kept == {"1": (True, False), "0": (False, False), "3": (True, True)}
     runs = knob_runs(inputs, cfg, "bf16", "BWD_FWD_OPERANDS", ("1", "0"), monkeypatch)
@@ -372,12 +377,7 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
     dtypes = {}
     for on in ("1", "0"):
         monkeypatch.setenv("KDADBG_MQK_BF16", on)
-        x = inputs.to(DEVICE)
-        saved = kda_forward(x.q, x.k, x.v, x.g, x.beta, scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate,
-                            lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
-                            A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens,
-                            precision=precision)[2]
-        dtypes[on] = saved.Mqk.dtype
+        dtypes[on] = forward_saved(inputs, cfg, precision).Mqk.dtype
     assert dtypes == {"1": torch.bfloat16, "0": torch.float32}
     runs = knob_runs(inputs, cfg, precision, "MQK_BF16", ("1", "0"), monkeypatch)
     assert runs["1"][2].has("Mqk") and "Mqk" in runs["0"][2].aliased
@@ -468,8 +468,8 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     monkeypatch.delenv("KDADBG_INFER_ROWSCALE")
     stored = precision == "fp32"
     assert kept == [(True, True, True)] + [(False, stored, stored)] * 3
-    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward
-    # bf16 mode's inference row scales only below chunk 64 (prepare.rowscale_for_inference)
+    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward and below
+    # chunk 64 (prepare.rowscale_for_inference)
     rs = stored or cfg.chunk_size < 64
     assert cfg.qk_l2norm and scales == [stored, rs, rs, stored]
     for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q)):
