@@ -368,6 +368,7 @@ def chunk_bwd_dqkg_kernel(
     FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
     TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
+    LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
 ):
     if FILL:  # first: its arguments then hold no register through the loops
         _fill_nan(fill, fill_n)
@@ -412,7 +413,7 @@ def chunk_bwd_dqkg_kernel(
     if TAP_T and BLOCKED and TAP_TAME:
         tame = _tame(b_gc, m_k)
     if BLOCKED:
-        for J in tl.range(0, C // 16, num_stages=1):  # not unrolled: bounds the live tiles
+        for J in tl.range(0, C // 16, num_stages=LOOP_STAGES):  # not unrolled: bounds the live tiles
             d_q, d_l, b_dM, b_kc, b_ml, b_a, r = _p_block(J, o_t, b_gc, b_gT, kn, rk, gc, dMqk, dL, o_cc0, bos, n,
                                                           i_h, o_k, m_k, H, K, C, DOT, SPLIT, RS)
             b_Pq += d_q
@@ -427,7 +428,7 @@ def chunk_bwd_dqkg_kernel(
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
         b_dL = tl.load(dL + o_cc)
-        for I in tl.range(0, C // 16, num_stages=1):
+        for I in tl.range(0, C // 16, num_stages=LOOP_STAGES):
             d_q, d_l, t_q, t_l = _p_rows_full(I, o_t, b_gc, b_kn, b_dd, b_dMs, b_dL, DOT, SPLIT, TAP_T)
             b_Pq += d_q
             b_Pl += d_l
@@ -461,14 +462,14 @@ def chunk_bwd_dqkg_kernel(
     b_Qq = tl.zeros([C, BK], dtype=tl.float32)
     b_Ql = tl.zeros([C, BK], dtype=tl.float32)
     if BLOCKED:
-        for I in tl.range(0, C // 16, num_stages=1):
+        for I in tl.range(0, C // 16, num_stages=LOOP_STAGES):
             d_q, d_l = _q_block(I, o_t, b_gc, b_gT, qn, kn, rq, rk, gc, b, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k,
                                 H, K, C, DOT, SPLIT, RS)
             b_Qq += d_q
             b_Ql += d_l
     else:
         b_dbL = b_b[:, None] * b_dL
-        for I in tl.range(0, C // 16, num_stages=1):
+        for I in tl.range(0, C // 16, num_stages=LOOP_STAGES):
             d_q, d_l = _q_rows_full(I, o_t, b_gc, b_qn, b_kn, b_dMs, b_dbL, DOT, SPLIT)
             b_Qq += d_q
             b_Ql += d_l
@@ -696,7 +697,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
-            SCAN=0 if K % BK3 else DOT, RS=rq is not None, **LAUNCH,
+            SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=knob("DQKG_LOOP_STAGES", 1), **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

@@ -333,6 +333,32 @@ def test_dh0_slot_keeps_the_bits(name, precision, alias, monkeypatch):
         assert torch.equal(t0[n].contiguous().view(torch.int32), t1[n].contiguous().view(torch.int32)), n
 
 
+@pytest.mark.parametrize("name,precision", [("gate_softplus", "bf16"), ("chunk64_varlen", "bf16"), ("t65", "fp32")])
+def test_k_pass_loop_stages_keep_the_bits(name, precision):
+    """The K pass's P and Q block loops pipelined (DQKG_LOOP_STAGES 2 and 3) against one step each (the
+    default 1): the same bits of every gradient and of every K pass tap (dkr, dqd, dkd, dki, dgT, dgc),
+    none all-NaN. A launch-only knob: the loads move, the arithmetic does not."""
+    inputs, cfg, res, chunks, saved = reference_case(get_case(name))
+    B, T, H, K, V = inputs.shape
+    names = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
+    runs = {}
+    with pytest.MonkeyPatch.context() as mp:
+        for stages in ("1", "2", "3"):
+            mp.setenv("KDADBG_DQKG_LOOP_STAGES", stages)
+            plan = TapPlan.build(TapSelection(names=names), chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
+            runs[stages] = run_bwd(saved, chunks, inputs, cfg, precision, tap_plan=plan), plan.buffers
+    g1, t1 = runs["1"]
+    assert len(g1) >= 5 and set(t1) == set(names)
+    for stages in ("2", "3"):
+        g, t = runs[stages]
+        assert g.keys() == g1.keys()
+        for n in g1:
+            assert torch.equal(g1[n].view(torch.int32), g[n].view(torch.int32)), (stages, n)
+        for n in names:
+            assert not t[n].isnan().all(), (stages, n)
+            assert torch.equal(t1[n].contiguous().view(torch.int32), t[n].contiguous().view(torch.int32)), (stages, n)
+
+
 def _forward():
     try:
         from kdadbg_kernels.chunk import kda_forward
