@@ -668,6 +668,11 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         fill = None
     plan = _plan_args(tap_plan, chunks)
     DOT = dot_mode(precision)
+    blocked = knob("DQKG_BLOCKED", 0 if DOT == 0 else 1)
+    # the block loops' loads pipelined where the blocks are many (4 at chunk 64): the next blocks' rows of
+    # kn, qn, gc, dMqk and dL are in flight while one block's products run (the K pass is bound by load
+    # latency: 2 programs per SM at 255 registers); the same bits (a launch choice)
+    loop_stages = knob("DQKG_LOOP_STAGES", 3 if blocked and C == 64 else 1)
     for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
@@ -694,10 +699,10 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks are faster in the bf16 modes; fp32 mode keeps the [C, C] products, more accurate in
             # ddt_bias on the H200 (both measured: docs/kernels.md)
-            BLOCKED=knob("DQKG_BLOCKED", 0 if DOT == 0 else 1), TAP_TAME=knob("DQKG_TAP_TAME", 1),
+            BLOCKED=blocked, TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
-            SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=knob("DQKG_LOOP_STAGES", 1), **LAUNCH,
+            SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

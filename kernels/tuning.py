@@ -118,8 +118,9 @@ KNOBS: dict[str, Knob] = {
     "DQKGV_STAGES": Knob("3", "pipeline stages of the backward V pass", False),
     "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
     "DQKG_STAGES": Knob("3", "pipeline stages of the backward K pass", False),
-    "DQKG_LOOP_STAGES": Knob("1", "pipeline stages of the backward K pass's P and Q block loops (1: each "
-                                  "block's loads issued in its own step)", False),
+    "DQKG_LOOP_STAGES": Knob("3 with the block products (DQKG_BLOCKED) at chunk 64, else 1",
+                             "pipeline stages of the backward K pass's P and Q block loops (1: each block's "
+                             "loads issued in its own step)", False),
     "TAPS_ALIAS": Knob("1", "1: taps that are the kernels' own tensors are read from them; 0: stored "
                             "again into tap buffers", False),
     "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
