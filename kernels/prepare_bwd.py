@@ -672,7 +672,10 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     # the block loops' loads pipelined where the blocks are many (4 at chunk 64): the next blocks' rows of
     # kn, qn, gc, dMqk and dL are in flight while one block's products run (the K pass is bound by load
     # latency: 2 programs per SM at 255 registers); the same bits (a launch choice)
-    loop_stages = knob("DQKG_LOOP_STAGES", 3 if blocked and C == 64 else 1)
+    loop_stages = knob("DQKG_LOOP_STAGES", {64: 3, 32: 2}.get(C, 1) if blocked else 1)
+    # the V pass's V tile: 64 columns in bf16 mode at chunk 64 (fewer, wider steps: 1.675 -> 1.585 ms at
+    # H32 T16384 on the H200, though it spills), else up to 32 (fp32 mode's ieee products at 64 spill 15 KB)
+    bv = knob("DQKGV_BV", block_size(V, hi=64 if DOT != 0 and C == 64 else 32))
     for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
@@ -680,7 +683,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             b=b, INV=INV, S=S, dSn=dSn, U=U, dU=dU, v=v, do=do, dv=dv, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS,
             dkr=dkr, dgTs=dgTs, dbv=dbv, **{f"t_{n}": bufs[n] for n in V_TAPS}, **plan,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, c0=c0,
-            H=H, K=K, V=V, C=C, BK=BK, BV=knob("DQKGV_BV", block_size(V, hi=32)), DOT=DOT,
+            H=H, K=K, V=V, C=C, BK=BK, BV=bv, DOT=DOT,
             **{f"TAP_{name.upper()}": on[name] for name in V_TAPS},
             # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop
             # came out wrong (dq, dk, dg); computed in every K-block they are right. bf16 mode keeps the

@@ -48,7 +48,7 @@ KNOBS: dict[str, Knob] = {
     "PREP_SOLVE_BK": Knob("16", "K block of the forward intra/solve kernel's products", True),
     "DQKG_BK": Knob("K rounded up to a power of two, 16 to 32",
                     "K block of the backward K pass (db adds one partial per block)", True),
-    "DQKGV_BV": Knob("V rounded up to a power of two, 16 to 32",
+    "DQKGV_BV": Knob("V rounded up to a power of two, 16 to 64 in bf16 mode at chunk 64, else 16 to 32",
                      "V tile of the backward V pass's loop (its products add per tile)", True),
     "DQKG_SPLIT": Knob("2 at chunk 64, else 3",
                        "bf16 modes: tf32 MMAs per gate-sensitive K pass product (2: a·hi(b) + a·lo(b); "
@@ -118,7 +118,7 @@ KNOBS: dict[str, Knob] = {
     "DQKGV_STAGES": Knob("3", "pipeline stages of the backward V pass", False),
     "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
     "DQKG_STAGES": Knob("3", "pipeline stages of the backward K pass", False),
-    "DQKG_LOOP_STAGES": Knob("3 with the block products (DQKG_BLOCKED) at chunk 64, else 1",
+    "DQKG_LOOP_STAGES": Knob("with the block products (DQKG_BLOCKED): 3 at chunk 64, 2 at chunk 32; else 1",
                              "pipeline stages of the backward K pass's P and Q block loops (1: each block's "
                              "loads issued in its own step)", False),
     "TAPS_ALIAS": Knob("1", "1: taps that are the kernels' own tensors are read from them; 0: stored "

@@ -336,9 +336,10 @@ def test_dh0_slot_keeps_the_bits(name, precision, alias, monkeypatch):
 @pytest.mark.parametrize("name,precision", [("chunk64_varlen", "bf16"), ("chunk64_strong", "bf16"), ("chunk32", "bf16"),
                                             ("t65", "fp32")])
 def test_k_pass_loop_stages_keep_the_bits(name, precision):
-    """The K pass's P and Q block loops pipelined (DQKG_LOOP_STAGES 2 and 3; 3 is the default with the
-    block products at chunk 64) against one step each (1): the same bits of every gradient and of every
-    K pass tap (dkr, dqd, dkd, dki, dgT, dgc), none all-NaN. A launch-only knob: the loads move, the arithmetic does not."""
+    """The K pass's P and Q block loops pipelined (DQKG_LOOP_STAGES 2 and 3: the defaults with the block
+    products at chunks 32 and 64) against one step each (1): the same bits of every gradient and of every
+    K pass tap (dkr, dqd, dkd, dki, dgT, dgc), none all-NaN. A launch-only knob: the loads move, the
+    arithmetic does not."""
     inputs, cfg, res, chunks, saved = reference_case(get_case(name))
     B, T, H, K, V = inputs.shape
     names = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
