@@ -76,6 +76,7 @@ def kda_fwd_token_kernel(
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
     NKS: tl.constexpr = 1,       # K blocks split over programs (knob PREP_KSPLIT): axis 0 is chunk * NKS +
                                  # K block, each program one K block (the row norms still over all of K)
+    NORM_IN: tl.constexpr = 0,   # rq, rk are inputs: kda_fwd_rownorm_kernel's row scales (knob PREP_NORM_PASS)
 ):
     if NKS > 1:
         i_c, i_h = tl.program_id(0) // NKS + c0, tl.program_id(1)
@@ -115,10 +116,13 @@ def kda_fwd_token_kernel(
     else:
         b_b = b_beta
 
-    # row norms over K, a K block at a time
+    # row norms over K, a K block at a time (or, with NORM_IN, the norm kernel's)
     b_rq = tl.full([BC], 1.0, dtype=tl.float32)
     b_rk = tl.full([BC], 1.0, dtype=tl.float32)
-    if L2NORM:
+    if NORM_IN:
+        b_rq = tl.load(rq + o_tok * H + i_h, mask=m_t, other=1.0)
+        b_rk = tl.load(rk + o_tok * H + i_h, mask=m_t, other=1.0)
+    elif L2NORM:
         b_sq = tl.zeros([BC], dtype=tl.float32)
         b_sk = tl.zeros([BC], dtype=tl.float32)
         for i_k in range(tl.cdiv(K, BK)):
@@ -189,6 +193,42 @@ def kda_fwd_token_kernel(
     if tapped:
         if TAP_B:
             tl.store(t_b + o_tap * BC + o_t, b_b, mask=m_own_tap)
+
+
+@triton.jit
+def kda_fwd_rownorm_kernel(
+    q, k,            # [BT, H, K] raw query and key
+    rq, rk,          # out [BT, H] fp32: 1 / sqrt(sum x^2 + 1e-6) per row
+    chunk_start,     # [NC] int32
+    chunk_len,       # [NC] int32
+    H: tl.constexpr,
+    K: tl.constexpr,
+    BC: tl.constexpr,
+    BK: tl.constexpr,
+    PRECISE: tl.constexpr,
+):
+    """The l2norm's row scales of one chunk's rows (grid (chunks, H)), the token kernel's own loop and
+    tiles, launched at its warps (the same register layout, so the same sums): with the token kernel's K
+    blocks in programs of their own (``PREP_KSPLIT``) each of them would otherwise take the row sums over
+    all of K again (knob ``PREP_NORM_PASS``)."""
+    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n_valid = tl.load(chunk_len + i_c)
+    o_t = tl.arange(0, BC)
+    m_t = o_t < n_valid
+    o_tok = bos + o_t
+    b_sq = tl.zeros([BC], dtype=tl.float32)
+    b_sk = tl.zeros([BC], dtype=tl.float32)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+        m_tk = m_t[:, None] & (o_k < K)[None, :]
+        b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32)
+        b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32)
+        b_sq += tl.sum(b_q * b_q, 1)
+        b_sk += tl.sum(b_k * b_k, 1)
+    tl.store(rq + o_tok * H + i_h, rsqrt_(b_sq + 1e-6, PRECISE), mask=m_t)
+    tl.store(rk + o_tok * H + i_h, rsqrt_(b_sk + 1e-6, PRECISE), mask=m_t)
 
 
 @triton.jit
@@ -384,8 +424,10 @@ def kda_fwd_wu_kernel(
     BK: tl.constexpr,            # column block of both products
     BF16: tl.constexpr,
     RS: tl.constexpr = 0,        # kn from the raw k and the row scales (prepare.qk_rowscale)
+    BOTH: tl.constexpr = 0,      # one program forms both products (axis 2 of size 1; knob PREP_WU_BOTH)
 ):
-    """The WY products, program 0 of axis 2 forms ``w = INV Diag(b) kd``, program 1 ``u = INV Diag(b) v``."""
+    """The WY products, program 0 of axis 2 forms ``w = INV Diag(b) kd``, program 1 ``u = INV Diag(b) v``
+    (with ``BOTH`` one program both, reading ``INV`` and ``b`` once)."""
     i_c, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
@@ -395,7 +437,7 @@ def kda_fwd_wu_kernel(
     o_ch = (i_c * H + i_h).to(tl.int64)
     b_inv = tl.load(INV + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
     b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
-    if i_p == 0:
+    if BOTH or i_p == 0:
         for i_k in range(tl.cdiv(K, BK)):
             o_k = i_k * BK + tl.arange(0, BK)
             m_tk = m_t[:, None] & (o_k < K)[None, :]
@@ -403,7 +445,7 @@ def kda_fwd_wu_kernel(
             b_kd = load_qk(kn, o_tk, m_tk, rk, o_tok * H + i_h, m_t, RS) * exp_(
                 tl.load(gc + o_tk, mask=m_tk, other=0), BF16 == 0)
             store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
-    else:
+    if BOTH or i_p == 1:
         for i_v in range(tl.cdiv(V, BK)):
             o_v = i_v * BK + tl.arange(0, BK)
             m_v = (o_v < V)[None, :]
@@ -519,6 +561,16 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # chunk 64 and 10 to 21 % at chunk 16 (round 27 call 2 against round 26 call 3)
     split = has_gate and store_qk and C == 64
     nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 1 if split else 0) else 1
+    warps = knob("PREP_WARPS", 8 if split else 4)
+    # split K blocks with l2norm: the row scales once per chunk in a kernel of their own (PREP_NORM_PASS)
+    # rather than in each K block's program
+    norm_in = qk_l2norm and nks > 1 and not rs and bool(knob("PREP_NORM_PASS", 0))
+    if norm_in:
+        rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2))
+        kda_fwd_rownorm_kernel[(NC, H)](
+            q=q, k=k, rq=rq, rk=rk, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
+            H=H, K=K, BC=C, BK=bk, PRECISE=not bf16, **LAUNCH, num_warps=warps,
+        )
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[((c1 - c0) * nks, H)](
@@ -528,14 +580,15 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
-            H=H, K=K, BC=C, BK=bk, NKS=nks,
+            H=H, K=K, BC=C, BK=bk, NKS=nks, NORM_IN=norm_in,
             GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_BF16=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
-            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH,
-            num_warps=knob("PREP_WARPS", 8 if split else 4),
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH, num_warps=warps,
         )
+    if norm_in:  # the later kernels read the stored qn, kn, not the row scales
+        rq = rk = None
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
@@ -547,10 +600,11 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
             TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
-    kda_fwd_wu_kernel[(NC, H, 2)](
+    both = knob("PREP_WU_BOTH", 0)
+    kda_fwd_wu_kernel[(NC, H, 1 if both else 2)](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
-        BF16=bf16, RS=rs, **LAUNCH,
+        BF16=bf16, RS=rs, BOTH=both, **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4),
     )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

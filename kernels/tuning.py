@@ -84,9 +84,14 @@ KNOBS: dict[str, Knob] = {
                         "1: the forward token kernel's K blocks in programs of their own (chunks * K blocks "
                         "programs, each taking the l2norm's row sums over all of K itself); 0: one program "
                         "per (chunk, head) walks them", False),
+    "PREP_NORM_PASS": Knob("0", "with PREP_KSPLIT's programs and bf16 mode's stored qn, kn: 1 takes the l2norm's "
+                           "row scales once per chunk in a kernel of their own (prepare.kda_fwd_rownorm_kernel, the "
+                           "token kernel's loop at its warps) instead of in each K block's program", False),
     "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
     "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",
                        "column block of the forward w/u kernel", False),
+    "PREP_WU_BOTH": Knob("0", "1: one program of the forward w/u kernel forms both w and u (INV and b read once); "
+                         "0: a program each", False),
     "PREP_WU_WARPS": Knob("4", "warps of the forward w/u kernel", False),
     "REC_BV": Knob("tuning.state_block_v, at most 1 program per SM",
                    "V block of the forward state pass", False),

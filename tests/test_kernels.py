@@ -537,6 +537,18 @@ def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, wind
                 assert torch.equal(buf["b"][i, h, r], want_b), (c, h, r)
 
 
+@pytest.mark.parametrize("name,precision,window", [("chunk64_varlen", "bf16", (0, 3)), ("t63", "fp32", (1, 4))])
+def test_wu_kernel_one_program_for_both_products_keeps_every_bit(name, precision, window, monkeypatch):
+    """The forward's w/u kernel with one program forming both products (knob PREP_WU_BOTH=1, launch-only)
+    against a program each (0): every output, gradient and tap has the same bits."""
+    inputs, cfg = make_inputs(get_case(name))
+    runs = {}
+    for both in ("0", "1"):
+        monkeypatch.setenv("KDADBG_PREP_WU_BOTH", both)
+        runs[both] = run_fb(inputs, cfg, precision, TapSelection(chunks=window))
+    assert_same_bits(inputs, cfg, runs["0"], runs["1"])
+
+
 @pytest.mark.parametrize("name,precision,window,K", [
     pytest.param("t63", "fp32", (1, 4), 24, id="t63-fp32-K24_padded_block-tail"),
     pytest.param("kimi_varlen", "bf16", (0, 3), 32, id="kimi_varlen-bf16-K32"),
@@ -546,8 +558,8 @@ def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, wind
 def test_token_kernel_k_blocks_in_programs_of_their_own_keep_every_bit(name, precision, window, K, monkeypatch):
     """The forward token kernel with its K blocks split over programs (knob PREP_KSPLIT=1, the default in
     training at chunk 64 with the gate in the kernel and fp32 qn, kn; each program takes the row norms over
-    all of K) against one program walking them (0), both at 8 warps: every output, gradient and tap has
-    the same bits. K blocks of 16 (PREP_BK, both runs) give two or three blocks per row (K = 24: the
+    all of K, or with PREP_NORM_PASS=1 reads them from the row-norm kernel) against one program walking
+    them (0), all at 8 warps: every output, gradient and tap has the same bits. K blocks of 16 (PREP_BK, both runs) give two or three blocks per row (K = 24: the
     second one padded); ``raw`` has no l2norm and no beta sigmoid. (The warps themselves move bits on the
     H200: gc's cumsum adds in the order of its register layout, which follows them; ``PREP_WARPS`` is a
     results knob.)"""
@@ -556,8 +568,23 @@ def test_token_kernel_k_blocks_in_programs_of_their_own_keep_every_bit(name, pre
     monkeypatch.setenv("KDADBG_PREP_BK", "16")
     monkeypatch.setenv("KDADBG_PREP_WARPS", "8")
     sel = TapSelection(chunks=window)
+    from kdadbg_kernels import prepare
+
+    norm_kernel, launches = prepare.kda_fwd_rownorm_kernel, []
+
+    class Counted:  # the row-norm kernel's launches, counted
+        def __getitem__(self, grid):
+            launches.append(grid)
+            return norm_kernel[grid]
+
+    monkeypatch.setattr(prepare, "kda_fwd_rownorm_kernel", Counted())
     runs = {}
-    for split in ("1", "0"):
+    for split, norm_pass in (("1", "0"), ("1", "1"), ("0", "1")):  # the last: the norm pass not taken
         monkeypatch.setenv("KDADBG_PREP_KSPLIT", split)
-        runs[split] = run_fb(inputs, cfg, precision, sel)
-    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
+        monkeypatch.setenv("KDADBG_PREP_NORM_PASS", norm_pass)
+        n0 = len(launches)
+        runs[split + norm_pass] = run_fb(inputs, cfg, precision, sel)
+        # the norm pass runs exactly where it applies: split K blocks and bf16 mode's stored qn, kn
+        assert (len(launches) > n0) == (split + norm_pass == "11" and cfg.qk_l2norm and precision == "bf16")
+    assert_same_bits(inputs, cfg, runs["10"], runs["01"])
+    assert_same_bits(inputs, cfg, runs["11"], runs["01"])
