@@ -1,11 +1,10 @@
 """Forward stage 1, "prepare" (spec §4): everything that is parallel over chunks, in three kernels.
 
-- ``kda_fwd_token_kernel`` (chunks, H; chunks x K blocks, H in bf16 training at chunk 64 with the
-  gate and l2norm in the kernel): the per-token stage. l2norm, gate activation, beta activation, the
+- ``kda_fwd_token_kernel`` (chunks, H): the per-token stage. l2norm, gate activation, beta activation, the
   within-chunk gate cumsum ``gc``, the total ``gT`` and ``krT``.
 - ``kda_fwd_intra_solve_kernel`` (chunks, H): on [16, 16] blocks, the strictly lower
   ``L = Diag(b) strict_tril(kd ki^T)``, ``Mqk = tril(qd ki^T)`` and ``INV = (I + L)^-1``.
-- ``kda_fwd_wu_kernel`` (chunks, H, 2): the two WY-style products the recurrence needs,
+- ``kda_fwd_wu_kernel`` (chunks, H): the two WY-style products the recurrence needs,
   ``w = INV Diag(b) kd`` [C,K] and ``u = INV Diag(b) v`` [C,V], so that ``U = u - w S``.
 
 ``ki = kn exp(-gc)`` is never formed in the main path: it overflows fp32 at chunk 32/64 with
@@ -74,29 +73,13 @@ def kda_fwd_token_kernel(
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
-    NKS: tl.constexpr = 1,       # K blocks split over programs (knob PREP_KSPLIT): axis 0 is chunk * NKS +
-                                 # K block, each program one K block (the row norms still over all of K)
-    NORM_IN: tl.constexpr = 0,   # rq, rk are inputs: kda_fwd_rownorm_kernel's row scales (knob PREP_NORM_PASS)
 ):
-    if NKS > 1:
-        i_c, i_h = tl.program_id(0) // NKS + c0, tl.program_id(1)
-        k_lo = tl.program_id(0) % NKS
-        k_hi = k_lo + 1
-    else:
-        i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
-        k_lo = 0
-        k_hi = tl.cdiv(K, BK)
+    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
 
     o_t = tl.arange(0, BC)
     m_t = o_t < n_valid
-    if NKS > 1:  # the per-token b (and rq, rk) stored by the chunk's first K block's program alone
-        m_own = k_lo * BC + o_t < n_valid  # m_t in the first K block's program, all false elsewhere
-        m_own_tap = k_lo * BC + o_t < BC
-    else:
-        m_own = m_t
-        m_own_tap = None
     o_tok = bos + o_t
     o_ch = (i_c * H + i_h).to(tl.int64)
     if GATE != 0:
@@ -116,13 +99,10 @@ def kda_fwd_token_kernel(
     else:
         b_b = b_beta
 
-    # row norms over K, a K block at a time (or, with NORM_IN, the norm kernel's)
+    # row norms over K, a K block at a time
     b_rq = tl.full([BC], 1.0, dtype=tl.float32)
     b_rk = tl.full([BC], 1.0, dtype=tl.float32)
-    if NORM_IN:
-        b_rq = tl.load(rq + o_tok * H + i_h, mask=m_t, other=1.0)
-        b_rk = tl.load(rk + o_tok * H + i_h, mask=m_t, other=1.0)
-    elif L2NORM:
+    if L2NORM:
         b_sq = tl.zeros([BC], dtype=tl.float32)
         b_sk = tl.zeros([BC], dtype=tl.float32)
         for i_k in range(tl.cdiv(K, BK)):
@@ -136,12 +116,12 @@ def kda_fwd_token_kernel(
         b_rq = rsqrt_(b_sq + 1e-6, PRECISE)
         b_rk = rsqrt_(b_sk + 1e-6, PRECISE)
         if STORE_RS:
-            tl.store(rq + o_tok * H + i_h, b_rq, mask=m_own)
-            tl.store(rk + o_tok * H + i_h, b_rk, mask=m_own)
+            tl.store(rq + o_tok * H + i_h, b_rq, mask=m_t)
+            tl.store(rk + o_tok * H + i_h, b_rk, mask=m_t)
 
     # per K block: the per-token stage (qn, kn, gc, gT, kr)
     o_cK = o_t[:, None] * K
-    for i_k in range(k_lo, k_hi):
+    for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
@@ -189,46 +169,10 @@ def kda_fwd_token_kernel(
                 tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * exp_(-b_gc, PRECISE)), mask=m_ck)
             if TAP_KR:
                 tl.store(t_kr + o_tap * BC * K + o_ck, b_kr, mask=m_ck)
-    tl.store(b + o_tok * H + i_h, b_b, mask=m_own)
+    tl.store(b + o_tok * H + i_h, b_b, mask=m_t)
     if tapped:
         if TAP_B:
-            tl.store(t_b + o_tap * BC + o_t, b_b, mask=m_own_tap)
-
-
-@triton.jit
-def kda_fwd_rownorm_kernel(
-    q, k,            # [BT, H, K] raw query and key
-    rq, rk,          # out [BT, H] fp32: 1 / sqrt(sum x^2 + 1e-6) per row
-    chunk_start,     # [NC] int32
-    chunk_len,       # [NC] int32
-    H: tl.constexpr,
-    K: tl.constexpr,
-    BC: tl.constexpr,
-    BK: tl.constexpr,
-    PRECISE: tl.constexpr,
-):
-    """The l2norm's row scales of one chunk's rows (grid (chunks, H)), the token kernel's own loop and
-    tiles, launched at its warps (the same register layout, so the same sums): with the token kernel's K
-    blocks in programs of their own (``PREP_KSPLIT``) each of them would otherwise take the row sums over
-    all of K again (knob ``PREP_NORM_PASS``)."""
-    i_c, i_h = tl.program_id(0), tl.program_id(1)
-    bos = tl.load(chunk_start + i_c).to(tl.int64)
-    n_valid = tl.load(chunk_len + i_c)
-    o_t = tl.arange(0, BC)
-    m_t = o_t < n_valid
-    o_tok = bos + o_t
-    b_sq = tl.zeros([BC], dtype=tl.float32)
-    b_sk = tl.zeros([BC], dtype=tl.float32)
-    for i_k in range(tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
-        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-        m_tk = m_t[:, None] & (o_k < K)[None, :]
-        b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32)
-        b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32)
-        b_sq += tl.sum(b_q * b_q, 1)
-        b_sk += tl.sum(b_k * b_k, 1)
-    tl.store(rq + o_tok * H + i_h, rsqrt_(b_sq + 1e-6, PRECISE), mask=m_t)
-    tl.store(rk + o_tok * H + i_h, rsqrt_(b_sk + 1e-6, PRECISE), mask=m_t)
+            tl.store(t_b + o_tap * BC + o_t, b_b)
 
 
 @triton.jit
@@ -424,11 +368,11 @@ def kda_fwd_wu_kernel(
     BK: tl.constexpr,            # column block of both products
     BF16: tl.constexpr,
     RS: tl.constexpr = 0,        # kn from the raw k and the row scales (prepare.qk_rowscale)
-    BOTH: tl.constexpr = 0,      # one program forms both products (axis 2 of size 1; knob PREP_WU_BOTH)
 ):
-    """The WY products, program 0 of axis 2 forms ``w = INV Diag(b) kd``, program 1 ``u = INV Diag(b) v``
-    (with ``BOTH`` one program both, reading ``INV`` and ``b`` once)."""
-    i_c, i_h, i_p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    """The WY products of one chunk, ``w = INV Diag(b) kd`` and ``u = INV Diag(b) v``, in one program (``INV``
+    and ``b`` read once: the kernel 0.394 -> 0.350 ms against a program each, lower-bound H32 T16384,
+    docs/gpu/round30/call1)."""
+    i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, BC)
@@ -437,22 +381,20 @@ def kda_fwd_wu_kernel(
     o_ch = (i_c * H + i_h).to(tl.int64)
     b_inv = tl.load(INV + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
     b_b = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
-    if BOTH or i_p == 0:
-        for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_tk = m_t[:, None] & (o_k < K)[None, :]
-            o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-            b_kd = load_qk(kn, o_tk, m_tk, rk, o_tok * H + i_h, m_t, RS) * exp_(
-                tl.load(gc + o_tk, mask=m_tk, other=0), BF16 == 0)
-            store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
-    if BOTH or i_p == 1:
-        for i_v in range(tl.cdiv(V, BK)):
-            o_v = i_v * BK + tl.arange(0, BK)
-            m_v = (o_v < V)[None, :]
-            b_v = tl.load(v + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v,
-                          other=0).to(tl.float32)
-            store_rn(u + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mm_tf32(b_inv, b_v * b_b[:, None], BF16),
-                     m_t[:, None] & m_v)
+    for i_k in range(tl.cdiv(K, BK)):
+        o_k = i_k * BK + tl.arange(0, BK)
+        m_tk = m_t[:, None] & (o_k < K)[None, :]
+        o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+        b_kd = load_qk(kn, o_tk, m_tk, rk, o_tok * H + i_h, m_t, RS) * exp_(
+            tl.load(gc + o_tk, mask=m_tk, other=0), BF16 == 0)
+        store_rn(w + o_tk, mm_tf32(b_inv, b_kd * b_b[:, None], BF16), m_tk)
+    for i_v in range(tl.cdiv(V, BK)):
+        o_v = i_v * BK + tl.arange(0, BK)
+        m_v = (o_v < V)[None, :]
+        b_v = tl.load(v + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mask=m_t[:, None] & m_v,
+                      other=0).to(tl.float32)
+        store_rn(u + (o_tok[:, None] * H + i_h) * V + o_v[None, :], mm_tf32(b_inv, b_v * b_b[:, None], BF16),
+                 m_t[:, None] & m_v)
 
 
 def qk_bf16(precision: str, qk_l2norm: bool) -> bool:
@@ -550,45 +492,30 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # the token kernel's K blocks: 64 for pre-gated inputs (the forward's prepare 1.423 -> 1.405 ms at
     # H32 T16384 against 32); 32 with the gate or l2norm in the kernel (its registers: 0.815 -> 0.642 ms
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
-    # (with w and u in bf16): 1.423 -> 1.323 against 64
-    bk = knob("PREP_BK", block_size(K, 32 if has_gate or qk_l2norm else 64))
-    # at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 mode's l2norm; the inference
-    # forward too, which keeps the training forward's bits there: rowscale_for_inference), each
-    # K block in a program of its own of 8 warps (the token kernel at H32 T16384: lower-bound 0.905 -> 0.705
-    # ms, softplus 0.775 -> 0.769; KSPLIT at 4 warps 0.825 and 0.900, at 2 warps 0.968 and 1.068,
-    # docs/gpu/round27/call1); elsewhere one program of 4 warps walks them: pre-gated, KSPLIT at 4 warps
-    # 0.369 -> 0.425 ms; the inference forward (row scales, no qn, kn stored) 2 to 4 % slower split at
-    # chunk 64 and 10 to 21 % at chunk 16 (round 27 call 2 against round 26 call 3)
-    split = has_gate and store_qk and C == 64
-    nks = triton.cdiv(K, bk) if knob("PREP_KSPLIT", 1 if split else 0) else 1
-    warps = knob("PREP_WARPS", 8 if split else 4)
-    # split K blocks with l2norm: the row scales once per chunk in a kernel of their own (PREP_NORM_PASS)
-    # rather than in each K block's program
-    norm_in = qk_l2norm and nks > 1 and not rs and bool(knob("PREP_NORM_PASS", 0))
-    if norm_in:
-        rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2))
-        kda_fwd_rownorm_kernel[(NC, H)](
-            q=q, k=k, rq=rq, rk=rk, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
-            H=H, K=K, BC=C, BK=bk, PRECISE=not bf16, **LAUNCH, num_warps=warps,
-        )
+    # (with w and u in bf16): 1.423 -> 1.323 against 64. At chunk 64 with the gate in the kernel and fp32
+    # qn, kn stored (bf16 mode's l2norm; the inference forward too, which keeps the training forward's
+    # bits there: rowscale_for_inference), blocks of 16 at 8 warps (the token kernel at H32 T16384:
+    # lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671 against each K block of 32 in a program of
+    # its own at 8 warps, round 28's launch; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
+    wide = has_gate and store_qk and C == 64
+    bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
+    warps = knob("PREP_WARPS", 8 if wide else 4)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
-        kda_fwd_token_kernel[((c1 - c0) * nks, H)](
+        kda_fwd_token_kernel[(c1 - c0, H)](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, krT=krT,
             qd=qn if qd is None else qd, b=b, gT=gT,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
-            H=H, K=K, BC=C, BK=bk, NKS=nks, NORM_IN=norm_in,
+            H=H, K=K, BC=C, BK=bk,
             GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_BF16=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH, num_warps=warps,
         )
-    if norm_in:  # the later kernels read the stored qn, kn, not the row scales
-        rq = rk = None
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
@@ -600,11 +527,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
             TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
         )
-    both = knob("PREP_WU_BOTH", 0)
-    kda_fwd_wu_kernel[(NC, H, 1 if both else 2)](
+    kda_fwd_wu_kernel[(NC, H)](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
-        BF16=bf16, RS=rs, BOTH=both, **LAUNCH,
+        BF16=bf16, RS=rs, **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4),
     )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

@@ -43,7 +43,8 @@ KNOBS: dict[str, Knob] = {
                    "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
     "STATE_F64": Knob("1 (fp32 mode only)", "1: the forward state pass carries S, U in float64 (float64 products), "
                       "the backward dS (fp32 products), stored in fp32 (common.state_f64); 0: in fp32", True),
-    "PREP_BK": Knob("K rounded up to a power of two, 16 to 64 (to 32 with the gate or l2norm in the kernel)",
+    "PREP_BK": Knob("K rounded up to a power of two, 16 to 64 (to 32 with the gate or l2norm in the kernel; 16 at "
+                    "chunk 64 with the gate in the kernel and fp32 qn, kn stored)",
                     "K block of the forward token kernel (the l2norm row sums add per block)", True),
     "PREP_SOLVE_BK": Knob("16", "K block of the forward intra/solve kernel's products", True),
     "DQKG_BK": Knob("K rounded up to a power of two, 16 to 32",
@@ -58,7 +59,7 @@ KNOBS: dict[str, Knob] = {
                          "[C, C]·[C, BK] products", True),
     "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
                                "(block products); 0 forms them from products of their own everywhere", True),
-    "PREP_WARPS": Knob("8 where PREP_KSPLIT is 1 by default, else 4",
+    "PREP_WARPS": Knob("8 at chunk 64 with the gate in the kernel and fp32 qn, kn stored, else 4",
                        "warps of the forward token kernel (on the H200 8 against 4 moved bits: gc's cumsum adds "
                        "in the order of its register layout, which follows the warps)", True),
     "BWD_FWD_OPERANDS": Knob("1 in bf16 mode, 0 in fp32 mode",
@@ -79,19 +80,9 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
-    "PREP_KSPLIT": Knob("1 in training at chunk 64 with the gate in the kernel and fp32 qn, kn stored (bf16 "
-                        "mode's l2norm), else 0",
-                        "1: the forward token kernel's K blocks in programs of their own (chunks * K blocks "
-                        "programs, each taking the l2norm's row sums over all of K itself); 0: one program "
-                        "per (chunk, head) walks them", False),
-    "PREP_NORM_PASS": Knob("0", "with PREP_KSPLIT's programs and bf16 mode's stored qn, kn: 1 takes the l2norm's "
-                           "row scales once per chunk in a kernel of their own (prepare.kda_fwd_rownorm_kernel, the "
-                           "token kernel's loop at its warps) instead of in each K block's program", False),
     "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
     "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",
                        "column block of the forward w/u kernel", False),
-    "PREP_WU_BOTH": Knob("0", "1: one program of the forward w/u kernel forms both w and u (INV and b read once); "
-                         "0: a program each", False),
     "PREP_WU_WARPS": Knob("4", "warps of the forward w/u kernel", False),
     "REC_BV": Knob("tuning.state_block_v, at most 1 program per SM",
                    "V block of the forward state pass", False),
