@@ -46,7 +46,7 @@ def main(argv=None):
                     help="comma list of input settings (peer_inputs.SETTINGS: pregated, softplus, lower_bound), "
                          "each profiled in turn, then compared kernel by kernel")
     ap.add_argument("--ab", action="append", default=[], metavar="KDADBG_NAME=value[,...]",
-                    help="also profile ours with these knob overrides, in every setting but pregated "
+                    help="also profile ours with these knob overrides, in every setting of --settings "
                          "(repeatable: one variant each)")
     ap.add_argument("--taps-window", type=int, default=0, help="every tap on for chunks [0, N) (0: taps off)")
     ap.add_argument("--peer", default="ours", choices=["ours", "fla"],
@@ -80,7 +80,7 @@ def main(argv=None):
     T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
     profiles = []
     for setting in settings:
-        for variant in [{}] + (variants if setting != "pregated" else []):
+        for variant in [{}] + variants:
             tag = setting + "".join(f" {n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
             x, cu, do = setting_inputs(setting, T, H, D, torch.device(a.device), lens=MIXED6 if a.varlen else None)
             with knob_env(variant):
