@@ -550,28 +550,40 @@ def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
 
 
 @triton.jit
-def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr, PRECISE: tl.constexpr):
+def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
+                    PRECISE: tl.constexpr):
     """``dx_out`` rows from ``dx`` (fp32) rows: r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>,
-    r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself)."""
-    b_ss = tl.zeros([C], dtype=tl.float32)
-    b_sd = tl.zeros([C], dtype=tl.float32)
-    for i_k in range(tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
+    r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself). ``ONE`` (``BK >= K``): the rows read once and
+    kept in registers; else twice, a K block at a time (the sums, then the output)."""
+    if ONE:
+        o_k = tl.arange(0, BK)
         m_tk = m_t[:, None] & (o_k < K)[None, :]
         o_tk = o_th[:, None] * K + o_k[None, :]
         b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
         b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
-        b_ss += tl.sum(b_x * b_x, axis=1)
-        b_sd += tl.sum(b_x * b_dx, axis=1)
-    b_r = rsqrt_(b_ss + 1e-6, PRECISE)
-    b_c = b_r * b_r * b_r * b_sd
-    for i_k in range(tl.cdiv(K, BK)):
-        o_k = i_k * BK + tl.arange(0, BK)
-        m_tk = m_t[:, None] & (o_k < K)[None, :]
-        o_tk = o_th[:, None] * K + o_k[None, :]
-        b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
-        b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+        b_r = rsqrt_(tl.sum(b_x * b_x, axis=1) + 1e-6, PRECISE)
+        b_c = b_r * b_r * b_r * tl.sum(b_x * b_dx, axis=1)
         store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
+    else:
+        b_ss = tl.zeros([C], dtype=tl.float32)
+        b_sd = tl.zeros([C], dtype=tl.float32)
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_tk = m_t[:, None] & (o_k < K)[None, :]
+            o_tk = o_th[:, None] * K + o_k[None, :]
+            b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
+            b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+            b_ss += tl.sum(b_x * b_x, axis=1)
+            b_sd += tl.sum(b_x * b_dx, axis=1)
+        b_r = rsqrt_(b_ss + 1e-6, PRECISE)
+        b_c = b_r * b_r * b_r * b_sd
+        for i_k in range(tl.cdiv(K, BK)):
+            o_k = i_k * BK + tl.arange(0, BK)
+            m_tk = m_t[:, None] & (o_k < K)[None, :]
+            o_tk = o_th[:, None] * K + o_k[None, :]
+            b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
+            b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+            store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
 
 
 @triton.jit
@@ -588,6 +600,7 @@ def chunk_bwd_finish_kernel(
     BT, H, K, NK,    # sizes
     C: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr,
     TAP_DB: tl.constexpr,
+    ONE: tl.constexpr,           # BK >= K: the l2norm backward reads each row once (l2norm_bwd_rows)
     PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
 ):
     i_c, i_h = tl.program_id(0), tl.program_id(1)
@@ -597,8 +610,8 @@ def chunk_bwd_finish_kernel(
     m_t = o_t < n
     o_th = (bos + o_t) * H + i_h
     if L2NORM:
-        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK, PRECISE)
-        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK, PRECISE)
+        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK, ONE, PRECISE)
+        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK, ONE, PRECISE)
     b_db = tl.zeros([C], dtype=tl.float32)
     for i_k in range(NK):
         b_db += tl.load(db_part + i_k * BT * H + o_th, mask=m_t, other=0.)
@@ -723,10 +736,12 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     if chunks.n_chunks == 0:
         return dq, dk, dbeta
     tap = tap_plan is not None and tap_plan.has("db")
+    # the l2norm backward over all of K at once up to K = 128, at 8 warps: each row read once
+    bk = knob("FINISH_BK", block_size(K, hi=128))
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
         q=q, k=k, dqn=dqn, dkn=dkn, dq=dq, dk=dk, beta=beta, db_part=db_part, dbeta=dbeta,
         t_db=tap_plan.get("db") if tap else dbeta, **_plan_args(tap_plan, chunks), chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size,
-        BK=block_size(K, hi=64), L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap,
-        PRECISE=precision == "fp32", **LAUNCH)
+        BK=bk, L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, ONE=bk >= K,
+        PRECISE=precision == "fp32", **LAUNCH, num_warps=knob("FINISH_WARPS", 8))
     return dq, dk, dbeta

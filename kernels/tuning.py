@@ -57,6 +57,9 @@ KNOBS: dict[str, Knob] = {
     "DQKG_BLOCKED": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the K pass's intra-chunk products as [C, 16]·[16, BK] blocks; 0: masked "
                          "[C, C]·[C, BK] products", True),
+    "FINISH_BK": Knob("K rounded up to a power of two, 16 to 128",
+                      "K block of the backward finish kernel's l2norm backward (a block of all of K reads the "
+                      "rows once; the row sums add per block)", True),
     "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
                                "(block products); 0 forms them from products of their own everywhere", True),
     "PREP_WARPS": Knob("8 at chunk 64 with the gate in the kernel and fp32 qn, kn stored, else 4",
@@ -112,6 +115,7 @@ KNOBS: dict[str, Knob] = {
                          "mode", False),
     "DQKGV_WARPS": Knob("4 at chunk 16, else 8", "warps of the backward V pass", False),
     "DQKGV_STAGES": Knob("3", "pipeline stages of the backward V pass", False),
+    "FINISH_WARPS": Knob("8", "warps of the backward finish kernel", False),
     "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
     "DQKG_STAGES": Knob("3", "pipeline stages of the backward K pass", False),
     "DQKG_LOOP_STAGES": Knob("with the block products (DQKG_BLOCKED): 3 at chunk 64, 2 at chunk 32; else 1",

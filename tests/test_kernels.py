@@ -537,3 +537,25 @@ def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, wind
                 assert torch.equal(buf["b"][i, h, r], want_b), (c, h, r)
 
 
+
+
+@pytest.mark.parametrize("name,precision", [("kimi_varlen", "bf16"), ("t63", "fp32")])
+def test_finish_kernel_one_pass_and_two_passes_agree(name, precision, monkeypatch):
+    """The backward finish kernel's l2norm backward over all of K at once (the default up to K = 128, each
+    row read once) against K blocks of 16 read twice (``FINISH_BK=16``): dq and dk within a few fp32
+    roundings (the row sums add in another order), every other output and gradient the same bits."""
+    case = get_case(name)
+    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2), K=48))
+    assert cfg.qk_l2norm
+    runs = {}
+    for bk in ("", "16"):
+        monkeypatch.setenv("KDADBG_FINISH_BK", bk) if bk else monkeypatch.delenv("KDADBG_FINISH_BK", raising=False)
+        runs[bk] = run_fb(inputs, cfg, precision)[0]
+    one, two = runs[""], runs["16"]
+    assert set(one) == set(two) and {"dq", "dk"} < set(one) and len(one) >= 7
+    for n in one:
+        if n in ("dq", "dk"):
+            a, b = one[n].float(), two[n].float()
+            assert a.abs().max() > 0 and torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max())), n
+        else:
+            assert torch.equal(bits(one[n]), bits(two[n])), n
