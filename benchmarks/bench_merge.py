@@ -3,9 +3,11 @@
     python benchmarks/bench_merge.py RUN.json [RUN.json ...] [--out docs/benchmarks.json] [--note TEXT ...]
 
 A device call has ten minutes, so one benchmark of every shape takes several calls, each writing its own
-``benchmarks.json`` (``docs/gpu/<round>/<call>/``). This writes one file from them: for each setting and
-shape the row of the last file given that has it (``results``, each with its ``source`` file and
-``commit``), the rows it replaced (``superseded``, kept: a row timed again is not dropped), every taps-on
+``benchmarks.json`` (``docs/gpu/<round>/<call>/``). This writes one file from them: for each setting,
+shape and peer (ours, fla, FlashKDA) the row of the last file given that timed it (``results``,
+each with its ``source`` file and ``commit``; a setting and shape may keep two rows, e.g. one against fla
+and a later one against FlashKDA alone, each with ours from its own process), the rows left with no peer
+of their own (``superseded``, kept: a row timed again is not dropped), every taps-on
 timing (``taps``), every knob A/B run beside the default (``knob_ab``), and each file's environment (commit,
 date, versions, GPU, command) under ``sources``. A file that is missing, is not JSON or is not a bench.py
 result (schema 2) is refused with one line naming it; the output is written only when every input read.
@@ -42,10 +44,18 @@ def load(path: Path) -> dict:
     return data
 
 
+def peers_of(row: dict) -> tuple[str, ...]:
+    """What a row can be the current figure for: ours, and each peer it timed ours against (its runs other
+    than ours and its variants)."""
+    return ("ours", *sorted(t for t in (row.get("runs") or {}) if not t.startswith("ours")))
+
+
 def merge(runs: list[tuple[str, dict]], notes: list[str] = ()) -> dict:
-    """``runs``: ``(source, bench.py JSON)`` in priority order, the last winning."""
-    chosen: dict[tuple[str, str], dict] = {}
-    superseded, taps, knob_ab, sources, order = [], [], [], {}, []
+    """``runs``: ``(source, bench.py JSON)`` in priority order, the last winning: per setting and shape, each
+    peer's figures are those of the last row that timed it (with ours from the same process, so each row's
+    ratios stay within one process); a row left with no peer of its own is superseded."""
+    rows: list[dict] = []
+    taps, knob_ab, sources = [], [], {}
     for source, data in runs:
         env = data.get("env", {})
         sources[source] = env
@@ -53,13 +63,7 @@ def merge(runs: list[tuple[str, dict]], notes: list[str] = ()) -> dict:
             runs_ = r.get("runs") or {}
             if "ours" not in runs_ or "fwd_ms" not in runs_["ours"]:
                 continue  # skipped by the budget, or ours failed: nothing timed to keep
-            row = {**r, "source": source, "commit": env.get("commit")}
-            key = (r["setting"], r["shape"])
-            if key in chosen:
-                superseded.append(chosen[key])
-            else:
-                order.append(key)
-            chosen[key] = row
+            rows.append({**r, "source": source, "commit": env.get("commit")})
             if r.get("taps_ratios"):
                 taps.append({"source": source, "commit": env.get("commit"), "name": r["name"],
                              **{k: r[k] for k in ("taps_fwdbwd_ms", "taps_ratios", "taps_first_call_s",
@@ -70,9 +74,18 @@ def merge(runs: list[tuple[str, dict]], notes: list[str] = ()) -> dict:
                 base = runs_["ours"]
                 knob_ab.append({"source": source, "commit": env.get("commit"), "name": r["name"],
                                 "ours": {m: base[m] for m in ("fwd_ms", "fwdbwd_ms") if m in base}, **variants})
+    latest: dict[tuple[str, str, str], int] = {}  # (setting, shape, peer) -> index of the last row timing it
+    for i, r in enumerate(rows):
+        for peer in peers_of(r):
+            latest[(r["setting"], r["shape"], peer)] = i
+    current = set(latest.values())
+    order = list(dict.fromkeys((r["setting"], r["shape"]) for r in rows))
+    by_key = {k: [i for i, r in enumerate(rows) if (r["setting"], r["shape"]) == k and i in current] for k in order}
+    results = [rows[i] for k in order for i in by_key[k]]
+    superseded = [r for i, r in enumerate(rows) if i not in current]
     return {"schema": 2, "merged_from": [s for s, _ in runs], "sources": sources,
             "settings": sorted({k[0] for k in order}, key=["pregated", "softplus", "lower_bound"].index),
-            "results": [chosen[k] for k in order], "superseded": superseded, "taps": taps, "knob_ab": knob_ab,
+            "results": results, "superseded": superseded, "taps": taps, "knob_ab": knob_ab,
             "notes": list(notes)}
 
 

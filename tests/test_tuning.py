@@ -208,6 +208,24 @@ def test_bench_merge_keeps_the_last_row_of_each_configuration_and_the_rest_besid
     assert m["knob_ab"][0]["ours@REC_BV=32"] == {"fwd_ms": 1.1, "fwdbwd_ms": 3.0}
     assert set(m["sources"]) == {str(fa), str(fb)} and m["notes"] == ["n1"]
 
+    # per peer: a later run against FlashKDA alone keeps the earlier run against fla current beside it, and
+    # a run of both earlier still is superseded by the two
+    both = {"fla": {"fwd_ms": 1.5}, "flashkda": {"fwd_ms": 1.2}}
+    runs = [("c", [row("lower_bound", "dense_H32_T16384", 2.0, runs=both)]),
+            ("d", [row("lower_bound", "dense_H32_T16384", 1.9, runs={"fla": {"fwd_ms": 1.6}})]),
+            ("e", [row("lower_bound", "dense_H32_T16384", 1.8, runs={"flashkda": {"fwd_ms": 1.1}})])]
+    files = []
+    for commit, results in runs:
+        f = tmp_path / f"{commit}.json"
+        f.write_text(json.dumps({"schema": 2, "env": {"commit": commit}, "results": results}))
+        files.append(str(f))
+    p = subprocess.run([sys.executable, str(script), *files, "--out", str(out)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(out.read_text())
+    assert [(r["commit"], sorted(r["runs"])) for r in m["results"]] == [("d", ["fla", "ours"]),
+                                                                        ("e", ["flashkda", "ours"])]
+    assert [r["commit"] for r in m["superseded"]] == ["c"]
+
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": 1}))
     out.unlink()
