@@ -496,7 +496,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # qn, kn stored (bf16 mode's l2norm; the inference forward too, which keeps the training forward's
     # bits there: rowscale_for_inference), blocks of 16 at 8 warps (the token kernel at H32 T16384:
     # lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671 against each K block of 32 in a program of
-    # its own at 8 warps, round 28's launch; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
+    # its own at 8 warps, round 27's launch; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
     wide = has_gate and store_qk and C == 64
     bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
     warps = knob("PREP_WARPS", 8 if wide else 4)
