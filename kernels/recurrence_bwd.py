@@ -199,9 +199,9 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
         Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
-        C=C, BK=block_size(K, hi=64), BV=block_size(V, hi=64), DOT=dot_mode(precision), RS=rq is not None,
-        STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
-        num_warps=8 if C >= 64 else 4)
+        C=C, BK=knob("BPREP_BK", block_size(K, hi=64)), BV=knob("BPREP_BV", block_size(V, hi=64)),
+        DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
+        num_warps=knob("BPREP_WARPS", 8 if C >= 64 else 4))
     return qd, kr, w, dU
 
 

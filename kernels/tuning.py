@@ -83,6 +83,13 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
+    "PREP_STAGES": Knob("3", "pipeline stages of the forward token kernel", False),
+    "PREP_SOLVE_STAGES": Knob("3", "pipeline stages of the forward intra/solve kernel", False),
+    "BPREP_WARPS": Knob("8 at chunk 64, else 4", "warps of the backward precompute kernel (chunk_bwd_prep)", False),
+    "BPREP_BK": Knob("K rounded up to a power of two, 16 to 64",
+                     "K block of the backward precompute's kr and w (products over the chunk's rows only)", False),
+    "BPREP_BV": Knob("V rounded up to a power of two, 16 to 64",
+                     "V block of the backward precompute's Mqk^T dO (products over the chunk's rows only)", False),
     "PREP_SOLVE_WARPS": Knob("1", "warps of the forward intra/solve kernel", False),
     "PREP_WU_BK": Knob("max(K, V) rounded up to a power of two, 16 to 32",
                        "column block of the forward w/u kernel", False),

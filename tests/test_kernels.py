@@ -559,3 +559,20 @@ def test_finish_kernel_one_pass_and_two_passes_agree(name, precision, monkeypatc
             assert a.abs().max() > 0 and torch.allclose(a, b, rtol=1e-5, atol=1e-6 * float(b.abs().max())), n
         else:
             assert torch.equal(bits(one[n]), bits(two[n])), n
+
+
+@gpu
+@pytest.mark.parametrize("name,precision", [("kimi_c64", "bf16"), ("chunk64_varlen", "bf16"), ("t63", "fp32")])
+def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision, monkeypatch):
+    """Launch-only knobs of the forward token and intra kernels (pipeline stages) and of the backward
+    precompute (warps, K and V blocks of products over the chunk's rows alone), each against the default:
+    every output, gradient and tap has the same bits. GPU only: the interpreter ignores warps and stages,
+    and NumPy's BLAS rounds a product differently with its width (``kernels/tuning.py``)."""
+    inputs, cfg = make_inputs(get_case(name))
+    sel = TapSelection(chunks=(0, 3))
+    base = run_fb(inputs, cfg, precision, sel)
+    for knob_name, value in (("PREP_STAGES", "1"), ("PREP_SOLVE_STAGES", "1"), ("PREP_SOLVE_STAGES", "4"),
+                             ("BPREP_WARPS", "4"), ("BPREP_BK", "32"), ("BPREP_BV", "32")):
+        with monkeypatch.context() as mp:
+            mp.setenv(f"KDADBG_{knob_name}", value)
+            assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))
