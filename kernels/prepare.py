@@ -527,7 +527,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
             TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
-            num_stages=knob("PREP_SOLVE_STAGES", 3),
+            # 2 stages: the kernel 0.620 -> 0.522 ms against 3 (1: 0.602), lower-bound H32 T16384,
+            # docs/gpu/round30/call9
+            num_stages=knob("PREP_SOLVE_STAGES", 2),
         )
     kda_fwd_wu_kernel[(NC, H)](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,

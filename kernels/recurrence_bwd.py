@@ -201,7 +201,9 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=knob("BPREP_BK", block_size(K, hi=64)), BV=knob("BPREP_BV", block_size(V, hi=64)),
         DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
-        num_warps=knob("BPREP_WARPS", 8 if C >= 64 else 4))
+        # 4 warps: the kernel 0.582 -> 0.452 ms against 8 at chunk 64 (lower-bound H32 T16384, the same bits:
+        # docs/gpu/round30/call9)
+        num_warps=knob("BPREP_WARPS", 4))
     return qd, kr, w, dU
 
 

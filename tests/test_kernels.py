@@ -571,8 +571,8 @@ def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision
     inputs, cfg = make_inputs(get_case(name))
     sel = TapSelection(chunks=(0, 3))
     base = run_fb(inputs, cfg, precision, sel)
-    for knob_name, value in (("PREP_STAGES", "1"), ("PREP_SOLVE_STAGES", "1"), ("PREP_SOLVE_STAGES", "4"),
-                             ("BPREP_WARPS", "4"), ("BPREP_BK", "32"), ("BPREP_BV", "32")):
+    for knob_name, value in (("PREP_STAGES", "1"), ("PREP_SOLVE_STAGES", "1"), ("PREP_SOLVE_STAGES", "3"),
+                             ("PREP_SOLVE_STAGES", "4"), ("BPREP_WARPS", "8"), ("BPREP_BK", "32"), ("BPREP_BV", "32")):
         with monkeypatch.context() as mp:
             mp.setenv(f"KDADBG_{knob_name}", value)
             assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))
