@@ -550,17 +550,22 @@ def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
 
 
 @triton.jit
+def _x_dx_block(x, dx, o_th, m_t, K, i_k, BK: tl.constexpr):
+    """K block ``i_k`` of the rows ``o_th``: ``x`` (as fp32) and ``dx``, with their offsets and mask."""
+    o_k = i_k * BK + tl.arange(0, BK)
+    m_tk = m_t[:, None] & (o_k < K)[None, :]
+    o_tk = o_th[:, None] * K + o_k[None, :]
+    return tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32), tl.load(dx + o_tk, mask=m_tk, other=0.), o_tk, m_tk
+
+
+@triton.jit
 def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
                     PRECISE: tl.constexpr):
     """``dx_out`` rows from ``dx`` (fp32) rows: r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>,
     r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself). ``ONE`` (``BK >= K``): the rows read once and
     kept in registers; else twice, a K block at a time (the sums, then the output)."""
     if ONE:
-        o_k = tl.arange(0, BK)
-        m_tk = m_t[:, None] & (o_k < K)[None, :]
-        o_tk = o_th[:, None] * K + o_k[None, :]
-        b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
-        b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+        b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, 0, BK)
         b_r = rsqrt_(tl.sum(b_x * b_x, axis=1) + 1e-6, PRECISE)
         b_c = b_r * b_r * b_r * tl.sum(b_x * b_dx, axis=1)
         store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
@@ -568,21 +573,13 @@ def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constex
         b_ss = tl.zeros([C], dtype=tl.float32)
         b_sd = tl.zeros([C], dtype=tl.float32)
         for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_tk = m_t[:, None] & (o_k < K)[None, :]
-            o_tk = o_th[:, None] * K + o_k[None, :]
-            b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
-            b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+            b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, i_k, BK)
             b_ss += tl.sum(b_x * b_x, axis=1)
             b_sd += tl.sum(b_x * b_dx, axis=1)
         b_r = rsqrt_(b_ss + 1e-6, PRECISE)
         b_c = b_r * b_r * b_r * b_sd
         for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            m_tk = m_t[:, None] & (o_k < K)[None, :]
-            o_tk = o_th[:, None] * K + o_k[None, :]
-            b_x = tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32)
-            b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
+            b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, i_k, BK)
             store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
 
 
