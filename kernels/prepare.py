@@ -535,6 +535,6 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
         BF16=bf16, RS=rs, **LAUNCH,
-        num_warps=knob("PREP_WU_WARPS", 4),
+        num_warps=knob("PREP_WU_WARPS", 4), num_stages=knob("PREP_WU_STAGES", 3),
     )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

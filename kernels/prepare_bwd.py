@@ -740,5 +740,6 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
         t_db=tap_plan.get("db") if tap else dbeta, **_plan_args(tap_plan, chunks), chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size,
         BK=bk, L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, ONE=bk >= K,
-        PRECISE=precision == "fp32", **LAUNCH, num_warps=knob("FINISH_WARPS", 8))
+        PRECISE=precision == "fp32", **LAUNCH, num_warps=knob("FINISH_WARPS", 8),
+        num_stages=knob("FINISH_STAGES", 3))
     return dq, dk, dbeta

@@ -203,7 +203,7 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
         # 4 warps: the kernel 0.582 -> 0.452 ms against 8 at chunk 64 (lower-bound H32 T16384, the same bits:
         # docs/gpu/round30/call9)
-        num_warps=knob("BPREP_WARPS", 4))
+        num_warps=knob("BPREP_WARPS", 4), num_stages=knob("BPREP_STAGES", 3))
     return qd, kr, w, dU
 
 
