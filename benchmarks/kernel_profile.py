@@ -78,13 +78,24 @@ def main(argv=None):
     except ValueError as e:
         ap.error(str(e))
     T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
-    profiles = []
+    profiles, failed = [], []
     for setting in settings:
         for variant in [{}] + variants:
             tag = setting + "".join(f" {n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
             x, cu, do = setting_inputs(setting, T, H, D, torch.device(a.device), lens=MIXED6 if a.varlen else None)
-            with knob_env(variant):
-                prof = profile_one(a, x, cu, do, SETTINGS[setting], FLA_ONLY.get(setting, {}))
+            try:
+                with knob_env(variant):
+                    prof = profile_one(a, x, cu, do, SETTINGS[setting], FLA_ONLY.get(setting, {}))
+            except Exception as e:  # e.g. a variant out of shared memory: say so, and time the others
+                if not variant:
+                    raise
+                print(f"{a.peer} [{tag}]: failed, not timed: {type(e).__name__}: {str(e).splitlines()[0][:300]}")
+                failed.append({"setting": setting, "variant": variant, "tag": tag,
+                               "error": f"{type(e).__name__}: {e}"[:500]})
+                del x, cu, do
+                if a.device == "cuda":
+                    torch.cuda.empty_cache()
+                continue
             prof = {"setting": setting, "variant": variant, "tag": tag, **prof}
             profiles.append(prof)
             print(f"{a.peer} [{tag}]: H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} "
@@ -109,8 +120,8 @@ def main(argv=None):
             compare(profiles, key, what)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"shape": vars(a), "profiles": profiles}, f, indent=2)
-    return 0
+            json.dump({"shape": vars(a), "profiles": profiles, "failed": failed}, f, indent=2)
+    return 1 if failed else 0
 
 
 def profile_one(a, x, cu, do, flags, fla_only) -> dict:

@@ -285,3 +285,51 @@ def test_normalised_qk_stored_in_bf16(precision, name, monkeypatch):
         assert saved.rq is not None and saved.qn.dtype == inputs.q.dtype and base[2].rq is not None
         assert torch.equal(o, base[0]) and torch.equal(ht, base[1])
     check_outputs_and_taps(inputs, cfg, precision, ("qd", "kd", "kr", "Mqk", "INV"))
+
+
+def _garbage_empty(monkeypatch):
+    """``torch.empty`` returning floats set to 1.0: memory no kernel or fill wrote then shows as 1.0."""
+    empty = torch.empty
+
+    def ones(*args, **kwargs):
+        x = empty(*args, **kwargs)
+        return x.fill_(1.0) if x.is_floating_point() else x
+
+    monkeypatch.setattr(torch, "empty", ones)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("mode", ["kernel", "in_line"])
+def test_intra_kernel_nan_fills_the_window_of_inv_mqk_s_and_u(precision, mode, monkeypatch):
+    """The tap window's part of INV, Mqk (bf16 mode: the Mqk tap's own buffer), S and U starts NaN:
+    filled by the intra kernel's launch over the chunks outside the window (common.kernel_fills), or in
+    line with TAPS_FILL_KPASS=0. With the window's intra launch skipped, the INV and Mqk taps are NaN
+    over the whole window; the state pass finds S and U NaN over the window and untouched (1.0) elsewhere."""
+    import kdadbg_kernels.chunk as kchunk
+    import kdadbg_kernels.prepare as kprep
+
+    inputs, cfg = make_inputs(with_size(get_case("basic"), T=50))  # B=2: 8 chunks, H=2
+    lo, hi = 2, 5
+    monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", "1" if mode == "kernel" else "0")
+    _garbage_empty(monkeypatch)
+    launches = kprep.chunk_launches
+    monkeypatch.setattr(kprep, "chunk_launches", lambda plan, n: [p for p in launches(plan, n) if not p[2]])
+    seen = {}
+    recurrence = kchunk.kda_fwd_recurrence
+
+    def spy(*args, S=None, U=None, **kwargs):
+        seen["S"], seen["U"] = S.clone(), U.clone()
+        return recurrence(*args, S=S, U=U, **kwargs)
+
+    monkeypatch.setattr(kchunk, "kda_fwd_recurrence", spy)
+    *_, chunks, plan = run_fwd(inputs, cfg, precision, TapSelection(names=("INV", "Mqk", "S", "U"), chunks=(lo, hi)))
+    assert plan.take_pending() == []
+    for n in ("INV", "Mqk"):
+        assert plan.buffers[n].isnan().all(), n
+    start, length = chunks.chunk_start.long().cpu(), chunks.chunk_len.long().cpu()
+    t0, t1 = int(start[lo]), int(start[hi - 1] + length[hi - 1])
+    for n, (a, b) in (("S", (lo, hi)), ("U", (t0, t1))):
+        x = seen[n]
+        inside = torch.zeros(x.shape[0], dtype=torch.bool)
+        inside[a:b] = True
+        assert x[inside].isnan().all() and (x[~inside] == 1.0).all(), n

@@ -264,3 +264,24 @@ def test_bench_ratios_keep_the_inference_forward_to_flashkda_alone():
     assert "ours_infer" in rows["lower_bound_dense_H16_T8192"] and "ours_infer" not in rows["pregated_dense_H16_T8192"]
     assert "ours_infer_c16" in rows["lower_bound_dense_H16_T8192"]
     assert "ours_infer@INFER_ROWSCALE=0" in rows["lower_bound_dense_H16_T8192"]
+
+
+def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path):
+    """benchmarks/kernel_profile.py: a knob variant that fails (here a FWD_LOWP mask it refuses; on the GPU,
+    one out of shared memory) is reported on one line and in the JSON's ``failed``, the baseline is still
+    timed, and the exit status is 1. Before, the first failure ended the whole run."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_profile.py"
+    out = tmp_path / "p.json"
+    p = subprocess.run([sys.executable, str(script), "--H", "1", "--T", "64", "--D", "16", "--chunk-size", "16",
+                        "--iters", "1", "--device", "cpu", "--ab", "KDADBG_FWD_LOWP=16", "--json", str(out)],
+                       capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
+    assert p.returncode == 1, p.stderr[-2000:]
+    assert "ours [pregated FWD_LOWP=16]: failed, not timed: ValueError: KDADBG_FWD_LOWP=16" in p.stdout
+    d = json.loads(out.read_text())
+    assert [x["tag"] for x in d["profiles"]] == ["pregated"] and d["profiles"][0]["kernels"]
+    assert [x["tag"] for x in d["failed"]] == ["pregated FWD_LOWP=16"]
