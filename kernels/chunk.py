@@ -132,17 +132,12 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         h0 = h0.float().contiguous()
 
     fused = fuse_out(precision)
-    S = U = None
-    if tap_plan is not None:  # S and U now, so that the intra kernel NaN-fills their tap window
-        S = torch.empty(chunks.n_chunks, H, K, V, device=q.device, dtype=torch.float32)
-        U = torch.empty(B * T, H, V, device=q.device, dtype=torch.float32)
-        tap_plan.alias(chunks, defer=True, S=S, U=U)
     qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused, keep_state=keep_state)
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
-                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state, S=S, U=U)
+                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
     reuse = bwd_fwd_operands(precision) if keep_state and qd is not None else 0

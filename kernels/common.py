@@ -242,7 +242,6 @@ class TapPlan:
     _sources: dict = field(default_factory=dict)  # aliased tap -> the kernels' tensor(s) holding it
     _read: dict | None = None
     _tables: dict = field(default_factory=dict)  # the window's index tables on the device (_dev)
-    _pending: list = field(default_factory=list)  # contiguous fp32 views still to be NaN-filled (kernel_fills)
 
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
@@ -266,33 +265,16 @@ class TapPlan:
         which the backward's K pass fills before any kernel writes them (``take_unfilled``)."""
         return self._buffers[name]
 
-    def own(self, name: str, defer: bool = False) -> None:
-        """Tap ``name``, if aliased, gets a buffer of its own for a kernel to store instead: the kernels'
-        tensor holds a rounded copy of it (``Mqk`` in bf16, ``prepare.mqk_bf16``). NaN-filled here, or with
-        ``defer`` left to ``kernel_fills``."""
+    def own(self, name: str) -> None:
+        """Tap ``name``, if aliased, gets a NaN-filled buffer of its own for a kernel to store instead: the
+        kernels' tensor holds a rounded copy of it (``Mqk`` in bf16, ``prepare.mqk_bf16``)."""
         if name not in self.aliased:
             return
         H, C, K, V = self.shape
         self.aliased = tuple(n for n in self.aliased if n != name)
-        buf = torch.empty((max(self.hi - self.lo, 0), self.n_sel, *REGISTRY[name].dims(C, K, V)),
-                          device=self.head_slot.device)
-        self._buffers[name] = buf
-        self._nan(buf, defer)
+        self._buffers[name] = torch.full((max(self.hi - self.lo, 0), self.n_sel, *REGISTRY[name].dims(C, K, V)),
+                                         float("nan"), device=self.head_slot.device)
         self._read = None
-
-    def _nan(self, x: torch.Tensor, defer: bool) -> None:
-        """NaN-fill ``x`` now, or with ``defer`` (a contiguous fp32 tensor) leave it to ``kernel_fills``."""
-        if x.numel() == 0:
-            return
-        if defer and x.dtype == torch.float32 and x.is_contiguous():
-            self._pending.append(x)
-        else:
-            x.fill_(float("nan"))
-
-    def take_pending(self) -> list[torch.Tensor]:
-        """The tensors still to be NaN-filled (``alias``/``own`` with ``defer``), which the caller now fills."""
-        pending, self._pending = self._pending, []
-        return pending
 
     def take_unfilled(self) -> torch.Tensor | None:
         """The flat tensor still to be NaN-filled (None if none), which the caller now fills."""
@@ -311,23 +293,22 @@ class TapPlan:
                                        t)
         return self.window
 
-    def alias(self, chunks: KernelChunks, defer: bool = False, **tensors) -> None:
+    def alias(self, chunks: KernelChunks, **tensors) -> None:
         """Register the kernels' tensors that hold aliased taps (``name=tensor``; ``dS=(dSn, dh0, ext)``
         with ``ext`` None or, for one sequence, the tensor ``[NC + 1, ...]`` whose views dh0 and dSn are),
-        before any kernel writes them: each is NaN-filled over the tap window here, or with ``defer`` (not
-        dS) by the launch that ``kernel_fills`` gives the fills to."""
+        before any kernel writes them: each is NaN-filled over the tap window here."""
         for name, x in tensors.items():
             if name not in self.aliased or self.hi <= self.lo:
                 continue
             win, nan = self._window(chunks), float("nan")
             kind = ALIAS_TAPS[name]
-            # one write-only fill each (a multi-tensor multiply by NaN reads the memory too: slower on the
+            # one write-only fill_ each (a multi-tensor multiply by NaN reads the memory too: slower on the
             # H200, docs/benchmarks.md)
             if kind == "chunk":
-                self._nan(x[self.lo:self.hi], defer)
+                x[self.lo:self.hi].fill_(nan)
             elif kind == "token":
                 t0, t1 = win.token_span()
-                self._nan(x[t0:t1], defer)
+                x[t0:t1].fill_(nan)
             else:  # dS of chunk c is dSn[c - 1], or dh0 for a sequence's first chunk
                 dSn, dh0, _ = x
                 dSn[max(self.lo - 1, 0):self.hi - 1].fill_(nan)
@@ -390,8 +371,6 @@ class TapPlan:
         flat = self.take_unfilled()
         if flat is not None:
             flat.fill_(float("nan"))
-        for x in self.take_pending():  # left by a stage that did not run
-            x.fill_(float("nan"))
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}
@@ -406,34 +385,6 @@ def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, 
         return [(0, n_chunks, False)]
     parts = [(0, plan.lo, False), (plan.lo, plan.hi, True), (plan.hi, n_chunks, False)]
     return [p for p in parts if p[1] > p[0]]
-
-
-FILL_SLOTS = 4  # tensors one launch NaN-fills (tlmath.fill_nan4)
-
-
-def kernel_fills(plan: TapPlan | None, launches: list[tuple[int, int, bool]], dummy: torch.Tensor) -> list[dict]:
-    """The NaN fills the tap plan left pending (``alias``/``own`` with ``defer``) as kernel arguments, one
-    dict per launch of ``launches`` (``f0, n0, .., f3, n3, FILL``): the first launch over chunks outside
-    the tap window, which must run before the window's, fills up to ``FILL_SLOTS`` of them with its
-    programs (``tlmath.fill_nan4``), a launch bound by its arithmetic, where the stores cost little. The
-    others, and all of them when no launch runs outside the window or with ``TAPS_FILL_KPASS=0``, are
-    filled here in line. Unused slots get ``dummy`` and n = 0."""
-    pending = plan.take_pending() if plan is not None else []
-    first = next((i for i, (_, _, w) in enumerate(launches) if not w), None)
-    if first is not None and first > next((i for i, (_, _, w) in enumerate(launches) if w), len(launches)):
-        first = None  # it would run after the window's launch: filled here
-    mine = pending[:FILL_SLOTS] if first is not None and knob("TAPS_FILL_KPASS", 1) else []
-    for x in pending[len(mine):]:
-        x.fill_(float("nan"))
-    out = []
-    for i in range(len(launches)):
-        slots = mine if i == first else []
-        args = {"FILL": bool(slots)}
-        for j in range(FILL_SLOTS):
-            x = slots[j] if j < len(slots) else None
-            args[f"f{j}"], args[f"n{j}"] = (x, x.numel()) if x is not None else (dummy, 0)
-        out.append(args)
-    return out
 
 
 def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor, chunks: KernelChunks):

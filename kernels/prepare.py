@@ -23,10 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, fwd_lowp, kernel_fills, tap_kernel_args
+from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import (GATE_IDS, exp_, fill_nan4, gate_act, load_qk, mm_tf32, round_bf16, rsqrt_, sigmoid,
-                     store_rn)
+from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -254,7 +253,6 @@ def kda_fwd_intra_solve_kernel(
     t_L, t_INV, t_Mqk,  # tap buffers [hi-lo, n_sel, BC, BC]
     head_slot, tap_lo, tap_hi, n_sel,
     c0,              # first chunk of this launch (common.chunk_launches)
-    f0, n0, f1, n1, f2, n2, f3, n3,  # with FILL: fp32 tensors (n elements each) these programs NaN-fill
     H: tl.constexpr,
     K: tl.constexpr,
     BC: tl.constexpr,
@@ -262,14 +260,11 @@ def kda_fwd_intra_solve_kernel(
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
-    FILL: tl.constexpr = 0,      # NaN-fill f0..f3 (common.kernel_fills), shared by the programs
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
     then ``INV = (I + L)^-1``: each diagonal block by forward substitution in exact fp32, and below the
     diagonal ``INV_sj = -INV_ss sum_{j <= m < s} L_sm INV_mj`` (block forward substitution)."""
-    if FILL:  # first: its arguments then hold no register through the products
-        fill_nan4(f0, n0, f1, n1, f2, n2, f3, n3)
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     NB: tl.constexpr = BC // 16
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -486,13 +481,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     INV = torch.empty(NC, H, C, C, device=dev, dtype=f32)
     mqk_lowp = mqk_bf16(precision)
     if mqk_lowp and tap_plan is not None:
-        tap_plan.own("Mqk", defer=True)  # the tap keeps the fp32 values: stored from the intra kernel's registers
+        tap_plan.own("Mqk")  # the tap keeps the fp32 values: stored from the intra kernel's registers
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=torch.bfloat16 if mqk_lowp else f32)
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
     if tap_plan is not None:
-        tap_plan.alias(chunks, gc=gc, gT=gT, b=b)
-        tap_plan.alias(chunks, defer=True, INV=INV, Mqk=Mqk)  # filled by the intra kernel (kernel_fills)
+        tap_plan.alias(chunks, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk)
     has_gate, bf16 = GATE_IDS[gate] != 0, precision == "bf16"
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
     # the token kernel's K blocks: 64 for pre-gated inputs (the forward's prepare 1.423 -> 1.405 ms at
@@ -525,17 +519,14 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
-    # the chunks outside the tap window first: that launch NaN-fills the window's INV, Mqk, S and U
-    launches = chunk_launches(tap_plan, NC)
-    launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    for (c0, c1, taps), fills in zip(launches, kernel_fills(tap_plan, launches, INV)):
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], RS=rs, **fills, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
+            TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
             # 2 stages: the kernel 0.620 -> 0.522 ms against 3 (1: 0.602), lower-bound H32 T16384,
             # docs/gpu/round30/call9
             num_stages=knob("PREP_SOLVE_STAGES", 2),

@@ -36,9 +36,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, dot_mode, kernel_fills
-from .tlmath import (GATE_IDS, div_, exp_, fill_nan, fill_nan4, load_qk, log_, mm, mm_tf32, rsqrt_, slot_index,
-                     store_rn, tap_index, truncate_mantissa)
+from .common import LAUNCH, chunk_launches, dot_mode
+from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index,
+                     truncate_mantissa)
 from .tuning import block_size, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -62,15 +62,11 @@ def chunk_bwd_dqkg_v_kernel(
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
     c0,              # first chunk of this launch (common.chunk_launches)
-    f0, n0, f1, n1, f2, n2, f3, n3,  # with FILL: fp32 tensors (n elements each) these programs NaN-fill
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     UNCOND: tl.constexpr = 0,    # the V-only products in every K-block, not under `if first` (see the host)
-    FILL: tl.constexpr = 0,      # NaN-fill f0..f3 (common.kernel_fills), shared by the programs
 ):
-    if FILL:  # first: its arguments then hold no register through the loops
-        fill_nan4(f0, n0, f1, n1, f2, n2, f3, n3)
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
@@ -375,7 +371,7 @@ def chunk_bwd_dqkg_kernel(
     LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
 ):
     if FILL:  # first: its arguments then hold no register through the loops
-        fill_nan(fill, fill_n)
+        _fill_nan(fill, fill_n)
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     ANY_TAP: tl.constexpr = TAP_DKR or TAP_DQD or TAP_DKD or TAP_DKI or TAP_DGT or TAP_DGC
     if ANY_TAP:  # the head's tap slot, loaded once: each tap's index is formed from it at its store
@@ -541,6 +537,19 @@ def chunk_bwd_dqkg_kernel(
 
 
 @triton.jit
+def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
+    """This program's share of NaN-filling ``fill[0:fill_n]``: one contiguous slice per program."""
+    n_prog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
+    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+    per = tl.cdiv(tl.cdiv(fill_n, n_prog), FB) * FB
+    start = pid.to(tl.int64) * per
+    nan = tl.full([FB], float("nan"), dtype=tl.float32)
+    for off in range(0, per, FB):
+        o = start + off + tl.arange(0, FB)
+        tl.store(fill + o, nan, mask=o < fill_n)
+
+
+@triton.jit
 def _x_dx_block(x, dx, o_th, m_t, K, i_k, BK: tl.constexpr):
     """K block ``i_k`` of the rows ``o_th``: ``x`` (as fp32) and ``dx``, with their offsets and mask."""
     o_k = i_k * BK + tl.arange(0, BK)
@@ -655,8 +664,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     dOS, dcS, dkr = (torch.empty(BT, H, K, **f32) for _ in range(3))
     dgTs = torch.empty(NC, H, K, **f32)
     dbv = torch.empty(BT, H, **f32)
-    if tap_plan is not None:  # NaN-filled over the window by the V pass's first launch (kernel_fills)
-        tap_plan.alias(chunks, defer=True, dMqk=dMqk, dL=dL, dkr=dkr)
+    if tap_plan is not None:
+        tap_plan.alias(chunks, dMqk=dMqk, dL=dL, dkr=dkr)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
     bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
     # the tap plan's unfilled buffers (KPASS_FILL_TAPS): NaN-filled by the first K pass launch over
@@ -677,7 +686,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     # the V pass's V tile: 64 columns in bf16 mode at chunk 64 (fewer, wider steps: 1.675 -> 1.585 ms at
     # H32 T16384 on the H200, though it spills), else up to 32 (fp32 mode's ieee products at 64 spill 15 KB)
     bv = knob("DQKGV_BV", block_size(V, hi=64 if DOT != 0 and C == 64 else 32))
-    for (c0, c1, in_window), fills in zip(launches, kernel_fills(tap_plan, launches, dkr)):
+    for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
         chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
@@ -689,7 +698,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop
             # came out wrong (dq, dk, dg); computed in every K-block they are right. bf16 mode keeps the
             # cheaper form, which passes the same GPU checks.
-            UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **fills, **LAUNCH,
+            UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
             num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
         chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, dMqk=dMqk,

@@ -261,29 +261,25 @@ def fuse_out(precision: str) -> bool:
 
 
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
-                       tap_plan=None, keep_state=True, S=None, U=None):
+                       tap_plan=None, keep_state=True):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
     ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None). ``S`` and ``U`` hold the S and U taps
     when ``tap_plan`` aliases them. ``keep_state=False`` (a forward no backward will follow): where the
     pass forms ``o`` itself and no tap plan is given, ``S`` and ``U`` are neither allocated nor stored
-    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits. Given ``S``
-    and ``U`` (``chunk.kda_forward`` with a tap plan: allocated, and registered with it, before the
-    prepare, whose intra kernel NaN-fills their tap window), the pass writes those."""
+    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits."""
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
     dev, f32 = w.device, torch.float32
     fused = qd is not None
     store_su = keep_state or not fused or tap_plan is not None
-    given = S is not None
-    if not given:
-        S = torch.empty(NC, H, K, V, device=dev, dtype=f32) if store_su else None
-        U = torch.empty(BT, H, V, device=dev, dtype=f32) if store_su else None
+    S = torch.empty(NC, H, K, V, device=dev, dtype=f32) if store_su else None
+    U = torch.empty(BT, H, V, device=dev, dtype=f32) if store_su else None
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
     if N == 0:
         return S, U, ht, o
-    if tap_plan is not None and not given:
+    if tap_plan is not None:
         tap_plan.alias(chunks, S=S, U=U)
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))

@@ -126,31 +126,6 @@ def slot_index(c, slot, tap_lo, tap_hi, n_sel):
 
 
 @triton.jit
-def fill_nan(fill, fill_n, FB: tl.constexpr = 512):
-    """This program's share of NaN-filling ``fill[0:fill_n]`` (fp32), the work split over every program of
-    the launch: one contiguous slice per program. Tap buffers and the tap window's part of the kernels'
-    own tensors start NaN (``common.TapPlan``); a launch that does not write them fills them, so that no
-    fill of its own costs a launch and a pass over memory of its own."""
-    n_prog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-    per = tl.cdiv(tl.cdiv(fill_n, n_prog), FB) * FB
-    start = pid.to(tl.int64) * per
-    nan = tl.full([FB], float("nan"), dtype=tl.float32)
-    for off in range(0, per, FB):
-        o = start + off + tl.arange(0, FB)
-        tl.store(fill + o, nan, mask=o < fill_n)
-
-
-@triton.jit
-def fill_nan4(f0, n0, f1, n1, f2, n2, f3, n3):
-    """``fill_nan`` of up to four fp32 tensors (``common.kernel_fills``; an unused slot has n = 0)."""
-    fill_nan(f0, n0)
-    fill_nan(f1, n1)
-    fill_nan(f2, n2)
-    fill_nan(f3, n3)
-
-
-@triton.jit
 def store_rn(ptr, x, mask):
     """``tl.store`` that rounds to nearest even into a bf16 output, as ``torch``'s ``.to`` and the GPU's
     store conversion do (the CPU interpreter's store conversion truncates)."""

@@ -133,10 +133,8 @@ KNOBS: dict[str, Knob] = {
                              "loads issued in its own step)", False),
     "TAPS_ALIAS": Knob("1", "1: taps that are the kernels' own tensors are read from them; 0: stored "
                             "again into tap buffers", False),
-    "TAPS_FILL_KPASS": Knob("1", "1: the first launch outside the tap window of the K pass (the backward's "
-                                 "tap buffers), the V pass (the window's part of dMqk, dL, dkr) and the "
-                                 "forward intra kernel (of INV, Mqk, S, U) NaN-fills them with its "
-                                 "programs (common.kernel_fills); 0: filled up front", False),
+    "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
+                                 "tap buffers; 0: filled up front", False),
 }
 
 

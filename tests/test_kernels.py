@@ -483,41 +483,6 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     assert kept == [(False, True, True)] and scales == [stored]
 
 
-@pytest.mark.parametrize("launches, filler", [
-    ([(0, 2, False), (2, 5, True), (5, 8, False)], 0),  # the launch before the window fills
-    ([(5, 8, False), (2, 5, True)], 0),
-    ([(2, 5, True), (5, 8, False)], None),               # it would run after the window's: in line
-    ([(0, 8, True)], None),                              # no chunk outside the window: in line
-])
-@pytest.mark.parametrize("n_pending", (0, 3, 6))
-def test_kernel_fills_gives_the_pending_fills_to_the_launch_before_the_window(launches, filler, n_pending,
-                                                                              monkeypatch):
-    """``kernel_fills``: the tensors a tap plan left pending go to the first launch outside the tap window,
-    up to four (``f0..f3``, their sizes in ``n0..n3``, ``FILL``) if it runs before the window's launch; the
-    rest, and all of them otherwise or with TAPS_FILL_KPASS=0, are NaN-filled in line; none stays pending."""
-    from kdadbg_kernels.common import FILL_SLOTS, kernel_fills
-
-    for knob_value in ("1", "0"):
-        monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", knob_value)
-        plan = TapPlan.build(TapSelection(names=("S",), chunks=(2, 5)), 8, 2, 8, 3, 2, "cpu")
-        xs = [torch.ones(10 + i) for i in range(n_pending)]
-        for x in xs:
-            plan._nan(x, defer=True)
-        dummy = torch.zeros(1)
-        args = kernel_fills(plan, launches, dummy)
-        assert plan.take_pending() == [] and len(args) == len(launches)
-        given = filler if knob_value == "1" and n_pending else None
-        for i, a in enumerate(args):
-            assert a["FILL"] == (i == given)
-            for j in range(FILL_SLOTS):
-                if i == given and j < n_pending:
-                    assert a[f"f{j}"] is xs[j] and a[f"n{j}"] == xs[j].numel()
-                else:
-                    assert a[f"f{j}"] is dummy and a[f"n{j}"] == 0
-        kept = min(n_pending, FILL_SLOTS) if given is not None else 0
-        assert all((x == 1).all() for x in xs[:kept]) and all(x.isnan().all() for x in xs[kept:])
-
-
 @pytest.mark.parametrize("B,T,cu,window", [
     pytest.param(1, 34, (0, 5, 25, 34), (2, 5), id="varlen-window_across_sequences"),
     pytest.param(1, 34, (0, 5, 25, 34), (2, 4), id="varlen-window_inside_a_sequence"),

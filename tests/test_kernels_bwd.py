@@ -384,29 +384,3 @@ def test_forward_backward(name):
     B, T, H, K, V = inputs.shape
     grads = run_bwd(saved, chunks, inputs, cfg)
     assert not compare(grads, None, res.outputs, None, chunks, cfg, K, V)
-
-
-@pytest.mark.parametrize("mode", ["kernel", "in_line"])
-def test_v_pass_nan_fills_the_window_of_dmqk_dl_and_dkr(mode, monkeypatch):
-    """The tap window's part of dMqk, dL and dkr (aliased taps, the V pass's tensors) starts NaN: filled by
-    the V pass's launch over the chunks outside the window (common.kernel_fills), or in line with
-    TAPS_FILL_KPASS=0. With the window's launches skipped, those taps are NaN over the whole window;
-    with them, nowhere."""
-    import kdadbg_kernels.prepare_bwd as kbwd
-
-    inputs, cfg, res, chunks, saved = reference_case(_case("t65"))
-    B, T, H, K, V = inputs.shape
-    monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", "1" if mode == "kernel" else "0")
-    sel = TapSelection(names=("dMqk", "dL", "dkr"), chunks=(1, 3))
-    plan = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
-    run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
-    assert not any(b.isnan().any() for b in plan.buffers.values())
-    empty = torch.empty
-    monkeypatch.setattr(torch, "empty", lambda *a, **k: empty(*a, **k).fill_(1.0))
-    launches = kbwd.chunk_launches
-    monkeypatch.setattr(kbwd, "chunk_launches", lambda p, n: [x for x in launches(p, n) if not x[2]])
-    plan = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
-    run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
-    assert plan.take_pending() == []
-    for n, b in plan.buffers.items():
-        assert b.isnan().all(), n
