@@ -242,9 +242,10 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         tap_plan.alias(chunks, dS=(dSn, dh0, ext if N == 1 else None))
     BK = block_size(K)
     # per stage the kr, qd, w and dO tiles (bf16 on the GPU's bf16 mode, else fp32); besides, the dS
-    # operand and two [C, BV] tiles. Three stages: 0.36 ms at H16 T16384, two 0.51, four 0.39
+    # operand and two [C, BV] tiles. Two stages: the pass 0.772 -> 0.638 ms against three at lower-bound
+    # H32 T16384 in bf16 mode (docs/gpu/round31/call3/profile_H32.log; the same bits)
     e = qd.element_size()
-    stages = pipeline_stages("RECB_STAGES", 3, chunks.chunk_size * (3 * BK * e + BV * do.element_size()),
+    stages = pipeline_stages("RECB_STAGES", 2, chunks.chunk_size * (3 * BK * e + BV * do.element_size()),
                              e * BV * (BK + 2 * chunks.chunk_size), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn

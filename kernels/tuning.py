@@ -112,7 +112,7 @@ KNOBS: dict[str, Knob] = {
                                      "0: in the given order", False),
     "RECB_BV": Knob("tuning.state_block_v, at most 6 programs per SM",
                     "V block of the backward state pass", False),
-    "RECB_STAGES": Knob("3, or fewer where shared memory is short", "pipeline stages of the backward state "
+    "RECB_STAGES": Knob("2, or fewer where shared memory is short", "pipeline stages of the backward state "
                                                                     "pass", False),
     "RECB_WARPS": Knob("4", "warps of the backward state pass", False),
     "RECB_DH0_SLOT": Knob("1 at V blocks of 32 columns or more, else 0",
