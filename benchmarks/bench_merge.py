@@ -1,6 +1,7 @@
 """Merge the JSON of several ``benchmarks/bench.py`` runs into one file of current numbers.
 
     python benchmarks/bench_merge.py RUN.json [RUN.json ...] [--out docs/benchmarks.json] [--note TEXT ...]
+                                     [--only RUN.json=SHAPE[,SHAPE...] ...]
 
 A device call has ten minutes, so one benchmark of every shape takes several calls, each writing its own
 ``benchmarks.json`` (``docs/gpu/<round>/<call>/``). This writes one file from them: for each setting,
@@ -11,6 +12,8 @@ of their own (``superseded``, kept: a row timed again is not dropped), every tap
 timing (``taps``), every knob A/B run beside the default (``knob_ab``), and each file's environment (commit,
 date, versions, GPU, command) under ``sources``. A file that is missing, is not JSON or is not a bench.py
 result (schema 2) is refused with one line naming it; the output is written only when every input read.
+``--only RUN.json=SHAPE,...``: of that file, only those shapes' rows may be current (e.g. the shapes where
+the default it ran is still the default); its other rows go to ``superseded``.
 """
 
 from __future__ import annotations
@@ -50,10 +53,13 @@ def peers_of(row: dict) -> tuple[str, ...]:
     return ("ours", *sorted(t for t in (row.get("runs") or {}) if not t.startswith("ours")))
 
 
-def merge(runs: list[tuple[str, dict]], notes: list[str] = ()) -> dict:
+def merge(runs: list[tuple[str, dict]], notes: list[str] = (), only: dict[str, set[str]] | None = None) -> dict:
     """``runs``: ``(source, bench.py JSON)`` in priority order, the last winning: per setting and shape, each
     peer's figures are those of the last row that timed it (with ours from the same process, so each row's
-    ratios stay within one process); a row left with no peer of its own is superseded."""
+    ratios stay within one process); a row left with no peer of its own is superseded. ``only``: per
+    source, the shapes whose rows may be current (e.g. where that run's default is still the default);
+    its other rows are kept as superseded."""
+    only = only or {}
     rows: list[dict] = []
     taps, knob_ab, sources = [], [], {}
     for source, data in runs:
@@ -76,6 +82,8 @@ def merge(runs: list[tuple[str, dict]], notes: list[str] = ()) -> dict:
                                 "ours": {m: base[m] for m in ("fwd_ms", "fwdbwd_ms") if m in base}, **variants})
     latest: dict[tuple[str, str, str], int] = {}  # (setting, shape, peer) -> index of the last row timing it
     for i, r in enumerate(rows):
+        if r["source"] in only and r["shape"] not in only[r["source"]]:
+            continue
         for peer in peers_of(r):
             latest[(r["setting"], r["shape"], peer)] = i
     current = set(latest.values())
@@ -94,9 +102,23 @@ def main(argv=None) -> int:
     ap.add_argument("runs", nargs="+", type=Path, help="bench.py JSON files, in priority order (the last wins)")
     ap.add_argument("--out", type=Path, default=REPO / "docs" / "benchmarks.json", help="the merged file")
     ap.add_argument("--note", action="append", default=[], help="a note to record (repeatable)")
+    ap.add_argument("--only", action="append", default=[], metavar="RUN.json=SHAPE[,SHAPE...]",
+                    help="take only these shapes' rows of RUN.json as current (the rest superseded; repeatable)")
     a = ap.parse_args(argv)
     runs = [(_rel(p), load(p)) for p in a.runs]
-    out = merge(runs, a.note)
+    only = {}
+    for o in a.only:
+        path, sep, shapes = o.partition("=")
+        src = _rel(Path(path))
+        if not sep or not shapes or src not in dict(runs):
+            raise SystemExit(f"bench_merge: --only {o!r}: expected RUN.json=SHAPE[,SHAPE...] naming one of the runs")
+        names = set(shapes.split(","))
+        known = {r["shape"] for r in dict(runs)[src]["results"]}
+        if names - known:
+            raise SystemExit(f"bench_merge: --only {o!r}: {src} has no rows of {', '.join(sorted(names - known))} "
+                             f"(it has {', '.join(sorted(known))})")
+        only[src] = names
+    out = merge(runs, a.note, only)
     if not out["results"]:
         raise SystemExit("bench_merge: no timed row in " + ", ".join(s for s, _ in runs) + ": nothing written")
     a.out.write_text(json.dumps(out, indent=1) + "\n")

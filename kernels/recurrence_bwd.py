@@ -20,7 +20,7 @@ import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
 from .tlmath import exp_, load_qk, mm, seq_span
-from .tuning import block_size, knob, pipeline_stages, state_block_v
+from .tuning import block_size, knob, pipeline_stages, stages_for_residency, state_block_v
 
 
 @triton.jit
@@ -207,6 +207,18 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     return qd, kr, w, dU
 
 
+def bwd_state_stages(n_chains: int, K: int, V: int, C: int, BV: int, e: int, e_do: int, device) -> int:
+    """Pipeline stages of the backward state pass (knob ``RECB_STAGES``). Per stage the kr, qd, w tiles
+    (``e`` bytes an element: bf16 in the GPU's bf16 mode, else fp32) and the dO tile (``e_do``); besides,
+    the dS operand and two [C, BV] tiles. Two stages where two programs then share an SM (more programs
+    than SMs), else three (``tuning.stages_for_residency``); fewer where shared memory is short. A launch
+    choice: the same bits."""
+    BK = block_size(K)
+    per_stage, fixed = C * (3 * BK * e + BV * e_do), e * BV * (BK + 2 * C)
+    want = stages_for_residency(n_chains * triton.cdiv(V, BV), per_stage, fixed, device)
+    return pipeline_stages("RECB_STAGES", want, per_stage, fixed, device)
+
+
 def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precision: str = "fp32", tap_plan=None):
     """Run the reverse state recurrence. Completes ``dU`` in place.
 
@@ -241,12 +253,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     if alias_dS:
         tap_plan.alias(chunks, dS=(dSn, dh0, ext if N == 1 else None))
     BK = block_size(K)
-    # per stage the kr, qd, w and dO tiles (bf16 on the GPU's bf16 mode, else fp32); besides, the dS
-    # operand and two [C, BV] tiles. Two stages: the pass 0.772 -> 0.638 ms against three at lower-bound
-    # H32 T16384 in bf16 mode (docs/gpu/round31/call3/profile_H32.log; the same bits)
-    e = qd.element_size()
-    stages = pipeline_stages("RECB_STAGES", 2, chunks.chunk_size * (3 * BK * e + BV * do.element_size()),
-                             e * BV * (BK + 2 * chunks.chunk_size), dev)
+    stages = bwd_state_stages(N * H, K, V, chunks.chunk_size, BV, qd.element_size(), do.element_size(), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     recurrence_bwd_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](

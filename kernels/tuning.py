@@ -112,8 +112,9 @@ KNOBS: dict[str, Knob] = {
                                      "0: in the given order", False),
     "RECB_BV": Knob("tuning.state_block_v, at most 6 programs per SM",
                     "V block of the backward state pass", False),
-    "RECB_STAGES": Knob("2, or fewer where shared memory is short", "pipeline stages of the backward state "
-                                                                    "pass", False),
+    "RECB_STAGES": Knob("2 where the launch has more programs than SMs and two of them fit in one SM's "
+                        "shared memory, else 3; fewer where shared memory is short "
+                        "(tuning.stages_for_residency)", "pipeline stages of the backward state pass", False),
     "RECB_WARPS": Knob("4", "warps of the backward state pass", False),
     "RECB_DH0_SLOT": Knob("1 at V blocks of 32 columns or more, else 0",
                           "1: the backward state pass stores dh0 from one more loop step, into the slot "
@@ -208,6 +209,34 @@ def smem_limit(device) -> int:
     if device.type == "cuda":
         return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
     return SMEM_SM90
+
+
+SMEM_PER_SM_SM90 = 233472  # bytes of shared memory of one H100/H200 SM, for all its resident programs
+SMEM_RESERVED = 1024       # bytes the driver reserves per resident program (sm_80 and later)
+
+
+def smem_per_sm(device) -> int:
+    """Shared memory of one SM of ``device``, shared by its resident programs; an H200's off the GPU."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        props = torch.cuda.get_device_properties(device)
+        return getattr(props, "shared_memory_per_multiprocessor", SMEM_PER_SM_SM90)
+    return SMEM_PER_SM_SM90
+
+
+def stages_for_residency(n_programs: int, per_stage: int, fixed: int, device, few: int = 2, many: int = 3) -> int:
+    """Pipeline stages of a state pass's launch of ``n_programs``: ``few`` where the launch has more
+    programs than SMs and two programs at ``few`` stages fit in one SM's shared memory together, so that
+    each SM runs two chains at once; else ``many``, deeper prefetching for one program per SM. On the
+    H200 the backward state pass at 16 columns (two stages: 110592 bytes in bf16 mode) took 0.772 -> 0.638
+    ms at lower-bound H32 T16384 (256 programs) against three, while at H16 (128 programs: one per SM)
+    forward + backward took 4.505 ms with three stages and 4.636 with two (docs/gpu/round31/call3, call4)."""
+    two = fixed + few * per_stage
+    if n_programs > sm_count(device) and 2 * (two + SMEM_RESERVED) <= smem_per_sm(device):
+        return few
+    return many
 
 
 def pipeline_stages(name: str, want: int, per_stage: int, fixed: int, device) -> int:

@@ -226,6 +226,24 @@ def test_bench_merge_keeps_the_last_row_of_each_configuration_and_the_rest_besid
                                                                         ("e", ["flashkda", "ours"])]
     assert [r["commit"] for r in m["superseded"]] == ["c"]
 
+    # --only: of file e, only the H16 rows may be current; its H32 row is superseded, d's stays current
+    # against fla and c's against FlashKDA (no other row timed it)
+    files[2] = str(tmp_path / "e.json")
+    Path(files[2]).write_text(json.dumps({"schema": 2, "env": {"commit": "e"}, "results": [
+        row("lower_bound", "dense_H32_T16384", 1.8, runs={"fla": {"fwd_ms": 1.4}}),
+        row("lower_bound", "dense_H16_T16384", 0.7, runs={"fla": {"fwd_ms": 0.8}})]}))
+    p = subprocess.run([sys.executable, str(script), *files, "--out", str(out), "--only",
+                        f"{files[2]}=dense_H16_T16384"], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(out.read_text())
+    assert [(r["commit"], r["shape"]) for r in m["results"]] == [("c", "dense_H32_T16384"), ("d", "dense_H32_T16384"),
+                                                                 ("e", "dense_H16_T16384")]
+    assert [(r["commit"], r["shape"]) for r in m["superseded"]] == [("e", "dense_H32_T16384")]
+    for wrong in (f"{files[2]}=dense_H64_T8192", "nofile.json=dense_H16_T16384", files[2]):
+        p = subprocess.run([sys.executable, str(script), *files, "--out", str(out), "--only", wrong],
+                           capture_output=True, text=True)
+        assert p.returncode != 0 and p.stderr.strip().count("\n") == 0 and "--only" in p.stderr, wrong
+
     bad = tmp_path / "bad.json"
     bad.write_text(json.dumps({"schema": 1}))
     out.unlink()
@@ -285,3 +303,25 @@ def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path)
     d = json.loads(out.read_text())
     assert [x["tag"] for x in d["profiles"]] == ["pregated"] and d["profiles"][0]["wall_ms"]["fwdbwd"] > 0
     assert [x["tag"] for x in d["failed"]] == ["pregated FWD_LOWP=16"]
+
+
+@pytest.mark.parametrize("V, H, N, want", [
+    (128, 32, 1, 2),   # dense H32: 256 programs of 16 columns, two fit in an SM at 2 stages
+    (128, 64, 1, 2),   # dense H64: 512 programs
+    (128, 16, 1, 3),   # dense H16: 128 programs, one per SM
+    (128, 32, 6, 3),   # the six-sequence varlen batch: 32 columns, two programs do not fit
+])
+def test_backward_state_pass_takes_two_stages_where_two_programs_share_an_sm(monkeypatch, V, H, N, want):
+    """recurrence_bwd's stages (bf16 mode, K = 128, chunk 64, an H200's 132 SMs and 233472 bytes per SM
+    off the GPU): tuning.stages_for_residency with the pass's own shared-memory sizes and V block, and
+    RECB_STAGES over it."""
+    from kdadbg_kernels.recurrence_bwd import bwd_state_stages
+    from kdadbg_kernels.tuning import state_block_v
+
+    for name in ("KDADBG_RECB_BV", "KDADBG_RECB_STAGES"):
+        monkeypatch.delenv(name, raising=False)
+    BV = state_block_v("RECB_BV", N * H, 128, V, "cpu", per_sm=6)
+    assert BV == (32 if N == 6 else 16)
+    assert bwd_state_stages(N * H, 128, V, 64, BV, 2, 2, "cpu") == want
+    monkeypatch.setenv("KDADBG_RECB_STAGES", "4")
+    assert bwd_state_stages(N * H, 128, V, 64, BV, 2, 2, "cpu") == 4
