@@ -113,7 +113,7 @@ KNOBS: dict[str, Knob] = {
     "RECB_BV": Knob("tuning.state_block_v, at most 6 programs per SM",
                     "V block of the backward state pass", False),
     "RECB_STAGES": Knob("2 where the launch has more programs than SMs and two of them fit in one SM's "
-                        "shared memory, else 3; fewer where shared memory is short "
+                        "shared memory at 2 stages but not at 3, else 3; fewer where shared memory is short "
                         "(tuning.stages_for_residency)", "pipeline stages of the backward state pass", False),
     "RECB_WARPS": Knob("4", "warps of the backward state pass", False),
     "RECB_DH0_SLOT": Knob("1 at V blocks of 32 columns or more, else 0",
@@ -228,13 +228,17 @@ def smem_per_sm(device) -> int:
 
 def stages_for_residency(n_programs: int, per_stage: int, fixed: int, device, few: int = 2, many: int = 3) -> int:
     """Pipeline stages of a state pass's launch of ``n_programs``: ``few`` where the launch has more
-    programs than SMs and two programs at ``few`` stages fit in one SM's shared memory together, so that
-    each SM runs two chains at once; else ``many``, deeper prefetching for one program per SM. On the
-    H200 the backward state pass at 16 columns (two stages: 110592 bytes in bf16 mode) took 0.772 -> 0.638
-    ms at lower-bound H32 T16384 (256 programs) against three, while at H16 (128 programs: one per SM)
-    forward + backward took 4.505 ms with three stages and 4.636 with two (docs/gpu/round31/call3, call4)."""
-    two = fixed + few * per_stage
-    if n_programs > sm_count(device) and 2 * (two + SMEM_RESERVED) <= smem_per_sm(device):
+    programs than SMs and two programs fit in one SM's shared memory together at ``few`` stages but not at
+    ``many``, so that each SM then runs two chains at once; else ``many``, the deeper prefetch. On the
+    H200 the backward state pass at chunk 64 and 16 columns in bf16 mode (two stages 110592 bytes, three
+    161792) took 0.772 -> 0.638 ms at lower-bound H32 T16384 (256 programs) with two stages against three,
+    while at H16 (128 programs: one per SM) forward + backward took 4.505 ms with three stages and 4.636
+    with two (docs/gpu/round31/call3, call4). Where two programs fit at ``many`` stages too (chunks 16 and
+    32) or at neither (fp32 mode, 32 columns), nothing changes."""
+    def two_fit(stages: int) -> bool:
+        return 2 * (fixed + stages * per_stage + SMEM_RESERVED) <= smem_per_sm(device)
+
+    if n_programs > sm_count(device) and two_fit(few) and not two_fit(many):
         return few
     return many
 

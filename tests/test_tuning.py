@@ -305,16 +305,19 @@ def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path)
     assert [x["tag"] for x in d["failed"]] == ["pregated FWD_LOWP=16"]
 
 
-@pytest.mark.parametrize("V, H, N, want", [
-    (128, 32, 1, 2),   # dense H32: 256 programs of 16 columns, two fit in an SM at 2 stages
-    (128, 64, 1, 2),   # dense H64: 512 programs
-    (128, 16, 1, 3),   # dense H16: 128 programs, one per SM
-    (128, 32, 6, 3),   # the six-sequence varlen batch: 32 columns, two programs do not fit
+@pytest.mark.parametrize("V, H, N, C, e, want", [
+    (128, 32, 1, 64, 2, 2),   # dense H32: 256 programs of 16 columns, two fit in an SM at 2 stages, not at 3
+    (128, 64, 1, 64, 2, 2),   # dense H64: 512 programs
+    (128, 16, 1, 64, 2, 3),   # dense H16: 128 programs, one per SM
+    (128, 32, 6, 64, 2, 3),   # the six-sequence varlen batch: 32 columns, two programs do not fit at 2
+    (128, 32, 1, 16, 2, 3),   # chunk 16: two fit at 3 stages already
+    (128, 32, 1, 32, 2, 3),   # chunk 32: likewise
+    (128, 32, 1, 64, 4, 2),   # fp32 mode: two never fit; 3 stages do not fit one program, 2 do
 ])
-def test_backward_state_pass_takes_two_stages_where_two_programs_share_an_sm(monkeypatch, V, H, N, want):
-    """recurrence_bwd's stages (bf16 mode, K = 128, chunk 64, an H200's 132 SMs and 233472 bytes per SM
-    off the GPU): tuning.stages_for_residency with the pass's own shared-memory sizes and V block, and
-    RECB_STAGES over it."""
+def test_backward_state_pass_takes_two_stages_where_two_programs_share_an_sm(monkeypatch, V, H, N, C, e, want):
+    """recurrence_bwd's stages (K = 128, ``e`` bytes per operand element: 2 in bf16 mode, 4 in fp32 mode; an
+    H200's 132 SMs and 233472 bytes per SM off the GPU): tuning.stages_for_residency with the pass's own
+    shared-memory sizes and V block, then pipeline_stages, and RECB_STAGES over it."""
     from kdadbg_kernels.recurrence_bwd import bwd_state_stages
     from kdadbg_kernels.tuning import state_block_v
 
@@ -322,6 +325,6 @@ def test_backward_state_pass_takes_two_stages_where_two_programs_share_an_sm(mon
         monkeypatch.delenv(name, raising=False)
     BV = state_block_v("RECB_BV", N * H, 128, V, "cpu", per_sm=6)
     assert BV == (32 if N == 6 else 16)
-    assert bwd_state_stages(N * H, 128, V, 64, BV, 2, 2, "cpu") == want
+    assert bwd_state_stages(N * H, 128, V, C, BV, e, e, "cpu") == want
     monkeypatch.setenv("KDADBG_RECB_STAGES", "4")
-    assert bwd_state_stages(N * H, 128, V, 64, BV, 2, 2, "cpu") == 4
+    assert bwd_state_stages(N * H, 128, V, C, BV, e, e, "cpu") == 4
