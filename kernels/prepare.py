@@ -66,7 +66,7 @@ def kda_fwd_token_kernel(
     BETA_SIGMOID: tl.constexpr,
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, without row scales)
     STORE_RS: tl.constexpr,      # write rq, rk (with l2norm: qk_rowscale; the later kernels form qn, kn)
-    QK_BF16: tl.constexpr,       # qn, kn rounded to bf16 before any use (qk_bf16)
+    QK_BF16: tl.constexpr,       # qn, kn rounded before any use (qk_bf16): 1 to bf16, 2 to fp16
     GC_F64: tl.constexpr,        # the gate and its cumsum in float64, rounded once (fp32 mode)
     PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
@@ -128,9 +128,12 @@ def kda_fwd_token_kernel(
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
         b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None]
         b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None]
-        if QK_BF16:  # every use below and in the later kernels reads the stored bf16 values
+        if QK_BF16 == 1:  # every use below and in the later kernels reads the stored bf16 values
             b_q = round_bf16(b_q)
             b_k = round_bf16(b_k)
+        elif QK_BF16 == 2:  # fp16, to nearest (|qn| <= 1: no overflow; below 6e-5 subnormal, abs. error 3e-8)
+            b_q = b_q.to(tl.float16).to(tl.float32)
+            b_k = b_k.to(tl.float16).to(tl.float32)
         b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
         if GATE != 0:
             b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
@@ -397,14 +400,21 @@ def kda_fwd_wu_kernel(
                  m_t[:, None] & m_v)
 
 
-def qk_bf16(precision: str, qk_l2norm: bool) -> bool:
-    """Whether the l2-normalised ``qn, kn`` are stored in bf16 (knob ``PREP_QK_BF16``, bf16 mode with
-    l2norm only; default off): the forward's later kernels and the backward then read 2 bytes per element
-    instead of 4, as without l2norm (where ``qn, kn`` are the bf16 inputs) and as fla stores them. Faster
-    (H200, H32 T16384, softplus gate in the kernel: forward 2.479 -> 2.338 ms, forward+backward 10.025 ->
-    9.908), but on the H200 ``dA_log`` then missed fla's bar in two cases of the bf16 case table (1.41e-2
-    against 1e-2, ``beta_high``, ``raw_beta_extremes``): off by default (``docs/kernels.md``)."""
-    return precision == "bf16" and qk_l2norm and bool(knob("PREP_QK_BF16", 0))
+def qk_bf16(precision: str, qk_l2norm: bool) -> int:
+    """How the l2-normalised ``qn, kn`` are stored (knob ``PREP_QK_BF16``, bf16 mode with l2norm only;
+    default 0, fp32): 1 in bf16, 2 in fp16, each rounded to nearest once in the token kernel; the forward's
+    later kernels and the backward then read 2 bytes per element instead of 4, as without l2norm (where
+    ``qn, kn`` are the bf16 inputs). bf16 is what fla stores. Faster (H200, H32 T16384, softplus gate in
+    the kernel: forward 2.479 -> 2.338 ms, forward+backward 10.025 -> 9.908), but on the H200 ``dA_log``
+    then missed fla's bar in two cases of the bf16 case table (1.41e-2 against 1e-2, ``beta_high``,
+    ``raw_beta_extremes``). fp16 keeps 11 significant bits to bf16's 8, as many as the tf32 products that
+    read ``qn, kn`` take (normalised rows: every element within [-1, 1])."""
+    if precision != "bf16" or not qk_l2norm:
+        return 0
+    mode = knob("PREP_QK_BF16", 0)
+    if mode not in (0, 1, 2):
+        raise ValueError(f"KDADBG_PREP_QK_BF16={mode}: expected 0 (fp32), 1 (bf16) or 2 (fp16)")
+    return mode
 
 
 def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
@@ -462,7 +472,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
     qk_lowp = qk_bf16(precision, qk_l2norm)
-    qk_dtype = torch.bfloat16 if qk_lowp else f32
+    qk_dtype = {0: f32, 1: torch.bfloat16, 2: torch.float16}[qk_lowp]
     infer = not keep_state and tap_plan is None
     rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm, C))
     store_qk = qk_l2norm and not rs

@@ -268,19 +268,22 @@ def test_forward_gpu_large(precision, C):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "bf16"])
-def test_normalised_qk_stored_in_bf16(precision, name, monkeypatch):
-    """KDADBG_PREP_QK_BF16=1: in bf16 mode with l2norm, qn and kn are stored in bf16 (every later use reads
-    the rounded values; by default in fp32) and o, ht and the taps that use them stay within bf16 mode's
-    tolerances; fp32 mode keeps the l2norm's fp32 values (as row scales, prepare.qk_rowscale) and every bit
-    either way."""
+@pytest.mark.parametrize("mode,dtype", [("1", torch.bfloat16), ("2", torch.float16)])
+def test_normalised_qk_stored_in_bf16(precision, name, mode, dtype, monkeypatch):
+    """KDADBG_PREP_QK_BF16=1 (2): in bf16 mode with l2norm, qn and kn are stored in bf16 (fp16), rounded to
+    nearest (every later use reads the rounded values; by default in fp32) and o, ht and the taps that use
+    them stay within bf16 mode's tolerances; fp32 mode keeps the l2norm's fp32 values (as row scales,
+    prepare.qk_rowscale) and every bit either way."""
     inputs, cfg = make_inputs(small(name))
     assert cfg.qk_l2norm
     base = run_fwd(inputs, cfg, precision)
-    monkeypatch.setenv("KDADBG_PREP_QK_BF16", "1")
+    monkeypatch.setenv("KDADBG_PREP_QK_BF16", mode)
     o, ht, saved, *_ = run_fwd(inputs, cfg, precision)
     if precision == "bf16":  # stored rounded, no row scales; fp32 with the knob off
-        assert saved.qn.dtype == saved.kn.dtype == torch.bfloat16 and saved.rq is None
+        assert saved.qn.dtype == saved.kn.dtype == dtype and saved.rq is None
         assert base[2].qn.dtype == torch.float32 and base[2].rq is None
+        # the fp32 values rounded to nearest once: what torch's conversion gives
+        assert torch.equal(saved.qn, base[2].qn.to(dtype)) and torch.equal(saved.kn, base[2].kn.to(dtype))
     else:  # fp32 mode: the row scales, the raw inputs as they are, whatever the knob
         assert saved.rq is not None and saved.qn.dtype == inputs.q.dtype and base[2].rq is not None
         assert torch.equal(o, base[0]) and torch.equal(ht, base[1])
