@@ -88,7 +88,7 @@ def main(argv=None):
                               gate="none", lower_bound=-5.0, precision=p,
                               out_dtypes=(q.dtype, k.dtype, v.dtype, g.dtype))
 
-    dq, dk, dv, dg, db_part, _, _, _ = dqkg()
+    dq, dk, dv, dg, db_part, _, _ = dqkg()
     stages["bwd_dqkg"] = dqkg
     stages["bwd_finish"] = lambda: chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, qk_l2norm=False,
                                                     beta_sigmoid=False, precision=p,

@@ -5,8 +5,7 @@
 2. ``recurrence_bwd``      (recurrence_bwd) reverse state recurrence: dS⁺ per chunk, dU, dh0;
 3. ``chunk_bwd_dqkg``      (prepare_bwd)    per-chunk gradients: dv, dqn, dkn, dg, db partials,
                                             dA_log / ddt_bias partials;
-4. ``chunk_bwd_finish``    (prepare_bwd)    L2-norm backward, db, dbeta (in bf16 mode done by step 3's
-                                            K pass itself: ``prepare_bwd.fuse_finish``);
+4. ``chunk_bwd_finish``    (prepare_bwd)    L2-norm backward, db, dbeta;
 5. deterministic reductions of the parameter partials (torch.sum, no atomics).
 """
 
@@ -15,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
-from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish, fuse_finish
+from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
 
@@ -99,20 +98,13 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
                                                                 ("dbeta", beta))}
     # with l2norm the per-chunk kernel's dqn, dkn stay fp32: the finish kernel reads them
     dqn_dtypes = (f32, f32) if qk_l2norm else (dtypes["dq"], dtypes["dk"])
-    # the finish (l2norm backward, db, dbeta) in the K pass's programs where fuse_finish, else a kernel of
-    # its own
-    finish = dict(q=qf, k=kf, beta=betaf, qk_l2norm=qk_l2norm, beta_sigmoid=beta_sigmoid,
-                  out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))
-    dqn, dkn, dv, dg, db_part, dA_part, ddt_part, fin = chunk_bwd_dqkg(
+    dqn, dkn, dv, dg, db_part, dA_part, ddt_part = chunk_bwd_dqkg(
         sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["S"], dSn, sv["U"], dU, vf, dof, gf,
         A_log, dt_bias, chunks, scale=scale, gate=gate, lower_bound=lower_bound, precision=precision,
-        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]), **rs,
-        finish=finish if fuse_finish(precision) else None)
-    if fin is None:
-        fin = chunk_bwd_finish(qf, kf, dqn, dkn, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
-                               beta_sigmoid=beta_sigmoid, precision=precision, tap_plan=tap_plan,
-                               out_dtypes=finish["out_dtypes"])
-    dq, dk, dbeta = fin
+        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]), **rs)
+    dq, dk, dbeta = chunk_bwd_finish(qf, kf, dqn, dkn, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
+                                     beta_sigmoid=beta_sigmoid, precision=precision, tap_plan=tap_plan,
+                                     out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))
 
     out = {"dq": dq.view(B, T, H, K), "dk": dk.view(B, T, H, K), "dv": dv.view(B, T, H, V),
            "dg": dg.view(B, T, H, K), "dbeta": dbeta.view(B, T, H)}

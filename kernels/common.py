@@ -152,7 +152,7 @@ def seq_order(chunks: KernelChunks) -> torch.Tensor:
 class FwdSaved:
     """What the forward keeps for the backward (float32, gates natural-log, math layout).
 
-    qn, kn: [BT,H,K] fp32 after l2norm (bf16 with prepare.qk_bf16), or the raw q, k themselves in their
+    qn, kn: [BT,H,K] after l2norm, fp32 (fp16 in bf16 mode: prepare.qk_lowp_mode), or the raw q, k themselves in their
     own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (prepare.qk_rowscale:
     qn = q * rq); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
     after activation; INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state

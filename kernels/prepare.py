@@ -38,8 +38,8 @@ def kda_fwd_token_kernel(
     beta,            # [BT, H] beta logits (or b itself when BETA_SIGMOID is off)
     A_log,           # [H] fp32 (GATE != 0)
     dt_bias,         # [H, K] fp32 (GATE != 0)
-    qn,              # out [BT, H, K] fp32 (bf16 with QK_BF16): q after l2norm (STORE_QK; else q itself)
-    kn,              # out [BT, H, K] fp32 (bf16 with QK_BF16): k after l2norm (STORE_QK; else k itself)
+    qn,              # out [BT, H, K] fp32, fp16 or bf16 (QK_LOWP): q after l2norm (STORE_QK; else q itself)
+    kn,              # out [BT, H, K] fp32, fp16 or bf16 (QK_LOWP): k after l2norm (STORE_QK; else k itself)
     rq, rk,          # out [BT, H] fp32 (STORE_RS): the l2norm's row scales 1 / sqrt(sum x^2 + 1e-6)
     gc,              # out [BT, H, K] fp32: inclusive within-chunk cumsum of gamma
     krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk
@@ -66,7 +66,7 @@ def kda_fwd_token_kernel(
     BETA_SIGMOID: tl.constexpr,
     STORE_QK: tl.constexpr,      # write qn, kn (with l2norm, without row scales)
     STORE_RS: tl.constexpr,      # write rq, rk (with l2norm: qk_rowscale; the later kernels form qn, kn)
-    QK_BF16: tl.constexpr,       # qn, kn rounded before any use (qk_bf16): 1 to bf16, 2 to fp16
+    QK_LOWP: tl.constexpr,       # qn, kn rounded before any use (qk_lowp_mode): 1 to bf16, 2 to fp16
     GC_F64: tl.constexpr,        # the gate and its cumsum in float64, rounded once (fp32 mode)
     PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
@@ -128,10 +128,10 @@ def kda_fwd_token_kernel(
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
         b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None]
         b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None]
-        if QK_BF16 == 1:  # every use below and in the later kernels reads the stored bf16 values
+        if QK_LOWP == 1:  # every use below and in the later kernels reads the stored bf16 values
             b_q = round_bf16(b_q)
             b_k = round_bf16(b_k)
-        elif QK_BF16 == 2:  # fp16, to nearest (|qn| <= 1: no overflow; below 6e-5 subnormal, abs. error 3e-8)
+        elif QK_LOWP == 2:  # fp16, to nearest (|qn| <= 1: no overflow; below 6e-5 subnormal, abs. error 3e-8)
             b_q = b_q.to(tl.float16).to(tl.float32)
             b_k = b_k.to(tl.float16).to(tl.float32)
         b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
@@ -400,20 +400,25 @@ def kda_fwd_wu_kernel(
                  m_t[:, None] & m_v)
 
 
-def qk_bf16(precision: str, qk_l2norm: bool) -> int:
-    """How the l2-normalised ``qn, kn`` are stored (knob ``PREP_QK_BF16``, bf16 mode with l2norm only;
-    default 0, fp32): 1 in bf16, 2 in fp16, each rounded to nearest once in the token kernel; the forward's
-    later kernels and the backward then read 2 bytes per element instead of 4, as without l2norm (where
-    ``qn, kn`` are the bf16 inputs). bf16 is what fla stores. Faster (H200, H32 T16384, softplus gate in
-    the kernel: forward 2.479 -> 2.338 ms, forward+backward 10.025 -> 9.908), but on the H200 ``dA_log``
-    then missed fla's bar in two cases of the bf16 case table (1.41e-2 against 1e-2, ``beta_high``,
-    ``raw_beta_extremes``). fp16 keeps 11 significant bits to bf16's 8, as many as the tf32 products that
-    read ``qn, kn`` take (normalised rows: every element within [-1, 1])."""
+def qk_lowp_mode(precision: str, qk_l2norm: bool) -> int:
+    """How bf16 mode stores the l2-normalised ``qn, kn`` (knob ``PREP_QK_LOWP``; bf16 mode with l2norm only,
+    else 0): 2 (the default) in fp16, 1 in bf16, each rounded to nearest once by the token kernel, 0 in
+    fp32. Every later use (the token kernel's own ``qd``, ``kr``, the intra, w/u and output passes, the
+    backward) reads the rounded values, 2 bytes per element instead of 4, as without l2norm (where ``qn,
+    kn`` are the bf16 inputs themselves). A normalised row has every element within [-1, 1], so fp16
+    cannot overflow; it keeps 11 significant bits, as many as the tf32 products that read ``qn, kn`` take,
+    and below 6.1e-5 an absolute error of at most 3e-8. On the H200 at lower-bound H32 T16384 fp16 against
+    fp32 took the forward 2.059 -> 1.911 ms and forward + backward 8.578 -> 8.387 (token kernel 0.664 ->
+    0.588, intra 0.541 -> 0.495, w/u 0.351 -> 0.327, backward precompute 0.451 -> 0.426;
+    docs/gpu/round32/call1), and the bf16 case table passed. bf16 (what fla stores) was as fast, but
+    ``dA_log`` then missed fla's bar in two cases of that table (1.41e-2 against 1e-2, ``beta_high``,
+    ``raw_beta_extremes``, round 23); in CPU emulation over 4 seeds (``benchmarks/bf16_margin.py``) fp16's
+    margins stay near fp32's (``kimi_c64`` ``dA_log`` mean 0.29 of its bar against 0.23, bf16 0.61)."""
     if precision != "bf16" or not qk_l2norm:
         return 0
-    mode = knob("PREP_QK_BF16", 0)
+    mode = knob("PREP_QK_LOWP", 2)
     if mode not in (0, 1, 2):
-        raise ValueError(f"KDADBG_PREP_QK_BF16={mode}: expected 0 (fp32), 1 (bf16) or 2 (fp16)")
+        raise ValueError(f"KDADBG_PREP_QK_LOWP={mode}: expected 0 (fp32), 1 (bf16) or 2 (fp16)")
     return mode
 
 
@@ -422,7 +427,7 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     l2norm): the token kernel stores ``rq, rk = 1 / sqrt(sum x^2 + 1e-6)`` [BT, H] and no ``qn, kn``; every
     later kernel loads the raw q, k and forms ``qn = q * rq`` itself (``tlmath.load_qk``), the same fp32
     product as a stored ``qn``: the same bits (CPU and H200 tests), with ``2 [BT, H, K]`` fp32 tensors
-    fewer written and kept for the backward. bf16 mode stores bf16 ``qn, kn`` instead (``qk_bf16``): there
+    fewer written and kept for the backward. bf16 mode stores fp16 ``qn, kn`` instead (``qk_lowp_mode``): there
     the row scales were slower in the backward's K pass (spills) and, on the H200, not bit-identical in
     ``dq`` with bf16 inputs."""
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
@@ -438,9 +443,10 @@ def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> 
     ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``), so the inference forward stores ``qn, kn`` and takes
     the training forward's token launch. Not in training, where the backward's K pass reads ``qn, kn``
     (with row scales it spilled, ``qk_rowscale``; in the forward's kernels too they moved bits at chunk 64,
-    round 28 call 2); not with bf16 ``qn, kn`` (``qk_bf16``), which the later kernels would have to round
-    again."""
-    return precision == "bf16" and qk_l2norm and not qk_bf16(precision, qk_l2norm) and chunk_size < 64 \
+    round 28 call 2); not with fp16 or bf16 ``qn, kn`` (``qk_lowp_mode``, fp16 by default), which the later
+    kernels would have to round again: by default the inference forward stores fp16 ``qn, kn`` as training
+    does, and this applies with ``PREP_QK_LOWP=0``."""
+    return precision == "bf16" and qk_l2norm and not qk_lowp_mode(precision, qk_l2norm) and chunk_size < 64 \
         and bool(knob("INFER_ROWSCALE", 1))
 
 
@@ -458,12 +464,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
-    own dtype: the same values, no copy; bf16 with ``qk_bf16``; with ``qk_rowscale`` the raw ``q, k``, to be
+    own dtype: the same values, no copy; fp16 or bf16 with ``qk_lowp_mode``; with ``qk_rowscale`` the raw ``q, k``, to be
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
     [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_state=False`` (no backward follows) without
-    ``tap_plan``: with l2norm the row scales replace fp32 ``qn, kn`` in bf16 mode too
-    (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
+    ``tap_plan``: with l2norm and fp32 ``qn, kn`` (``PREP_QK_LOWP=0``) the row scales replace them in bf16
+    mode too (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
     ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
     operand with the reduction axis contiguous, as the MMAs need.
     """
@@ -471,7 +477,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     V = v.shape[-1]
     C, NC = chunks.chunk_size, chunks.n_chunks
     dev, f32 = q.device, torch.float32
-    qk_lowp = qk_bf16(precision, qk_l2norm)
+    qk_lowp = qk_lowp_mode(precision, qk_l2norm)
     qk_dtype = {0: f32, 1: torch.bfloat16, 2: torch.float16}[qk_lowp]
     infer = not keep_state and tap_plan is None
     rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm, C))
@@ -521,7 +527,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, BC=C, BK=bk,
             GATE=GATE_IDS[gate],
-            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_BF16=qk_lowp,
+            L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_LOWP=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH, num_warps=warps,

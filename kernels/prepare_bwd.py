@@ -335,19 +335,51 @@ def _q_block(I, o_t, b_gc, b_gT, qn, kn, rq, rk, gc, b, dMqk, dL, o_cc0, bos, n,
     return b_ec * mm_x3(b_AT, b_qI * b_er, DOT, SPLIT), b_ec * mm_x3(b_bLT, b_kI * b_er, DOT, SPLIT)
 
 
-@triton.jit
-def _kpass_block(
-    i_k, i_c, i_h, slot, bos, n,
-    qn, kn, rq, rk, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs, dbv, g, A_log, dt_bias, dq, dk, dg, db_part, dA_part,
-    ddt_part, t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc, tap_lo, tap_hi, n_sel, scale, lower_bound, BT, H, K,
+@triton.jit(do_not_specialize=["c0"])
+def chunk_bwd_dqkg_kernel(
+    qn, kn,          # [BT, H, K] fp32 (with RS: the raw q, k, times rq, rk)
+    rq, rk,          # [BT, H] fp32 row scales (RS)
+    gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
+    gT,              # [NC, H, K] fp32
+    b,               # [BT, H] fp32
+    dMqk, dL,        # [NC, H, C, C] fp32 (from chunk_bwd_dqkg_v_kernel)
+    dOS, dcS, dkr,   # [BT, H, K] fp32 (idem)
+    dgTs,            # [NC, H, K] fp32 (idem)
+    dbv,             # [BT, H] fp32 (idem)
+    g,               # [BT, H, K] raw gate, any float dtype
+    A_log, dt_bias,  # [H], [H, K] fp32 (gate modes lower_bound / softplus)
+    dq, dk,          # [BT, H, K] out: dqn, dkn (w.r.t. the normalised q, k; fp32 or the caller's dtype)
+    dg,              # [BT, H, K] out: w.r.t. the raw gate (fp32 or the caller's dtype)
+    db_part,         # [NK, BT, H] fp32 out: this K-block's share of db
+    dA_part, ddt_part,  # [NC, H, K] fp32 out: per-chunk partials of dA_log (summed over K later), ddt_bias
+    t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc,  # tap buffers
+    head_slot, tap_lo, tap_hi, n_sel,  # tap plan
+    chunk_start, chunk_len,  # [NC] int32
+    scale, lower_bound,  # floats
+    c0,              # first chunk of this launch (common.chunk_launches)
+    fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
+    BT, H, K,        # sizes
     C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
-    TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr, SPLIT: tl.constexpr, BLOCKED: tl.constexpr, SCAN: tl.constexpr,
-    TAP_TAME: tl.constexpr, RS: tl.constexpr, LOOP_STAGES: tl.constexpr,
+    TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
+    SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
+    BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
+    SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
+    FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
+    TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
+    LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
 ):
-    """K block ``i_k`` of chunk ``i_c`` of head ``i_h`` (``chunk_bwd_dqkg_kernel``'s arguments): stores its
-    columns of dqn, dkn, dg, the gate partials, its taps and its share of db (with ``dbv`` in block 0)
-    into ``db_part``. The share is stored before the Q loop, so that it is not live through it."""
+    if FILL:  # first: its arguments then hold no register through the loops
+        _fill_nan(fill, fill_n)
+    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
+    ANY_TAP: tl.constexpr = TAP_DKR or TAP_DQD or TAP_DKD or TAP_DKI or TAP_DGT or TAP_DGC
+    if ANY_TAP:  # the head's tap slot, loaded once: each tap's index is formed from it at its store
+        slot = tl.load(head_slot + i_h)
+    else:
+        slot = -1
+    bos = tl.load(chunk_start + i_c).to(tl.int64)
+    n = tl.load(chunk_len + i_c)
     first = i_k == 0
     o_t = tl.arange(0, C)
     o_k = i_k * BK + tl.arange(0, BK)
@@ -504,83 +536,6 @@ def _kpass_block(
             tl.store(t_dgT + idx * K + o_k, exp_(b_gT, DOT == 0) * b_dgTs + tl.sum(b_dkrr, axis=0), mask=m_k)
 
 
-@triton.jit(do_not_specialize=["c0"])
-def chunk_bwd_dqkg_kernel(
-    qn, kn,          # [BT, H, K] fp32 (with RS: the raw q, k, times rq, rk)
-    rq, rk,          # [BT, H] fp32 row scales (RS)
-    gc,              # [BT, H, K] fp32 within-chunk cumsum of the log-decay
-    gT,              # [NC, H, K] fp32
-    b,               # [BT, H] fp32
-    dMqk, dL,        # [NC, H, C, C] fp32 (from chunk_bwd_dqkg_v_kernel)
-    dOS, dcS, dkr,   # [BT, H, K] fp32 (idem)
-    dgTs,            # [NC, H, K] fp32 (idem)
-    dbv,             # [BT, H] fp32 (idem)
-    g,               # [BT, H, K] raw gate, any float dtype
-    A_log, dt_bias,  # [H], [H, K] fp32 (gate modes lower_bound / softplus)
-    dq, dk,          # [BT, H, K] out: dqn, dkn (w.r.t. the normalised q, k; fp32 or the caller's dtype)
-    dg,              # [BT, H, K] out: w.r.t. the raw gate (fp32 or the caller's dtype)
-    db_part,         # [NK, BT, H] fp32 out: this K-block's share of db
-    dA_part, ddt_part,  # [NC, H, K] fp32 out: per-chunk partials of dA_log (summed over K later), ddt_bias
-    q, k, beta,      # FINISH: the raw inputs, any float dtype
-    dq_out, dk_out,  # FINISH with L2NORM: [BT, H, K] out, fp32 or the caller's dtype; may be dq, dk themselves
-    dbeta,           # FINISH: [BT, H] out (fp32 or the caller's dtype)
-    t_db,            # FINISH: [hi-lo, n_sel, C] tap buffer
-    count,           # FINISH: [NC, H] int32, 0: K block programs of each chunk and head that have ended
-    t_dkr, t_dqd, t_dkd, t_dki, t_dgT, t_dgc,  # tap buffers
-    head_slot, tap_lo, tap_hi, n_sel,  # tap plan
-    chunk_start, chunk_len,  # [NC] int32
-    scale, lower_bound,  # floats
-    c0,              # first chunk of this launch (common.chunk_launches)
-    fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
-    BT, H, K,        # sizes
-    C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
-    TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
-    TAP_DGT: tl.constexpr, TAP_DGC: tl.constexpr,
-    SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
-    BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
-    SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
-    FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
-    TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
-    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
-    LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
-    FINISH: tl.constexpr = 0,    # the last of a chunk's NKB K block programs to end then does the finish
-    NKB: tl.constexpr = 1,       # FINISH: K block programs per chunk and head
-    L2NORM: tl.constexpr = 0, BETA_SIGMOID: tl.constexpr = 0, TAP_DB: tl.constexpr = 0,  # FINISH: finish_rows
-    FINISH_BK: tl.constexpr = 16, FINISH_ONE: tl.constexpr = 0,  # FINISH: l2norm_bwd_rows's block
-):
-    if FILL:  # first: its arguments then hold no register through the loops
-        _fill_nan(fill, fill_n)
-    i_c, i_h = tl.program_id(1) + c0, tl.program_id(2)
-    ANY_TAP: tl.constexpr = TAP_DKR or TAP_DQD or TAP_DKD or TAP_DKI or TAP_DGT or TAP_DGC
-    if ANY_TAP:  # the head's tap slot, loaded once: each tap's index is formed from it at its store
-        slot = tl.load(head_slot + i_h)
-    else:
-        slot = -1
-    bos = tl.load(chunk_start + i_c).to(tl.int64)
-    n = tl.load(chunk_len + i_c)
-    o_t = tl.arange(0, C)
-    _kpass_block(tl.program_id(0), i_c, i_h, slot, bos, n, qn, kn, rq, rk, gc, gT, b, dMqk, dL, dOS, dcS, dkr, dgTs,
-                 dbv, g, A_log, dt_bias, dq, dk, dg, db_part, dA_part, ddt_part, t_dkr, t_dqd, t_dkd, t_dki, t_dgT,
-                 t_dgc, tap_lo, tap_hi, n_sel, scale, lower_bound, BT, H, K, C, BK, DOT, GATE, TAP_DKR, TAP_DQD,
-                 TAP_DKD, TAP_DKI, TAP_DGT, TAP_DGC, SPLIT, BLOCKED, SCAN, TAP_TAME, RS, LOOP_STAGES)
-    if FINISH:
-        # the chunk's last K block program to end does the finish on the rows the NKB programs wrote (L2
-        # hits, where the finish kernel reads them back from memory). Each program's stores, then (barrier)
-        # one release of the chunk's counter; the last one's acquire orders its reads after all of them. Which
-        # program finishes changes no value: db adds the blocks' shares in block order, as the finish kernel.
-        tl.debug_barrier()
-        done = tl.atomic_add(count + i_c * H + i_h, 1, sem="acq_rel", scope="gpu")
-        if done == NKB - 1:
-            tl.debug_barrier()
-            o_t = tl.arange(0, C)
-            o_th = (bos + o_t) * H + i_h
-            b_db = tl.zeros([C], dtype=tl.float32)
-            for i_k in range(NKB):
-                b_db += tl.load(db_part + i_k * BT * H + o_th, mask=o_t < n, other=0., cache_modifier=".cg")
-            finish_rows(q, k, dq, dk, dq_out, dk_out, beta, b_db, dbeta, t_db, head_slot, tap_lo, tap_hi, n_sel,
-                        i_c, i_h, bos, n, H, K, C, FINISH_BK, L2NORM, BETA_SIGMOID, TAP_DB, FINISH_ONE, DOT == 0, 1)
-
-
 @triton.jit
 def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
     """This program's share of NaN-filling ``fill[0:fill_n]``: one contiguous slice per program."""
@@ -595,28 +550,22 @@ def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
 
 
 @triton.jit
-def _x_dx_block(x, dx, o_th, m_t, K, i_k, BK: tl.constexpr, CG: tl.constexpr):
-    """K block ``i_k`` of the rows ``o_th``: ``x`` (as fp32) and ``dx``, with their offsets and mask. ``CG``:
-    ``dx`` read from L2 (``.cg``), not from an SM's L1, which another program's stores do not update."""
+def _x_dx_block(x, dx, o_th, m_t, K, i_k, BK: tl.constexpr):
+    """K block ``i_k`` of the rows ``o_th``: ``x`` (as fp32) and ``dx``, with their offsets and mask."""
     o_k = i_k * BK + tl.arange(0, BK)
     m_tk = m_t[:, None] & (o_k < K)[None, :]
     o_tk = o_th[:, None] * K + o_k[None, :]
-    if CG:
-        b_dx = tl.load(dx + o_tk, mask=m_tk, other=0., cache_modifier=".cg")
-    else:
-        b_dx = tl.load(dx + o_tk, mask=m_tk, other=0.)
-    return tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32), b_dx, o_tk, m_tk
+    return tl.load(x + o_tk, mask=m_tk, other=0.).to(tl.float32), tl.load(dx + o_tk, mask=m_tk, other=0.), o_tk, m_tk
 
 
 @triton.jit
 def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constexpr, ONE: tl.constexpr,
-                    PRECISE: tl.constexpr, CG: tl.constexpr = 0):
+                    PRECISE: tl.constexpr):
     """``dx_out`` rows from ``dx`` (fp32) rows: r (dxn - xn <dxn, xn>) = r dxn - r^3 x <dxn, x>,
     r = (|x|^2 + 1e-6)^-1/2 (``dx_out`` may be ``dx`` itself). ``ONE`` (``BK >= K``): the rows read once and
-    kept in registers; else twice, a K block at a time (the sums, then the output). ``CG``: ``dx`` read
-    from L2 (``_x_dx_block``)."""
+    kept in registers; else twice, a K block at a time (the sums, then the output)."""
     if ONE:
-        b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, 0, BK, CG)
+        b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, 0, BK)
         b_r = rsqrt_(tl.sum(b_x * b_x, axis=1) + 1e-6, PRECISE)
         b_c = b_r * b_r * b_r * tl.sum(b_x * b_dx, axis=1)
         store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
@@ -624,13 +573,13 @@ def l2norm_bwd_rows(x, dx, dx_out, o_th, m_t, K, C: tl.constexpr, BK: tl.constex
         b_ss = tl.zeros([C], dtype=tl.float32)
         b_sd = tl.zeros([C], dtype=tl.float32)
         for i_k in range(tl.cdiv(K, BK)):
-            b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, i_k, BK, CG)
+            b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, i_k, BK)
             b_ss += tl.sum(b_x * b_x, axis=1)
             b_sd += tl.sum(b_x * b_dx, axis=1)
         b_r = rsqrt_(b_ss + 1e-6, PRECISE)
         b_c = b_r * b_r * b_r * b_sd
         for i_k in range(tl.cdiv(K, BK)):
-            b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, i_k, BK, CG)
+            b_x, b_dx, o_tk, m_tk = _x_dx_block(x, dx, o_th, m_t, K, i_k, BK)
             store_rn(dx_out + o_tk, b_r[:, None] * b_dx - b_c[:, None] * b_x, m_tk)
 
 
@@ -655,28 +604,14 @@ def chunk_bwd_finish_kernel(
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, C)
-    o_th = (bos + o_t) * H + i_h
-    b_db = tl.zeros([C], dtype=tl.float32)
-    for i_k in range(NK):
-        b_db += tl.load(db_part + i_k * BT * H + o_th, mask=o_t < n, other=0.)
-    finish_rows(q, k, dqn, dkn, dq, dk, beta, b_db, dbeta, t_db, head_slot, tap_lo, tap_hi, n_sel, i_c, i_h, bos, n,
-                H, K, C, BK, L2NORM, BETA_SIGMOID, TAP_DB, ONE, PRECISE, 0)
-
-
-@triton.jit
-def finish_rows(q, k, dqn, dkn, dq, dk, beta, b_db, dbeta, t_db, head_slot, tap_lo, tap_hi, n_sel, i_c, i_h, bos, n,
-                H, K, C: tl.constexpr, BK: tl.constexpr, L2NORM: tl.constexpr, BETA_SIGMOID: tl.constexpr,
-                TAP_DB: tl.constexpr, ONE: tl.constexpr, PRECISE: tl.constexpr, CG: tl.constexpr):
-    """The finish of one chunk of one head (``chunk_bwd_finish_kernel``, or the K pass's program with
-    ``FINISH``): the l2norm backward of the rows of ``dqn, dkn`` into ``dq, dk`` (``L2NORM``), the db tap
-    from ``b_db`` [C] (db summed over K), and ``dbeta``. ``CG``: ``dqn, dkn`` read from L2 (other programs
-    wrote them: ``l2norm_bwd_rows``)."""
-    o_t = tl.arange(0, C)
     m_t = o_t < n
     o_th = (bos + o_t) * H + i_h
     if L2NORM:
-        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK, ONE, PRECISE, CG)
-        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK, ONE, PRECISE, CG)
+        l2norm_bwd_rows(q, dqn, dq, o_th, m_t, K, C, BK, ONE, PRECISE)
+        l2norm_bwd_rows(k, dkn, dk, o_th, m_t, K, C, BK, ONE, PRECISE)
+    b_db = tl.zeros([C], dtype=tl.float32)
+    for i_k in range(NK):
+        b_db += tl.load(db_part + i_k * BT * H + o_th, mask=m_t, other=0.)
     if TAP_DB:
         idx, on = tap_index(i_c, i_h, tap_lo, tap_hi, head_slot, n_sel)
         if on:
@@ -695,30 +630,18 @@ def _plan_args(tap_plan, chunks) -> dict:
     return dict(head_slot=tap_plan.head_slot, tap_lo=tap_plan.lo, tap_hi=tap_plan.hi, n_sel=tap_plan.n_sel)
 
 
-def fuse_finish(precision: str) -> bool:
-    """Whether the K pass does the finish itself (knob ``DQKG_FINISH``, default in bf16 mode): the last of
-    a chunk's K block programs to end (an atomic counter per chunk and head) forms the l2norm backward, db
-    and dbeta from the rows the chunk's programs have just written, L2 hits, so that no finish kernel
-    reads ``dqn, dkn`` back from memory. fp32 mode keeps the finish kernel."""
-    return bool(knob("DQKG_FINISH", 1 if precision == "bf16" else 0))
-
-
 def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
                    gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None,
-                   rq=None, rk=None, finish=None):
+                   rq=None, rk=None):
     """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis; ``rq, rk``: the
     l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``).
 
     Two kernels over (K-blocks, chunks, heads): the V pass (products with S, dS⁺, U, dU; dv, dMqk, dL)
     and the K pass (everything else); the V pass's results go through global memory (fp32).
 
-    ``finish``: None, or ``chunk_bwd_finish``'s arguments ``dict(q=, k=, beta=, qk_l2norm=, beta_sigmoid=,
-    out_dtypes=)`` for the K pass to do its work in the same programs (``fuse_finish``).
-
     Returns ``dqn, dkn`` [BT,H,K], ``dv`` [BT,H,V], ``dg`` [BT,H,K] (in ``out_dtypes``, default fp32),
-    ``db_part`` [NK,BT,H], for the gates with parameters ``dA_part, ddt_part``
-    [NC,H,K] (sum over chunks, and K for dA_log), fp32, and with ``finish`` what ``chunk_bwd_finish``
-    returns, ``(dq, dk, dbeta)`` (else None).
+    ``db_part`` [NK,BT,H] and, for the gates with parameters, ``dA_part, ddt_part`` [NC,H,K] (sum over
+    chunks, and K for dA_log), fp32.
     """
     BT, H, K = qn.shape
     V = v.shape[-1]
@@ -735,25 +658,16 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     has_params = gate != "none"
     dA_part = torch.empty(NC, H, K, **f32) if has_params else None
     ddt_part = torch.empty(NC, H, K, **f32) if has_params else None
-    fin = None if finish is None else _finish_outputs(dqn, dkn, finish)
     if NC == 0:
-        return dqn, dkn, dv, dg, db_part, dA_part, ddt_part, fin
+        return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
     dMqk, dL = (torch.empty(NC, H, C, C, **f32) for _ in range(2))
     dOS, dcS, dkr = (torch.empty(BT, H, K, **f32) for _ in range(3))
     dgTs = torch.empty(NC, H, K, **f32)
     dbv = torch.empty(BT, H, **f32)
     if tap_plan is not None:
         tap_plan.alias(chunks, dMqk=dMqk, dL=dL, dkr=dkr)
-    taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS + ("db",)}
-    bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS + ("db",)}
-    if finish is None:
-        fargs = dict(q=qn, k=kn, beta=b, dq_out=dqn, dk_out=dkn, dbeta=b, t_db=b, count=chunks.chunk_len)
-    else:
-        # blocks of 64: a block of all of K (128) spills in the K pass's registers (sm_90 compile)
-        fbk = knob("FINISH_BK", block_size(K, hi=64))
-        fargs = dict(q=finish["q"], k=finish["k"], beta=finish["beta"], dq_out=fin[0], dk_out=fin[1], dbeta=fin[2],
-                     t_db=bufs["db"], count=torch.zeros(NC, H, device=dev, dtype=torch.int32), FINISH=1, NKB=NK, L2NORM=finish["qk_l2norm"],
-                     BETA_SIGMOID=finish["beta_sigmoid"], FINISH_BK=fbk, FINISH_ONE=fbk >= K)
+    taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
+    bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
     # the tap plan's unfilled buffers (KPASS_FILL_TAPS): NaN-filled by the first K pass launch over
     # chunks outside the tap window, which therefore run first; with none, here in line
     fill = tap_plan.take_unfilled() if tap_plan is not None else None
@@ -791,12 +705,11 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             dL=dL, dOS=dOS, dcS=dcS, dkr=dkr, dgTs=dgTs, dbv=dbv, g=g,
             A_log=A_log if has_params else dv, dt_bias=dt_bias if has_params else dv,
             dq=dqn, dk=dkn, dg=dg, db_part=db_part, dA_part=dA_part if has_params else dv,
-            ddt_part=ddt_part if has_params else dv, **fargs, **{f"t_{n}": bufs[n] for n in K_TAPS}, **plan,
+            ddt_part=ddt_part if has_params else dv, **{f"t_{n}": bufs[n] for n in K_TAPS}, **plan,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, lower_bound=lower_bound,
             c0=c0, fill=dMqk if fill_here is None else fill_here, fill_n=0 if fill_here is None else fill_here.numel(),
             BT=BT, H=H, K=K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate], FILL=fill_here is not None,
-            **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, TAP_DB=finish is not None and in_window and taps["db"],
-            SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
+            **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks are faster in the bf16 modes; fp32 mode keeps the [C, C] products, more accurate in
             # ddt_bias on the H200 (both measured: docs/kernels.md)
             BLOCKED=blocked, TAP_TAME=knob("DQKG_TAP_TAME", 1),
@@ -804,18 +717,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
             SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
-    return dqn, dkn, dv, dg, db_part, dA_part, ddt_part, fin
-
-
-def _finish_outputs(dqn, dkn, finish):
-    """``dq, dk, dbeta`` for the finish (``chunk_bwd_finish``, ``chunk_bwd_dqkg``'s ``finish``): with l2norm
-    new tensors in ``out_dtypes`` (``dqn, dkn`` themselves where those are fp32 already: in place), else
-    ``dqn, dkn`` (the K pass wrote them in the callers' dtypes); ``dbeta`` [BT,H]."""
-    t_q, t_k, t_b = finish["out_dtypes"] or (torch.float32,) * 3
-    dq, dk = dqn, dkn
-    if finish["qk_l2norm"]:
-        dq, dk = (d if t == d.dtype else torch.empty_like(d, dtype=t) for d, t in ((dqn, t_q), (dkn, t_k)))
-    return dq, dk, torch.empty(dqn.shape[:2], device=dqn.device, dtype=t_b)
+    return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 
 def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, beta_sigmoid: bool, precision: str,
@@ -823,7 +725,11 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     """Returns ``dq, dk`` [BT,H,K] (the L2-norm backward of ``dqn, dkn`` when on, else ``dqn, dkn``
     themselves) and ``dbeta`` [BT,H], in ``out_dtypes`` (default fp32; in place when fp32)."""
     BT, H, K = q.shape
-    dq, dk, dbeta = _finish_outputs(dqn, dkn, dict(qk_l2norm=qk_l2norm, out_dtypes=out_dtypes))
+    t_q, t_k, t_b = out_dtypes or (torch.float32,) * 3
+    dq, dk = dqn, dkn
+    if qk_l2norm:
+        dq, dk = (d if t == d.dtype else torch.empty_like(d, dtype=t) for d, t in ((dqn, t_q), (dkn, t_k)))
+    dbeta = torch.empty(BT, H, device=q.device, dtype=t_b)
     if chunks.n_chunks == 0:
         return dq, dk, dbeta
     tap = tap_plan is not None and tap_plan.has("db")

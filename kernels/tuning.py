@@ -33,10 +33,10 @@ KNOBS: dict[str, Knob] = {
                      "bf16 MMAs (else tf32)", True),
     "FWD_FUSE_OUT": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the forward state pass forms o; the output pass then writes taps only", True),
-    "PREP_QK_BF16": Knob("0", "bf16 mode with in-kernel l2norm: 1 rounds the normalised q, k to bf16 once "
-                         "(nearest) and stores them so, 2 to fp16; every later use (the token kernel's kd, kr, "
-                         "qd, the intra, w/u and output passes, the backward) reads the rounded values, as "
-                         "without l2norm and (bf16) as fla does; 0: fp32. fp32 mode: no effect", True),
+    "PREP_QK_LOWP": Knob("2", "bf16 mode with in-kernel l2norm: the normalised q, k stored rounded to nearest once, "
+                         "2 in fp16, 1 in bf16 (as fla), 0 in fp32; every later use (the token kernel's qd, kr, "
+                         "the intra, w/u and output passes, the backward) reads the stored values "
+                         "(prepare.qk_lowp_mode). fp32 mode: no effect", True),
     "GC_F64": Knob("1 in fp32 mode, 0 in bf16 mode",
                    "1: the forward token kernel forms the gate and its within-chunk cumsum gc in float64, "
                    "rounded to fp32 once: gc's error is then one rounding (e.g. 3.8e-6 at |gc| = 90) rather than "
@@ -57,11 +57,7 @@ KNOBS: dict[str, Knob] = {
     "DQKG_BLOCKED": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the K pass's intra-chunk products as [C, 16]·[16, BK] blocks; 0: masked "
                          "[C, C]·[C, BK] products", True),
-    "DQKG_FINISH": Knob("1 in bf16 mode, 0 in fp32 mode",
-                        "1: the last of a chunk's K pass programs to end does the finish (l2norm backward, db, "
-                        "dbeta) on the rows they wrote (prepare_bwd.fuse_finish); 0: the finish kernel after "
-                        "the K pass", True),
-    "FINISH_BK": Knob("K rounded up to a power of two, 16 to 128 (to 64 in the K pass: DQKG_FINISH)",
+    "FINISH_BK": Knob("K rounded up to a power of two, 16 to 128",
                       "K block of the backward finish kernel's l2norm backward (a block of all of K reads the "
                       "rows once; the row sums add per block)", True),
     "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
@@ -78,10 +74,10 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to "
-                                "follow and no taps: 1 keeps the l2norm as row scales rq, rk, as "
-                                "QK_ROWSCALE does in fp32 mode "
-                                "(prepare.rowscale_for_inference); 0: fp32 qn, kn stored as in training", False),
+    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm and fp32 qn, kn (PREP_QK_LOWP=0) below chunk 64, a forward "
+                                "with no backward to follow and no taps: 1 keeps the l2norm as row scales rq, "
+                                "rk, as QK_ROWSCALE does in fp32 mode (prepare.rowscale_for_inference); 0: fp32 "
+                                "qn, kn stored as in training", False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
                           "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "

@@ -268,18 +268,21 @@ def test_forward_gpu_large(precision, C):
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 @pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "bf16"])
-@pytest.mark.parametrize("mode,dtype", [("1", torch.bfloat16), ("2", torch.float16)])
-def test_normalised_qk_stored_in_bf16(precision, name, mode, dtype, monkeypatch):
-    """KDADBG_PREP_QK_BF16=1 (2): in bf16 mode with l2norm, qn and kn are stored in bf16 (fp16), rounded to
-    nearest (every later use reads the rounded values; by default in fp32) and o, ht and the taps that use
-    them stay within bf16 mode's tolerances; fp32 mode keeps the l2norm's fp32 values (as row scales,
-    prepare.qk_rowscale) and every bit either way."""
+@pytest.mark.parametrize("mode,dtype", [("default", torch.float16), ("2", torch.float16), ("1", torch.bfloat16)])
+def test_normalised_qk_stored_in_low_precision(precision, name, mode, dtype, monkeypatch):
+    """PREP_QK_LOWP: in bf16 mode with l2norm, qn and kn are stored in fp16 (by default and with 2) or bf16
+    (1), the fp32 values of PREP_QK_LOWP=0 rounded to nearest once (every later use reads the rounded
+    values), and o, ht and the taps that use them stay within bf16 mode's tolerances; fp32 mode keeps the
+    l2norm's fp32 values (as row scales, prepare.qk_rowscale) and every bit either way."""
     inputs, cfg = make_inputs(small(name))
     assert cfg.qk_l2norm
+    monkeypatch.setenv("KDADBG_PREP_QK_LOWP", "0")
     base = run_fwd(inputs, cfg, precision)
-    monkeypatch.setenv("KDADBG_PREP_QK_BF16", mode)
+    monkeypatch.delenv("KDADBG_PREP_QK_LOWP")
+    if mode != "default":
+        monkeypatch.setenv("KDADBG_PREP_QK_LOWP", mode)
     o, ht, saved, *_ = run_fwd(inputs, cfg, precision)
-    if precision == "bf16":  # stored rounded, no row scales; fp32 with the knob off
+    if precision == "bf16":  # stored rounded, no row scales; fp32 with the knob at 0
         assert saved.qn.dtype == saved.kn.dtype == dtype and saved.rq is None
         assert base[2].qn.dtype == torch.float32 and base[2].rq is None
         # the fp32 values rounded to nearest once: what torch's conversion gives
