@@ -20,8 +20,9 @@ only, when ``flash_kda`` is importable: ``benchmarks/build_flashkda.sh``) is tim
 against FlashKDA's forward ours is also timed at chunk 16 (``--flashkda-chunks``) and the ratio takes
 our best; ``ours_infer`` (``ours_infer_c16`` at chunk 16) is our forward under ``torch.no_grad`` (an
 inference forward, as FlashKDA's is: nothing kept for a backward, so the state pass stores no per-chunk
-``S``, ``U``, nor fp32 ``qn, kn``), ratio ``ours_infer/flashkda_fwd`` of our better chunk; with ``--ab``
-in the lower-bound setting it is timed at each variant too (``ours_infer@NAME=value``, no ratio).
+``S``, ``U``, nor, below chunk 64, ``qn, kn``), ratio ``ours_infer/flashkda_fwd`` of our better chunk;
+with ``--ab`` in the lower-bound setting it is timed at each variant too (``ours_infer@NAME=value``, no
+ratio).
 
 "fwd" is the training forward (inputs require grad); "fwd+bwd" adds ``torch.autograd.grad`` w.r.t.
 every input (``A_log``, ``dt_bias`` included). Times are ``triton.testing.do_bench`` medians (ms).

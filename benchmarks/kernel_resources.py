@@ -2,7 +2,8 @@
 on a machine with no GPU.
 
     python benchmarks/kernel_resources.py [--H 16] [--K 128] [--V 128] [--chunk-size 64]
-                                          [--precision bf16] [--taps [NAME ...]]
+                                          [--precision bf16] [--taps [NAME ...]] [--op | --infer]
+                                          [--setting pregated|softplus|lower_bound]
 
 Runs one forward+backward on small CPU tensors with the launches intercepted: each launch is
 compiled by Triton for ``cuda:90`` with the launch's own constexprs and options, and
@@ -70,12 +71,13 @@ def resources(cubin: bytes) -> str:
     return " ".join(x for x in line.split() if x.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
 
 
-def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False, gate="none"):
+def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False, gate="none", infer=False):
     """Every kernel launch ``(fn, args, kwargs, grid)`` of one forward+backward on small CPU tensors
     (T = 2 chunks), intercepted instead of run. ``taps``: True for every tap, or a list of tap names.
     ``op``: through the autograd op ``chunk_kda`` (outputs and gradients stored in the inputs' bf16), not
     ``kda_forward_backward``. ``gate``: ``none`` (pre-gated g), ``softplus`` or ``lower_bound`` (the
-    in-kernel gate, with ``A_log``, ``dt_bias``)."""
+    in-kernel gate, with ``A_log``, ``dt_bias``). ``infer``: the op's forward alone under ``torch.no_grad``
+    (the inference forward: ``kda_forward(keep_state=False)``)."""
     from kdadbg_kernels.chunk import chunk_kda, kda_forward_backward
     from kdadbg_kernels.taps import TapSelection
 
@@ -92,13 +94,15 @@ def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False, gate="
         g, beta = -torch.rand(1, T, H, K), torch.rand(1, T, H)
         sel = None if not taps else TapSelection() if taps is True else TapSelection(names=tuple(taps))
         A_log, dt_bias = (torch.zeros(H), torch.zeros(H, K)) if gate != "none" else (None, None)
-        if op:
+        if op or infer:
             x = [t.requires_grad_(True) for t in (q, k, v, g, beta)]
             gate_kw = dict(use_gate_in_kernel=gate != "none", A_log=A_log, dt_bias=dt_bias,
                            lower_bound=-5.0 if gate == "lower_bound" else None)
-            o = chunk_kda(*x, chunk_size=C, use_qk_l2norm_in_kernel=l2norm, use_beta_sigmoid_in_kernel=l2norm,
-                          precision=precision, taps=sel, **gate_kw)[0]
-            torch.autograd.grad(o, x, do)  # the backward launches are captured too (o is never computed)
+            with torch.set_grad_enabled(not infer):
+                o = chunk_kda(*x, chunk_size=C, use_qk_l2norm_in_kernel=l2norm,
+                              use_beta_sigmoid_in_kernel=l2norm, precision=precision, taps=sel, **gate_kw)[0]
+            if not infer:
+                torch.autograd.grad(o, x, do)  # the backward launches are captured too (o is never computed)
         else:
             kda_forward_backward(q, k, v, g, beta, do, scale=K ** -0.5, chunk_size=C, qk_l2norm=l2norm,
                                  beta_sigmoid=l2norm, precision=precision, taps=sel, gate=gate, A_log=A_log,
@@ -132,13 +136,15 @@ def main(argv=None):
                     help="taps on: every tap, or only those named (to see which taps cost registers)")
     ap.add_argument("--only", nargs="*", default=None, help="compile only kernels whose name contains one of these")
     ap.add_argument("--op", action="store_true", help="the autograd op's launches (bf16 outputs and gradients)")
+    ap.add_argument("--infer", action="store_true",
+                    help="the op's forward alone under torch.no_grad (the inference forward's launches)")
     ap.add_argument("--setting", default="pregated", choices=["pregated", "softplus", "lower_bound"],
                     help="bench.py's input settings: pregated g, or the gate, l2norm and beta sigmoid in the kernel")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
     for fn, args, kwargs, grid in capture_launches(a.chunk_size, a.H, a.K, a.V, a.precision,
-                                                      True if a.taps == [] else a.taps, op=a.op,
+                                                      True if a.taps == [] else a.taps, op=a.op, infer=a.infer,
                                                       l2norm=a.setting != "pregated",
                                                       gate="none" if a.setting == "pregated" else a.setting):
         if a.only and not any(x in fn.__name__ for x in a.only):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, chunk_layout
-from .prepare import kda_fwd_prepare
+from .prepare import kda_fwd_prepare, qk_lowp_mode
 from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
@@ -105,7 +105,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
         keep_state: False when no backward will follow: then, where the state pass forms ``o`` (bf16 mode)
             and without ``tap_plan``, the per-chunk ``S`` and ``U`` are not stored (``FwdSaved.S``, ``U`` None),
-            nor, with l2norm below chunk 64, fp32 ``qn, kn`` (row scales instead:
+            nor, with l2norm below chunk 64, ``qn, kn`` (row scales instead:
             ``prepare.rowscale_for_inference``).
 
     Returns:
@@ -139,7 +139,8 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
                                      out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
-                       tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk)
+                       tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk,
+                       qk_lowp=qk_lowp_mode(precision, qk_l2norm))
     reuse = bwd_fwd_operands(precision) if keep_state and qd is not None else 0
     saved = FwdSaved(qn=qn, kn=kn, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk, S=S, U=U, rq=rq, rk=rk,
                      qd=qd if reuse & 1 else None, w=w if reuse & 2 else None)

@@ -38,6 +38,13 @@ def state_f64(precision: str) -> int:
     return int(precision == "fp32" and bool(knob("STATE_F64", 1)))
 
 
+def rowscale_mode(rs: bool, qk_lowp: int) -> int:
+    """The ``RS`` flag of the kernels that read ``qn, kn`` (``tlmath.load_qk``): 0 when they are stored,
+    else ``1 + qk_lowp`` (the row scales ``prepare.qk_rowscale``,
+    ``prepare.rowscale_for_inference``, and the rounding the token kernel applies, ``prepare.qk_lowp_mode``)."""
+    return 1 + qk_lowp if rs else 0
+
+
 def fwd_lowp(precision: str) -> int:
     """Which of the forward state pass's inputs are bf16 in the fast mode (knob ``FWD_LOWP``, a bit mask):
     1 ``w``, 2 ``krT``, 4 ``u`` stored in bf16; 8 the state pass's two products as bf16 MMAs (``mm``)

@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, fwd_lowp, tap_kernel_args
+from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, tap_kernel_args
 from .tuning import block_size, knob
 from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
 
@@ -262,7 +262,7 @@ def kda_fwd_intra_solve_kernel(
     BK: tl.constexpr,
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
-    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
@@ -370,7 +370,7 @@ def kda_fwd_wu_kernel(
     BC: tl.constexpr,
     BK: tl.constexpr,            # column block of both products
     BF16: tl.constexpr,
-    RS: tl.constexpr = 0,        # kn from the raw k and the row scales (prepare.qk_rowscale)
+    RS: tl.constexpr = 0,        # kn from the raw k and the row scales (common.rowscale_mode)
 ):
     """The WY products of one chunk, ``w = INV Diag(b) kd`` and ``u = INV Diag(b) v``, in one program (``INV``
     and ``b`` read once: the kernel 0.394 -> 0.350 ms against a program each, lower-bound H32 T16384,
@@ -435,19 +435,18 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
 
 def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> bool:
     """Whether a forward with no backward to follow keeps the l2norm as row scales in bf16 mode (knob
-    ``INFER_ROWSCALE``, default on; with l2norm, fp32 ``qn, kn``, no taps, chunks below 64): the token kernel
-    then writes ``rq, rk`` [BT, H] instead of two fp32 ``[BT, H, K]`` tensors, and the intra and WY kernels
-    form ``qn = q * rq`` from the raw q, k (``tlmath.load_qk``), the fp32 product the token kernel stored:
-    the same bits of ``o`` and the final state as the training forward. Not at chunk 64: there, with bf16
-    inputs, ``o`` and the final state moved on the H200 (6 of 16384 and 96 of 2048 elements, case
-    ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``), so the inference forward stores ``qn, kn`` and takes
-    the training forward's token launch. Not in training, where the backward's K pass reads ``qn, kn``
-    (with row scales it spilled, ``qk_rowscale``; in the forward's kernels too they moved bits at chunk 64,
-    round 28 call 2); not with fp16 or bf16 ``qn, kn`` (``qk_lowp_mode``, fp16 by default), which the later
-    kernels would have to round again: by default the inference forward stores fp16 ``qn, kn`` as training
-    does, and this applies with ``PREP_QK_LOWP=0``."""
-    return precision == "bf16" and qk_l2norm and not qk_lowp_mode(precision, qk_l2norm) and chunk_size < 64 \
-        and bool(knob("INFER_ROWSCALE", 1))
+    ``INFER_ROWSCALE``, default on; with l2norm, no taps, chunks below 64): the token kernel then writes
+    ``rq, rk`` [BT, H] instead of two ``[BT, H, K]`` tensors, and the intra and WY kernels form ``qn = q *
+    rq`` from the raw q, k and round it as the token kernel does (``tlmath.load_qk``,
+    ``common.rowscale_mode``): the same bits of ``o`` and the final state as the training forward. Not at
+    chunk 64: there, with bf16 inputs and fp32 ``qn, kn``, ``o`` and the final state moved on the H200 (6 of
+    16384 and 96 of 2048 elements, case ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``), so the
+    inference forward stores ``qn, kn`` and takes the training forward's token launch. Not in training,
+    where the backward's K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``). Stored as
+    fp16 ``qn, kn`` instead (``qk_lowp_mode``), the inference forward at chunk 16 took 1.585 ms at
+    lower-bound H64 T8192 (``docs/gpu/round33/call1``) against 1.485 with fp32 ``qn, kn`` and row scales
+    (``docs/gpu/round30/call8``)."""
+    return precision == "bf16" and qk_l2norm and chunk_size < 64 and bool(knob("INFER_ROWSCALE", 1))
 
 
 def mqk_bf16(precision: str) -> bool:
@@ -468,8 +467,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
     [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_state=False`` (no backward follows) without
-    ``tap_plan``: with l2norm and fp32 ``qn, kn`` (``PREP_QK_LOWP=0``) the row scales replace them in bf16
-    mode too (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
+    ``tap_plan``: with l2norm below chunk 64 the row scales replace them in bf16 mode too
+    (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
     ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
     operand with the reduction axis contiguous, as the MMAs need.
     """
@@ -542,7 +541,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], RS=rs, **LAUNCH, num_warps=knob("PREP_SOLVE_WARPS", 1),
+            TAP_MQK=taps and present["Mqk"], RS=rowscale_mode(rs, qk_lowp), **LAUNCH,
+            num_warps=knob("PREP_SOLVE_WARPS", 1),
             # 2 stages: the kernel 0.620 -> 0.522 ms against 3 (1: 0.602), lower-bound H32 T16384,
             # docs/gpu/round30/call9
             num_stages=knob("PREP_SOLVE_STAGES", 2),
@@ -550,7 +550,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     kda_fwd_wu_kernel[(NC, H)](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
-        BF16=bf16, RS=rs, **LAUNCH,
+        BF16=bf16, RS=rowscale_mode(rs, qk_lowp), **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4), num_stages=knob("PREP_WU_STAGES", 3),
     )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

@@ -24,7 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, fwd_lowp, seq_order, state_f64, state_grid, tap_kernel_args
+from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
+                     tap_kernel_args)
 from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -171,7 +172,7 @@ def kda_fwd_output_kernel(
     STORE_TAPS: tl.constexpr,
     TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
     STORE_O: tl.constexpr = 1,   # 0: the state pass formed o (recurrence.fuse_out): taps only
-    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
 ):
     i_c, i_h, i_vg = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -300,10 +301,11 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
 
 
 def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap_plan=None,
-                   out_dtype=torch.float32, o=None, rq=None, rk=None):
+                   out_dtype=torch.float32, o=None, rq=None, rk=None, qk_lowp=0):
     """Output pass: ``o [BT,H,V]`` in ``out_dtype`` (and the S, vcorr, U taps). Given ``o`` (formed by the
     state pass, ``fuse_out``), only the taps: it runs over the tap window and leaves ``o`` as it is.
-    ``rq, rk``: the l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``)."""
+    ``rq, rk``: the l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``,
+    ``prepare.rowscale_for_inference``), ``qk_lowp`` the token kernel's rounding (``prepare.qk_lowp_mode``)."""
     BT, H, K = qn.shape
     V = v.shape[-1]
     NC, C = chunks.n_chunks, chunks.chunk_size
@@ -330,7 +332,7 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            STORE_O=not taps_only, RS=rq is not None, **LAUNCH,
+            STORE_O=not taps_only, RS=rowscale_mode(rq is not None, qk_lowp), **LAUNCH,
             num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
             num_stages=knob("OUT_STAGES", 1),
         )

@@ -91,11 +91,16 @@ def mm_tf32(a, b, BF16: tl.constexpr):
 @triton.jit
 def load_qk(x, o_x, m_x, r, o_row, m_row, RS: tl.constexpr):
     """Rows of ``qn`` or ``kn`` as fp32: ``x[o_x]``, or with ``RS`` (row scales: ``x`` is the raw q or k)
-    ``x[o_x] * r[o_row]`` per row, the product the token kernel forms (``prepare.qk_rowscale``): the same
-    fp32 values as stored ones, from 2-byte inputs instead of 4-byte ``qn``, ``kn``. Masked rows are 0."""
+    ``x[o_x] * r[o_row]`` per row, the product the token kernel forms (``prepare.qk_rowscale``), rounded
+    as the token kernel rounds it (``RS = 1 + QK_LOWP``: 1 none, 2 to bf16, 3 to fp16;
+    ``common.rowscale_mode``): the same values as stored ones, from the 2-byte inputs. Masked rows are 0."""
     b_x = tl.load(x + o_x, mask=m_x, other=0).to(tl.float32)
     if RS:
         b_x = b_x * tl.load(r + o_row, mask=m_row, other=0)[:, None]
+        if RS == 2:
+            b_x = round_bf16(b_x)
+        elif RS == 3:
+            b_x = b_x.to(tl.float16).to(tl.float32)
     return b_x
 
 

@@ -74,10 +74,10 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm and fp32 qn, kn (PREP_QK_LOWP=0) below chunk 64, a forward "
-                                "with no backward to follow and no taps: 1 keeps the l2norm as row scales rq, "
-                                "rk, as QK_ROWSCALE does in fp32 mode (prepare.rowscale_for_inference); 0: fp32 "
-                                "qn, kn stored as in training", False),
+    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to follow and "
+                                "no taps: 1 keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 "
+                                "mode, each reader rounding q * rq as the token kernel does "
+                                "(prepare.rowscale_for_inference); 0: qn, kn stored as in training", False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
                           "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "

@@ -428,10 +428,10 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     """chunk_kda without a backward to follow (under torch.no_grad, or no input requiring grad) runs the
     forward with keep_state=False: o and the final state have the bits of the training forward; in bf16
     mode (the state pass forms o) the per-chunk S and U are then not stored, in fp32 mode (the output pass
-    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward stores fp16
-    qn, kn as training does (PREP_QK_LOWP's default); with fp32 qn, kn (PREP_QK_LOWP=0), below chunk 64
-    it keeps row scales instead (INFER_ROWSCALE, default 1; 0 stores them: the same bits either way), at
-    chunk 64 it stores them, with the training forward's token launch."""
+    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward below chunk
+    64 keeps row scales instead of qn, kn, each reader rounding q * rq to fp16 as the token kernel does
+    (INFER_ROWSCALE, default 1; 0 stores qn, kn: the same bits either way), at chunk 64 it stores them,
+    with the training forward's token launch."""
     import kdadbg_kernels.chunk as chunk_mod
 
     case = get_case(name)
@@ -465,14 +465,13 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     o_d, ht_d = call(False)
     monkeypatch.setenv("KDADBG_INFER_ROWSCALE", "0")
     with torch.no_grad():
-        o_q, ht_q = call(True)  # fp32 qn, kn stored, as in training
+        o_q, ht_q = call(True)  # qn, kn stored, as in training
     monkeypatch.delenv("KDADBG_INFER_ROWSCALE")
     stored = precision == "fp32"
     assert kept == [(True, True, True)] + [(False, stored, stored)] * 3
     # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward and below
     # chunk 64 (prepare.rowscale_for_inference)
-    from kdadbg_kernels.prepare import qk_lowp_mode
-    rs = stored or (cfg.chunk_size < 64 and not qk_lowp_mode(precision, cfg.qk_l2norm))
+    rs = stored or cfg.chunk_size < 64
     assert cfg.qk_l2norm and scales == [stored, rs, rs, stored]
     for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q)):
         assert not o.requires_grad and o.numel() and ht.numel()
@@ -483,6 +482,13 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     with torch.no_grad():
         call(True, TapSelection(names=("S", "U"), chunks=(0, 1)))
     assert kept == [(False, True, True)] and scales == [stored]
+    if precision == "bf16":  # bf16 qn, kn (PREP_QK_LOWP=1): the readers of the row scales round to bf16
+        monkeypatch.setenv("KDADBG_PREP_QK_LOWP", "1")
+        o_t, ht_t = call(True)
+        with torch.no_grad():
+            o_n, ht_n = call(True)
+        assert scales[-2:] == [False, rs]
+        assert torch.equal(bits(o_n.float()), bits(o_t.detach().float())) and torch.equal(bits(ht_n), bits(ht_t.detach()))
 
 
 @pytest.mark.parametrize("B,T,cu,window", [

@@ -114,6 +114,18 @@ def test_every_launch_fits_in_shared_memory(precision, K, taps):
     assert smem["kda_fwd_recurrence_kernel"] > 0 and smem["recurrence_bwd_kernel"] > 0
 
 
+def test_the_inference_forward_with_row_scales_compiles_without_spills():
+    """bf16 mode's inference forward below chunk 64 reads q, k through the row scales, rounding q * rq to fp16
+    (prepare.rowscale_for_inference): its four launches compile for sm_90, the intra and WY kernels spill
+    nothing."""
+    p = run_script("kernel_resources.py", "--chunk-size", "16", "--infer", "--setting", "lower_bound")
+    lines = [x for x in p.stdout.splitlines() if "SMEM:" in x]
+    assert p.returncode == 0 and [x.split()[0] for x in lines] == [
+        "kda_fwd_token_kernel", "kda_fwd_intra_solve_kernel", "kda_fwd_wu_kernel", "kda_fwd_recurrence_kernel"], \
+        p.stdout + p.stderr
+    assert all(" STACK:0 " in x and not x.endswith(" OVER") for x in lines), p.stdout
+
+
 LOOP = """    %r:3 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %x, %p = %y, %s = %z) -> (f32, f32, f32) {
       %t = tt.load %ptr_t, %m : tensor<128x!tt.ptr<f32>, #blocked>
       %c = ttg.async_copy_global_to_local %ptr_c, %buf mask %m : tensor<64x16x!tt.ptr<f32>, #blocked1>
