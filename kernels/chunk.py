@@ -34,7 +34,8 @@ def bwd_fwd_operands(precision: str) -> int:
     H200 the bf16 case table's ``kimi`` then missed fla's bar in ``dA_log`` (1.14e-2 against 1e-2,
     ``round28/call4/gpu_tests.log``), so it stays a variant. ``krT`` is not offered: read
     transposed, the reverse pass's step waited on that load (``benchmarks/loop_check.py``, Triton 3.9 for
-    sm_90) and on the H200 it faulted (round 28 call 2). fp32 mode: 0, the backward forms both."""
+    sm_90) and on the H200 it faulted (``git show dba99d1:docs/gpu/round28/call2/bench.log``). fp32 mode:
+    0, the backward forms both."""
     mask = knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
     if mask & ~3:
         raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1 and 2")

@@ -253,6 +253,52 @@ def test_bench_merge_keeps_the_last_row_of_each_configuration_and_the_rest_besid
     assert p.stderr.strip().count("\n") == 0 and str(bad) in p.stderr and "schema 1" in p.stderr
 
 
+def test_bench_table_bolds_the_targets_met_and_takes_the_better_inference_chunk(tmp_path):
+    """benchmarks/bench_table.py: one row per configuration with its commit, a ratio bold where issue 23's
+    target is met (forward <= 0.9, forward + backward <= 0.85, FlashKDA <= 0.9), the inference forward at
+    the better chunk, the latest taps timing, --commits filtering, and a one-line refusal of a file that is
+    not bench.py's JSON or holds no row of the commits asked for."""
+    import json
+    import subprocess
+    import sys
+
+    ours = {"fwd_ms": 1.0, "fwdbwd_ms": 4.0, "peak_mem_gib": 2.5}
+    data = {"schema": 2, "results": [
+        {"name": "softplus_dense_H16_T16384", "setting": "softplus", "shape": "dense_H16_T16384", "commit": "aaa",
+         "runs": {"ours": ours, "fla": {"fwd_ms": 1.2, "fwdbwd_ms": 4.4, "peak_mem_gib": 2.2}},
+         "ratios": {"ours/fla_fwd": 1.0 / 1.2, "ours/fla_fwdbwd": 4.0 / 4.4}},
+        {"name": "lower_bound_dense_H64_T8192", "setting": "lower_bound", "shape": "dense_H64_T8192", "commit": "bbb",
+         "runs": {"ours": ours, "flashkda": {"fwd_ms": 1.25, "peak_mem_gib": 1.2},
+                  "ours_infer": {"fwd_ms": 1.8, "peak_mem_gib": 2.0}, "ours_infer_c16": {"fwd_ms": 1.6, "peak_mem_gib": 1.9}},
+         "ratios": {"ours/flashkda_fwd": 0.8, "ours_infer/flashkda_fwd": 1.28}}],
+        "taps": [{"name": "lower_bound_dense_H32_T16384", "commit": "aaa", "taps_ratios": [1.2, 1.2, 1.2]},
+                 {"name": "lower_bound_dense_H32_T16384", "commit": "bbb", "taps_ratios": [1.097, 1.096, 1.1]}]}
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps(data))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_table.py"
+    p = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert "| softplus, H16 T16384 | 1.000 | 1.200 | **0.833** | 4.000 | 4.400 | 0.909 | 2.50 / 2.20 | aaa |" in lines
+    assert "| H64 T8192 | 1.000 | 1.600 (16) | 1.250 | **0.800** | 1.280 | 2.50 / 1.90 / 1.20 | bbb |" in lines
+    assert "| lower_bound, H32 T16384 | 1.097 / 1.096 / 1.100 | bbb |" in lines and "1.200 / 1.200" not in p.stdout
+    p = subprocess.run([sys.executable, str(script), str(f), "--commits", "aaa"], capture_output=True, text=True)
+    assert p.returncode == 0 and "softplus, H16" in p.stdout and "H64 T8192" not in p.stdout
+    assert "1.200 / 1.200 / 1.200 | aaa" in p.stdout
+    # a later row timing fla at the same configuration replaces it, also under --commits of the earlier one
+    data["results"].append(dict(data["results"][0], commit="ccc"))
+    f.write_text(json.dumps(data))
+    p = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True)
+    assert [x.split(" | ")[-1] for x in p.stdout.splitlines() if x.startswith("| softplus")] == ["ccc |"]
+    p = subprocess.run([sys.executable, str(script), str(f), "--commits", "aaa"], capture_output=True, text=True)
+    assert p.returncode == 0 and "| softplus" not in p.stdout
+    for args, said in (([str(f), "--commits", "zzz"], "no rows of commits zzz"),
+                       ([str(tmp_path / "none.json")], "cannot read")):
+        p = subprocess.run([sys.executable, str(script), *args], capture_output=True, text=True)
+        assert p.returncode != 0 and p.stderr.strip().count("\n") == 0 and said in p.stderr
+        assert p.stderr.startswith("bench_table: ")
+
+
 def test_bench_ratios_keep_the_inference_forward_to_flashkda_alone():
     """benchmarks/bench.py: ours and its knob variants against fla (forward, forward + backward), our best
     training forward (chunk sizes included) against FlashKDA's forward, and ours_infer (the forward under

@@ -1,0 +1,121 @@
+"""Markdown tables of a ``bench.py`` or ``bench_merge.py`` JSON: the tables that README's Performance section
+and ``docs/benchmarks.md`` quote, made from the file rather than copied by hand.
+
+    python benchmarks/bench_table.py [docs/benchmarks.json] [--commits SHA[,SHA...]]
+
+Three tables: ours against fla (forward, forward + backward, their ratios, peak memory), ours against
+FlashKDA's forward (our training forward, our inference forward at the better of chunks 64 and 16), and the
+taps-on ratios (the latest timing per configuration). Per configuration and peer the table takes the last
+row that timed that peer (a merged file's rows are in timing order). A ratio that meets issue 23's target is bold (forward
+and FlashKDA <= 0.9, forward + backward <= 0.85). Each row names the commit it was timed at;
+``--commits`` keeps the rows of those commits only. A file that is not bench.py's JSON is refused with one
+line naming it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_merge import load  # noqa: E402
+
+TARGETS = {"fwd": 0.9, "fwdbwd": 0.85, "flashkda": 0.9}
+
+
+def _ms(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
+def _ratio(x, target) -> str:
+    if x is None:
+        return "-"
+    return f"**{x:.3f}**" if x <= target else f"{x:.3f}"
+
+
+def _where(row) -> str:
+    shape = row["shape"].replace("dense_", "").replace("_", " ").replace("varlen mixed6", "varlen")
+    return f"{row['setting']}, {shape}"
+
+
+def _commit(row: dict, data: dict) -> str:
+    """A merged file names each row's commit; a bench.py file names its own in ``env``."""
+    return row.get("commit") or (data.get("env") or {}).get("commit") or "?"
+
+
+def fla_table(rows: list[dict]) -> list[str]:
+    out = ["| setting, shape | ours fwd | fla fwd | fwd ratio | ours f+b | fla f+b | f+b ratio | GiB ours / fla "
+           "| commit |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        o, f = r["runs"]["ours"], r["runs"]["fla"]
+        out.append(f"| {_where(r)} | {_ms(o.get('fwd_ms'))} | {_ms(f.get('fwd_ms'))} | "
+                   f"{_ratio(r['ratios'].get('ours/fla_fwd'), TARGETS['fwd'])} | {_ms(o.get('fwdbwd_ms'))} | "
+                   f"{_ms(f.get('fwdbwd_ms'))} | {_ratio(r['ratios'].get('ours/fla_fwdbwd'), TARGETS['fwdbwd'])} | "
+                   f"{o.get('peak_mem_gib', 0):.2f} / {f.get('peak_mem_gib', 0):.2f} | {r['_commit']} |")
+    return out
+
+
+def flashkda_table(rows: list[dict]) -> list[str]:
+    out = ["| shape | ours fwd | ours inference fwd (chunk) | FlashKDA fwd | ours / FlashKDA | inference / FlashKDA "
+           "| GiB ours / inference / FlashKDA | commit |", "|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        runs = r["runs"]
+        infer = min((runs[n]["fwd_ms"], c, runs[n].get("peak_mem_gib", 0))
+                    for n, c in (("ours_infer", 64), ("ours_infer_c16", 16)) if n in runs)
+        out.append(f"| {_where(r).split(', ', 1)[1]} | {_ms(runs['ours'].get('fwd_ms'))} | {_ms(infer[0])} ({infer[1]}) | "
+                   f"{_ms(runs['flashkda'].get('fwd_ms'))} | "
+                   f"{_ratio(r['ratios'].get('ours/flashkda_fwd'), TARGETS['flashkda'])} | "
+                   f"{_ratio(r['ratios'].get('ours_infer/flashkda_fwd'), TARGETS['flashkda'])} | "
+                   f"{runs['ours'].get('peak_mem_gib', 0):.2f} / {infer[2]:.2f} / "
+                   f"{runs['flashkda'].get('peak_mem_gib', 0):.2f} | {r['_commit']} |")
+    return out
+
+
+def taps_table(data: dict, commits: set[str] | None) -> list[str]:
+    latest = {}
+    for t in data.get("taps") or [r for r in data["results"] if r.get("taps_ratios")]:
+        if commits is None or _commit(t, data) in commits:
+            latest[t["name"]] = dict(t, _commit=_commit(t, data))
+    out = ["| setting, shape | taps on / off, three separate pairs (forward + backward) | commit |", "|---|---|---|"]
+    for name, t in latest.items():
+        setting = next(x for x in ("lower_bound", "softplus", "pregated") if name.startswith(x))
+        where = _where({"setting": setting, "shape": name[len(setting) + 1:]})
+        out.append(f"| {where} | {' / '.join(f'{x:.3f}' for x in t['taps_ratios'])} | {t['_commit']} |")
+    return out
+
+
+def tables(data: dict, commits: set[str] | None = None) -> str:
+    rows = [dict(r, _commit=_commit(r, data)) for r in data["results"]]
+    fla, fk = ([r for r in {(r["setting"], r["shape"]): r for r in rows if peer in r["runs"]}.values()
+                if commits is None or r["_commit"] in commits]
+               for peer in ("fla", "flashkda"))  # per configuration the last row that timed the peer
+    parts = []
+    if fla:
+        parts += ["Ours against fla (ms, `do_bench` medians; ratio ours / fla, lower is better):", "", *fla_table(fla)]
+    if fk:
+        parts += ["", "Ours against upstream FlashKDA's forward (lower-bound gate; ms):", "", *flashkda_table(fk)]
+    taps = taps_table(data, commits)
+    if len(taps) > 2:
+        parts += ["", "Every tap on for a 64-chunk window against taps off:", "", *taps]
+    if not parts:
+        raise SystemExit("bench_table: no rows" + (f" of commits {', '.join(sorted(commits))}" if commits else ""))
+    return "\n".join(parts) + "\n"
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("json", nargs="?", default="docs/benchmarks.json", type=Path)
+    ap.add_argument("--commits", default=None, help="comma list: only rows timed at these commits")
+    a = ap.parse_args(argv)
+    commits = set(a.commits.split(",")) if a.commits else None
+    try:
+        data = load(a.json)
+    except SystemExit as e:  # bench_merge's one-line refusal, under this script's name
+        raise SystemExit(str(e).replace("bench_merge:", "bench_table:", 1)) from None
+    sys.stdout.write(tables(data, commits))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
