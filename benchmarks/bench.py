@@ -21,8 +21,8 @@ against FlashKDA's forward ours is also timed at chunk 16 (``--flashkda-chunks``
 our best; ``ours_infer`` (``ours_infer_c16`` at chunk 16) is our forward under ``torch.no_grad`` (an
 inference forward, as FlashKDA's is: nothing kept for a backward, so the state pass stores no per-chunk
 ``S``, ``U``, nor, below chunk 64, ``qn, kn``), ratio ``ours_infer/flashkda_fwd`` of our better chunk;
-with ``--ab`` in the lower-bound setting it is timed at each variant too (``ours_infer@NAME=value``, no
-ratio).
+with ``--ab`` in the lower-bound setting it is timed at each variant too, at each chunk
+(``ours_infer@NAME=value``, ``ours_infer_c16@NAME=value``; no ratio).
 
 "fwd" is the training forward (inputs require grad); "fwd+bwd" adds ``torch.autograd.grad`` w.r.t.
 every input (``A_log``, ``dt_bias`` included). Times are ``triton.testing.do_bench`` medians (ms).
@@ -141,9 +141,10 @@ def variant_tag(variant: dict) -> str:
     return "ours@" + ",".join(f"{n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
 
 
-def infer_tag(variant: dict) -> str:
-    """The inference forward's run with ``variant``'s knob overrides (beside FlashKDA)."""
-    return variant_tag(variant).replace("ours@", "ours_infer@", 1)
+def infer_tag(variant: dict, chunk: int | None = None) -> str:
+    """The inference forward's run with ``variant``'s knob overrides (beside FlashKDA), at ``chunk`` when it
+    is not the default chunk (``ours_infer_c16@...``)."""
+    return variant_tag(variant).replace("ours@", "ours_infer@" if chunk is None else f"ours_infer_c{chunk}@", 1)
 
 
 def configurations(a) -> list[dict]:
@@ -157,7 +158,7 @@ def configurations(a) -> list[dict]:
             if "flashkda" in runs:
                 other = [c for c in a.flashkda_chunks if c != a.chunk_size]
                 runs += [f"ours_c{c}" for c in other] + ["ours_infer"] + [f"ours_infer_c{c}" for c in other]
-                runs += [infer_tag(v) for v in a.variants if setting in a.ab_settings]
+                runs += [infer_tag(v, c) for v in a.variants if setting in a.ab_settings for c in [None, *other]]
             out.append(dict(name=f"{setting}_{shape['shape']}", setting=setting, **shape, runs=runs,
                             taps=f"{setting}:{shape['shape']}" in taps_at))
     return out
@@ -338,6 +339,8 @@ class Bench:
                          if chunk != a.chunk_size})
             if c["setting"] in a.ab_settings:
                 plan.update({infer_tag(v): (infer(), None, v) for v in a.variants})
+                plan.update({infer_tag(v, chunk): (infer(chunk), None, v) for v in a.variants
+                             for chunk in a.flashkda_chunks if chunk != a.chunk_size})
         for tag, (fwd, fwdbwd, variant) in plan.items():
             r = runs[tag] = {}
             try:

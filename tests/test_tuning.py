@@ -315,7 +315,7 @@ def test_bench_ratios_keep_the_inference_forward_to_flashkda_alone():
         sys.path.remove(bench_dir)
     rec = {"runs": {"ours": {"fwd_ms": 2.0, "fwdbwd_ms": 8.0}, "ours@REC_BV=32": {"fwd_ms": 2.2, "fwdbwd_ms": 8.8},
                     "ours_c16": {"fwd_ms": 1.8}, "ours_infer": {"fwd_ms": 1.5}, "ours_infer_c16": {"fwd_ms": 1.4},
-                    "ours_infer@INFER_ROWSCALE=0": {"fwd_ms": 1.3},
+                    "ours_infer@INFER_ROWSCALE=0": {"fwd_ms": 1.3}, "ours_infer_c16@INFER_ROWSCALE=0": {"fwd_ms": 1.2},
                     "fla": {"fwd_ms": 2.5, "fwdbwd_ms": 10.0}, "flashkda": {"fwd_ms": 1.0}}}
     bench.ratios(rec)
     assert rec["ratios"] == pytest.approx({"ours/fla_fwd": 0.8, "ours/fla_fwdbwd": 0.8, "ours/flashkda_fwd": 1.8,
@@ -328,6 +328,7 @@ def test_bench_ratios_keep_the_inference_forward_to_flashkda_alone():
     assert "ours_infer" in rows["lower_bound_dense_H16_T8192"] and "ours_infer" not in rows["pregated_dense_H16_T8192"]
     assert "ours_infer_c16" in rows["lower_bound_dense_H16_T8192"]
     assert "ours_infer@INFER_ROWSCALE=0" in rows["lower_bound_dense_H16_T8192"]
+    assert "ours_infer_c16@INFER_ROWSCALE=0" in rows["lower_bound_dense_H16_T8192"]
 
 
 def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path):
