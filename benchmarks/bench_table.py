@@ -5,9 +5,9 @@ and ``docs/benchmarks.md`` quote, made from the file rather than copied by hand.
 
 Three tables: ours against fla (forward, forward + backward, their ratios, peak memory), ours against
 FlashKDA's forward (our training forward, our inference forward at the better of chunks 64 and 16), and the
-taps-on ratios (the latest timing per configuration). Per configuration and peer the table takes the last
-row that timed that peer (a merged file's rows are in timing order). A ratio that meets issue 23's target is bold (forward
-and FlashKDA <= 0.9, forward + backward <= 0.85). Each row names the commit it was timed at;
+taps-on ratios (the latest timing per configuration). Per configuration and peer the table takes the last row
+that timed that peer (a merged file's rows are in timing order). A ratio that meets issue 23's target is bold
+(forward and FlashKDA <= 0.9, forward + backward <= 0.85). Each row names the commit it was timed at;
 ``--commits`` keeps the rows of those commits only. A file that is not bench.py's JSON is refused with one
 line naming it.
 """
@@ -34,9 +34,12 @@ def _ratio(x, target) -> str:
     return f"**{x:.3f}**" if x <= target else f"{x:.3f}"
 
 
+def _shape(shape: str) -> str:
+    return shape.replace("dense_", "").replace("_", " ").replace("varlen mixed6", "varlen")
+
+
 def _where(row) -> str:
-    shape = row["shape"].replace("dense_", "").replace("_", " ").replace("varlen mixed6", "varlen")
-    return f"{row['setting']}, {shape}"
+    return f"{row['setting']}, {_shape(row['shape'])}"
 
 
 def _commit(row: dict, data: dict) -> str:
@@ -63,7 +66,7 @@ def flashkda_table(rows: list[dict]) -> list[str]:
         runs = r["runs"]
         infer = min((runs[n]["fwd_ms"], c, runs[n].get("peak_mem_gib", 0))
                     for n, c in (("ours_infer", 64), ("ours_infer_c16", 16)) if n in runs)
-        out.append(f"| {_where(r).split(', ', 1)[1]} | {_ms(runs['ours'].get('fwd_ms'))} | {_ms(infer[0])} ({infer[1]}) | "
+        out.append(f"| {_shape(r['shape'])} | {_ms(runs['ours'].get('fwd_ms'))} | {_ms(infer[0])} ({infer[1]}) | "
                    f"{_ms(runs['flashkda'].get('fwd_ms'))} | "
                    f"{_ratio(r['ratios'].get('ours/flashkda_fwd'), TARGETS['flashkda'])} | "
                    f"{_ratio(r['ratios'].get('ours_infer/flashkda_fwd'), TARGETS['flashkda'])} | "
@@ -80,8 +83,8 @@ def taps_table(data: dict, commits: set[str] | None) -> list[str]:
     out = ["| setting, shape | taps on / off, three separate pairs (forward + backward) | commit |", "|---|---|---|"]
     for name, t in latest.items():
         setting = next(x for x in ("lower_bound", "softplus", "pregated") if name.startswith(x))
-        where = _where({"setting": setting, "shape": name[len(setting) + 1:]})
-        out.append(f"| {where} | {' / '.join(f'{x:.3f}' for x in t['taps_ratios'])} | {t['_commit']} |")
+        pairs = " / ".join(f"{x:.3f}" for x in t["taps_ratios"])
+        out.append(f"| {setting}, {_shape(name[len(setting) + 1:])} | {pairs} | {t['_commit']} |")
     return out
 
 

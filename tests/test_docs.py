@@ -34,3 +34,21 @@ def test_the_merged_benchmarks_name_files_in_the_tree():
     assert merged["merged_from"] and merged["results"]
     assert [p for p in merged["merged_from"] if not (ROOT / p).is_file()] == []
     assert {r["source"] for r in merged["results"]} <= set(merged["merged_from"])
+
+
+def test_the_quoted_benchmark_tables_are_what_bench_table_prints():
+    """README and docs/benchmarks.md quote bench_table.py's output for the commits they name: each
+    ``bench_table.py --commits ...`` they mention prints a table that stands in them verbatim."""
+    import subprocess
+    import sys
+
+    checked = 0
+    for doc in (ROOT / "README.md", ROOT / "docs" / "benchmarks.md"):
+        text = doc.read_text()
+        for commits in set(re.findall(r"bench_table\.py --commits ([0-9a-f]{7}(?:,[0-9a-f]{7})*)", text)):
+            p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_table.py"), "--commits", commits],
+                               capture_output=True, text=True, cwd=ROOT)
+            assert p.returncode == 0, p.stderr
+            assert p.stdout.strip() in text, f"{doc.name}: the tables of --commits {commits} differ from the file's"
+            checked += 1
+    assert checked >= 2, checked
