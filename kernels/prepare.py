@@ -25,7 +25,7 @@ import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, tap_kernel_args
 from .tuning import block_size, knob
-from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_bf16, rsqrt_, sigmoid, store_rn
+from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -126,14 +126,9 @@ def kda_fwd_token_kernel(
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
-        b_q = tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None]
-        b_k = tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None]
-        if QK_LOWP == 1:  # every use below and in the later kernels reads the stored bf16 values
-            b_q = round_bf16(b_q)
-            b_k = round_bf16(b_k)
-        elif QK_LOWP == 2:  # fp16, to nearest (|qn| <= 1: no overflow; below 6e-5 subnormal, abs. error 3e-8)
-            b_q = b_q.to(tl.float16).to(tl.float32)
-            b_k = b_k.to(tl.float16).to(tl.float32)
+        # rounded as stored: every use below and in the later kernels reads the stored values
+        b_q = round_qk(tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None], QK_LOWP)
+        b_k = round_qk(tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None], QK_LOWP)
         b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
         if GATE != 0:
             b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)

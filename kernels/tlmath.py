@@ -89,18 +89,27 @@ def mm_tf32(a, b, BF16: tl.constexpr):
 
 
 @triton.jit
+def round_qk(x, QK_LOWP: tl.constexpr):
+    """The l2-normalised ``qn`` or ``kn`` rounded as bf16 mode stores it (``prepare.qk_lowp_mode``), kept in
+    fp32: 0 not at all, 1 to bf16, 2 to fp16, both to nearest (|qn| <= 1: no fp16 overflow; below 6e-5
+    subnormal, absolute error 3e-8)."""
+    if QK_LOWP == 1:
+        return round_bf16(x)
+    elif QK_LOWP == 2:
+        return x.to(tl.float16).to(tl.float32)
+    else:
+        return x
+
+
+@triton.jit
 def load_qk(x, o_x, m_x, r, o_row, m_row, RS: tl.constexpr):
     """Rows of ``qn`` or ``kn`` as fp32: ``x[o_x]``, or with ``RS`` (row scales: ``x`` is the raw q or k)
     ``x[o_x] * r[o_row]`` per row, the product the token kernel forms (``prepare.qk_rowscale``), rounded
-    as the token kernel rounds it (``RS = 1 + QK_LOWP``: 1 none, 2 to bf16, 3 to fp16;
-    ``common.rowscale_mode``): the same values as stored ones, from the 2-byte inputs. Masked rows are 0."""
+    as the token kernel rounds it (``RS = 1 + QK_LOWP``, ``common.rowscale_mode``; ``round_qk``): the same
+    values as stored ones, from the 2-byte inputs. Masked rows are 0."""
     b_x = tl.load(x + o_x, mask=m_x, other=0).to(tl.float32)
     if RS:
-        b_x = b_x * tl.load(r + o_row, mask=m_row, other=0)[:, None]
-        if RS == 2:
-            b_x = round_bf16(b_x)
-        elif RS == 3:
-            b_x = b_x.to(tl.float16).to(tl.float32)
+        b_x = round_qk(b_x * tl.load(r + o_row, mask=m_row, other=0)[:, None], RS - 1)
     return b_x
 
 
