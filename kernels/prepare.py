@@ -73,6 +73,8 @@ def kda_fwd_token_kernel(
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
+    UNROLL: tl.constexpr = 0,    # >0: the K-block loops unrolled by this factor (knob PREP_UNROLL; same bits)
+    AHEAD: tl.constexpr = 0,     # 1: q, k, g of the next K block loaded one step ahead (knob PREP_AHEAD; same bits)
 ):
     i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
@@ -105,7 +107,7 @@ def kda_fwd_token_kernel(
     if L2NORM:
         b_sq = tl.zeros([BC], dtype=tl.float32)
         b_sk = tl.zeros([BC], dtype=tl.float32)
-        for i_k in range(tl.cdiv(K, BK)):
+        for i_k in tl.range(0, tl.cdiv(K, BK), loop_unroll_factor=UNROLL if UNROLL else None):
             o_k = i_k * BK + tl.arange(0, BK)
             o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
             m_tk = m_t[:, None] & (o_k < K)[None, :]
@@ -121,15 +123,31 @@ def kda_fwd_token_kernel(
 
     # per K block: the per-token stage (qn, kn, gc, gT, kr)
     o_cK = o_t[:, None] * K
-    for i_k in range(tl.cdiv(K, BK)):
+    if AHEAD:  # block 0's raw q, k, g; each step then loads the next block's before its own work
+        o_tk0 = (o_tok[:, None] * H + i_h) * K + tl.arange(0, BK)[None, :]
+        m_tk0 = m_t[:, None] & (tl.arange(0, BK) < K)[None, :]
+        n_q = tl.load(q + o_tk0, mask=m_tk0, other=0)
+        n_k = tl.load(k + o_tk0, mask=m_tk0, other=0)
+        n_g = tl.load(g + o_tk0, mask=m_tk0, other=0)
+    for i_k in tl.range(0, tl.cdiv(K, BK), loop_unroll_factor=UNROLL if UNROLL else None):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
         m_tk = m_t[:, None] & m_k[None, :]
         o_tk = (o_tok[:, None] * H + i_h) * K + o_k[None, :]
+        if AHEAD:
+            r_q, r_k, r_g = n_q, n_k, n_g
+            m_next = m_t[:, None] & (o_k + BK < K)[None, :]
+            n_q = tl.load(q + o_tk + BK, mask=m_next, other=0)
+            n_k = tl.load(k + o_tk + BK, mask=m_next, other=0)
+            n_g = tl.load(g + o_tk + BK, mask=m_next, other=0)
+        else:
+            r_q = tl.load(q + o_tk, mask=m_tk, other=0)
+            r_k = tl.load(k + o_tk, mask=m_tk, other=0)
+            r_g = tl.load(g + o_tk, mask=m_tk, other=0)
         # rounded as stored: every use below and in the later kernels reads the stored values
-        b_q = round_qk(tl.load(q + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rq[:, None], QK_LOWP)
-        b_k = round_qk(tl.load(k + o_tk, mask=m_tk, other=0).to(tl.float32) * b_rk[:, None], QK_LOWP)
-        b_g = tl.load(g + o_tk, mask=m_tk, other=0).to(tl.float32)
+        b_q = round_qk(r_q.to(tl.float32) * b_rq[:, None], QK_LOWP)
+        b_k = round_qk(r_k.to(tl.float32) * b_rk[:, None], QK_LOWP)
+        b_g = r_g.to(tl.float32)
         if GATE != 0:
             b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
         else:
@@ -510,6 +528,12 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     wide = has_gate and store_qk and C == 64
     bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
     warps = knob("PREP_WARPS", 8 if wide else 4)
+    # at that launch its K-block loops unrolled, each step loading the next block's q, k, g before its own
+    # work (launch-only, the same bits): the token kernel 0.589 -> 0.523 ms lower-bound, 0.601 -> 0.526
+    # softplus at H32 T16384 (docs/gpu/round34/call3); pre-gated (4 warps, blocks of 64) loading ahead was
+    # slower, 0.367 -> 0.402
+    unroll = knob("PREP_UNROLL", triton.cdiv(K, bk) if wide else 0)
+    ahead = knob("PREP_AHEAD", 1 if wide else 0)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
@@ -524,7 +548,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_LOWP=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
-            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], **LAUNCH, num_warps=warps,
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, **LAUNCH,
+            num_warps=warps,
             num_stages=knob("PREP_STAGES", 3),
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,

@@ -37,8 +37,8 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, rsqrt_, slot_index, store_rn, tap_index,
-                     truncate_mantissa)
+from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
+                     tap_index, truncate_mantissa)
 from .tuning import block_size, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
@@ -369,6 +369,7 @@ def chunk_bwd_dqkg_kernel(
     TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
     LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
+    PREFETCH: tl.constexpr = 0,  # 1: the rows read after the block loops asked into L2 first (DQKG_PREFETCH)
 ):
     if FILL:  # first: its arguments then hold no register through the loops
         _fill_nan(fill, fill_n)
@@ -387,6 +388,13 @@ def chunk_bwd_dqkg_kernel(
     m_tk = m_t[:, None] & m_k[None, :]
     o_ch = (i_c * H + i_h).to(tl.int64)
     o_tk = ((bos + o_t[:, None]) * H + i_h) * K + o_k[None, :]
+    if PREFETCH:  # the V pass's rows and the raw gate, read after the loops: their lines in L2 by then
+        o_line = ((bos + tl.minimum(o_t, n - 1)) * H + i_h) * K + i_k * BK  # a row's K block: one line
+        prefetch_l2(dOS + o_line)
+        prefetch_l2(dcS + o_line)
+        prefetch_l2(dkr + o_line)
+        if GATE != 0:
+            prefetch_l2(g + o_line)
 
     b_b = tl.load(b + (bos + o_t) * H + i_h, mask=m_t, other=0.)
     b_gT = tl.load(gT + o_ch * K + o_k, mask=m_k, other=0.)
@@ -715,7 +723,10 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             BLOCKED=blocked, TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
-            SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages, **LAUNCH,
+            SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages,
+            # the rows read after the block loops asked into L2 at the start: the K pass 3.355 -> 3.265 ms
+            # lower-bound, 3.561 -> 3.464 softplus at H32 T16384 (docs/gpu/round34/call4)
+            PREFETCH=knob("DQKG_PREFETCH", 1) if DOT != 0 else 0, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 

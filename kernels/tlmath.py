@@ -215,3 +215,13 @@ def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr, PRECISE: tl.conste
     else:
         return b_g
 
+
+
+@triton.jit
+def prefetch_l2(p):
+    """Ask for the 128-byte line at each address of ``p`` to be brought into L2 (PTX ``prefetch.global.L2``):
+    no value is read into registers and nothing waits, so a later load of those lines comes from L2 rather
+    than memory. The GPU only (inline PTX; under the interpreter nothing is done)."""
+    if not INTERPRET:
+        tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
+                                  is_pure=False, pack=1)

@@ -83,6 +83,13 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
+    "PREP_UNROLL": Knob("the number of K blocks at PREP_WARPS' 8-warp launch (chunk 64, gate in the kernel, qn, kn "
+                        "stored), else 0",
+                        "forward token kernel: its two K-block loops unrolled by this factor (0: not unrolled), so "
+                        "that later blocks' loads may issue before earlier blocks' work", False),
+    "PREP_AHEAD": Knob("1 at PREP_WARPS' 8-warp launch, else 0",
+                       "forward token kernel: 1 loads the next K block's q, k, g one step ahead of the block's own "
+                       "work (the loads feed no tl.dot, so the pipeliner leaves them in place)", False),
     "PREP_STAGES": Knob("3", "pipeline stages of the forward token kernel", False),
     "PREP_SOLVE_STAGES": Knob("2", "pipeline stages of the forward intra/solve kernel", False),
     "BPREP_WARPS": Knob("4", "warps of the backward precompute kernel (chunk_bwd_prep)", False),
@@ -127,6 +134,9 @@ KNOBS: dict[str, Knob] = {
     "DQKGV_STAGES": Knob("3", "pipeline stages of the backward V pass", False),
     "FINISH_WARPS": Knob("8", "warps of the backward finish kernel", False),
     "FINISH_STAGES": Knob("3", "pipeline stages of the backward finish kernel", False),
+    "DQKG_PREFETCH": Knob("1 in the bf16 modes", "backward K pass: 1 asks for the lines of the rows it reads "
+                          "after its block loops (the V pass's dO S^T, dvcorr S^T, dkr; the raw gate) into L2 at its "
+                          "start (tlmath.prefetch_l2)", False),
     "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
     "DQKG_STAGES": Knob("3", "pipeline stages of the backward K pass", False),
     "DQKG_LOOP_STAGES": Knob("with the block products (DQKG_BLOCKED): 3 at chunk 64, 2 at chunk 32; else 1",

@@ -584,7 +584,8 @@ def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision
                              ("PREP_SOLVE_STAGES", "4"), ("BPREP_WARPS", "8"), ("BPREP_BK", "32"), ("BPREP_BV", "32"),
                              ("PREP_WU_STAGES", "1"), ("PREP_WU_STAGES", "2"), ("BPREP_STAGES", "1"),
                              ("BPREP_STAGES", "2"), ("FINISH_STAGES", "1"), ("RECB_STAGES", "3"),
-                             ("RECB_STAGES", "1")):
+                             ("RECB_STAGES", "1"), ("PREP_AHEAD", "1"), ("PREP_UNROLL", "8"),
+                             ("DQKG_PREFETCH", "0")):
         with monkeypatch.context() as mp:
             mp.setenv(f"KDADBG_{knob_name}", value)
             assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))

@@ -203,6 +203,36 @@ def test_taps_do_not_change_results(name, precision):
         assert torch.equal(bits(getattr(s0, field)), bits(getattr(s1, field))), field
 
 
+@pytest.mark.parametrize("name,precision,K", [("chunk64_varlen", "bf16", 40), ("kimi_c64", "bf16", 32),
+                                               ("basic", "fp32", 24)])
+def test_token_kernel_loads_ahead_and_unrolled_keep_every_bit(name, precision, K, monkeypatch):
+    """The token kernel's launch-only knobs PREP_AHEAD (the next K block's q, k, g loaded one step ahead)
+    and PREP_UNROLL (its K-block loops unrolled), each against the default: every forward
+    output, saved tensor and tap has the same bits. K not a multiple of the K block (40 over blocks of 16
+    with the gate and l2norm at chunk 64) puts masked padding columns in the last block."""
+    inputs, cfg = make_inputs(with_size(small(name), K=K))
+    sel = TapSelection(names=FWD_TAPS)
+    monkeypatch.setenv("KDADBG_PREP_BK", "16")
+    base = run_fwd(inputs, cfg, precision, sel)
+    compared = 0
+    for env in ({"KDADBG_PREP_AHEAD": "0", "KDADBG_PREP_UNROLL": "0"}, {"KDADBG_PREP_AHEAD": "1"},
+                {"KDADBG_PREP_UNROLL": "2"},
+                {"KDADBG_PREP_AHEAD": "1", "KDADBG_PREP_UNROLL": "8"}):
+        with monkeypatch.context() as mp:
+            for n, x in env.items():
+                mp.setenv(n, x)
+            o, ht, saved, *_, plan = run_fwd(inputs, cfg, precision, sel)
+        assert torch.equal(bits(o), bits(base[0])) and torch.equal(bits(ht), bits(base[1])), env
+        for field in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U"):
+            a, b = getattr(saved, field), getattr(base[2], field)
+            assert torch.equal(a.contiguous().view(torch.uint8), b.contiguous().view(torch.uint8)), (env, field)
+        for tap in FWD_TAPS:
+            a, b = plan.buffers[tap], base[-1].buffers[tap]
+            assert a.numel() > 0 and torch.equal(bits(a), bits(b)), (env, tap)
+            compared += a.numel()
+    assert compared > 4 * 1000
+
+
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
 def test_tap_selection_writes_exactly_the_selected_slots(precision):
     """A window of chunks 2-4 and head 1: exactly those slots are written, with the bits of a run that
