@@ -5,10 +5,12 @@ and ``docs/benchmarks.md`` quote, made from the file rather than copied by hand.
 
 Three tables: ours against fla (forward, forward + backward, their ratios, peak memory), ours against
 FlashKDA's forward (our training forward, our inference forward at the better of chunks 64 and 16), and the
-taps-on ratios (the latest timing per configuration). Per configuration and peer the table takes the last row
-that timed that peer (a merged file's rows are in timing order). A ratio that meets issue 23's target is bold
-(forward and FlashKDA <= 0.9, forward + backward <= 0.85). Each row names the commit it was timed at;
-``--commits`` keeps the rows of those commits only. A file that is not bench.py's JSON is refused with one
+taps-on ratios (the latest timing per configuration). A fourth where fla's own time moved by more than
+5 % between the calls a merged file holds (its current and superseded rows): fla's fastest and slowest
+timing and ours against the fastest, the ratio that does not flatter us. Per configuration and peer the
+table takes the last row that timed that peer (a merged file's rows are in timing order). A ratio that
+meets issue 23's target is bold (forward and FlashKDA <= 0.9, forward + backward <= 0.85). Each row names
+the commit it was timed at; ``--commits`` keeps the rows of those commits only. A file that is not bench.py's JSON is refused with one
 line naming it.
 """
 
@@ -88,6 +90,31 @@ def taps_table(data: dict, commits: set[str] | None) -> list[str]:
     return out
 
 
+MOVED = 1.05  # fla's slowest over its fastest timing of a configuration above which fla_moves lists it
+
+
+def fla_moves(data: dict, rows: list[dict]) -> list[str]:
+    """For each row of ``rows`` (the current fla rows), fla's timings of the same configuration in every row
+    the file holds (``results`` and ``superseded``); where the slowest exceeds the fastest by more than
+    ``MOVED`` in the forward or forward + backward, a line with both and ours against the fastest."""
+    every = data["results"] + (data.get("superseded") or [])
+    out = ["| setting, shape | fla fwd, fastest - slowest (calls) | ours fwd / fla's fastest | fla f+b, fastest - "
+           "slowest | ours f+b / fla's fastest | commit |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        fla = [x["runs"]["fla"] for x in every
+               if (x["setting"], x["shape"]) == (r["setting"], r["shape"]) and "fla" in x.get("runs", {})]
+        cols = []
+        for k, target in (("fwd_ms", TARGETS["fwd"]), ("fwdbwd_ms", TARGETS["fwdbwd"])):
+            t = [f[k] for f in fla if f.get(k)]
+            ours = r["runs"]["ours"].get(k)
+            cols.append((min(t), max(t), len(t), None if ours is None else ours / min(t), target))
+        if all(hi <= MOVED * lo for lo, hi, *_ in cols):
+            continue
+        cells = [f"{lo:.3f} - {hi:.3f} ({n})" + f" | {_ratio(x, target)}" for lo, hi, n, x, target in cols]
+        out.append(f"| {_where(r)} | {cells[0]} | {cells[1]} | {r['_commit']} |")
+    return out
+
+
 def tables(data: dict, commits: set[str] | None = None) -> str:
     rows = [dict(r, _commit=_commit(r, data)) for r in data["results"]]
     fla, fk = ([r for r in {(r["setting"], r["shape"]): r for r in rows if peer in r["runs"]}.values()
@@ -96,6 +123,10 @@ def tables(data: dict, commits: set[str] | None = None) -> str:
     parts = []
     if fla:
         parts += ["Ours against fla (ms, `do_bench` medians; ratio ours / fla, lower is better):", "", *fla_table(fla)]
+        moved = fla_moves(data, fla)
+        if len(moved) > 2:
+            parts += ["", f"Where fla's own time moved by more than {MOVED - 1:.0%} between calls (ms; ours against "
+                      "fla's fastest timing):", "", *moved]
     if fk:
         parts += ["", "Ours against upstream FlashKDA's forward (lower-bound gate; ms):", "", *flashkda_table(fk)]
     taps = taps_table(data, commits)

@@ -455,10 +455,10 @@ def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> 
     chunk 64: there, with bf16 inputs and fp32 ``qn, kn``, ``o`` and the final state moved on the H200 (6 of
     16384 and 96 of 2048 elements, case ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``), so the
     inference forward stores ``qn, kn`` and takes the training forward's token launch. Not in training,
-    where the backward's K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``). Stored as
-    fp16 ``qn, kn`` instead (``qk_lowp_mode``), the inference forward at chunk 16 took 1.585 ms at
-    lower-bound H64 T8192 (``docs/gpu/round33/call1``) against 1.485 with fp32 ``qn, kn`` and row scales
-    (``docs/gpu/round30/call8``)."""
+    where the backward's K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``). With fp16
+    ``qn, kn`` stored instead (``qk_lowp_mode``; ``INFER_ROWSCALE=0``) the inference forward at chunk 16 took
+    1.582 ms at lower-bound H64 T8192 against 1.497 with row scales, in one process
+    (``docs/gpu/round34/call1``)."""
     return precision == "bf16" and qk_l2norm and chunk_size < 64 and bool(knob("INFER_ROWSCALE", 1))
 
 

@@ -299,6 +299,36 @@ def test_bench_table_bolds_the_targets_met_and_takes_the_better_inference_chunk(
         assert p.stderr.startswith("bench_table: ")
 
 
+def test_bench_table_lists_where_fla_moved_and_ours_against_its_fastest_timing(tmp_path):
+    """bench_table.py's fourth table: a configuration whose fla timings (current and superseded rows) differ
+    by more than 5 % is listed with fla's fastest and slowest timing and ours against the fastest; one whose
+    fla stayed within 5 % is not listed, nor is the table when no configuration moved."""
+    import json
+    import subprocess
+    import sys
+
+    def row(setting, commit, fla_fwd, fla_fb, ours_fwd=1.0, ours_fb=4.0):
+        return {"name": f"{setting}_dense_H16_T8192", "setting": setting, "shape": "dense_H16_T8192",
+                "commit": commit, "runs": {"ours": {"fwd_ms": ours_fwd, "fwdbwd_ms": ours_fb},
+                                           "fla": {"fwd_ms": fla_fwd, "fwdbwd_ms": fla_fb}},
+                "ratios": {"ours/fla_fwd": ours_fwd / fla_fwd, "ours/fla_fwdbwd": ours_fb / fla_fb}}
+
+    data = {"schema": 2, "results": [row("softplus", "new", 2.0, 5.0), row("pregated", "new", 1.2, 4.4)],
+            "superseded": [row("softplus", "old", 1.05, 4.9, 0.9, 3.0), row("pregated", "old", 1.19, 4.41)]}
+    f = tmp_path / "b.json"
+    f.write_text(json.dumps(data))
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench_table.py"
+    p = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    line = "| softplus, H16 T8192 | 1.050 - 2.000 (2) | 0.952 | 4.900 - 5.000 (2) | **0.816** | new |"
+    assert line in p.stdout.splitlines()
+    assert "fla's own time moved" in p.stdout and "| pregated, H16 T8192 | 1.190" not in p.stdout
+    data["superseded"] = data["superseded"][1:]
+    f.write_text(json.dumps(data))
+    p = subprocess.run([sys.executable, str(script), str(f)], capture_output=True, text=True)
+    assert p.returncode == 0 and "moved" not in p.stdout and "| softplus, H16 T8192 | 1.000 | 2.000 |" in p.stdout
+
+
 def test_bench_ratios_keep_the_inference_forward_to_flashkda_alone():
     """benchmarks/bench.py: ours and its knob variants against fla (forward, forward + backward), our best
     training forward (chunk sizes included) against FlashKDA's forward, and ours_infer (the forward under
