@@ -216,7 +216,6 @@ def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr, PRECISE: tl.conste
         return b_g
 
 
-
 @triton.jit
 def prefetch_l2(p):
     """Ask for the 128-byte line at each address of ``p`` to be brought into L2 (PTX ``prefetch.global.L2``):
