@@ -405,3 +405,20 @@ def test_backward_state_pass_takes_two_stages_where_two_programs_share_an_sm(mon
     assert bwd_state_stages(N * H, 128, V, C, BV, e, e, "cpu") == want
     monkeypatch.setenv("KDADBG_RECB_STAGES", "4")
     assert bwd_state_stages(N * H, 128, V, C, BV, e, e, "cpu") == 4
+
+
+def test_overlap_probe_runs_every_stage_on_the_cpu():
+    """benchmarks/overlap_probe.py --device cpu: the forward's prepare and state pass and the backward's state,
+    V and K passes run under the interpreter for each setting, with the gate our kernels take from fla's flags
+    (kdadbg.capturing.call_config), and it says that nothing was timed rather than printing times."""
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "overlap_probe.py"
+    p = subprocess.run([sys.executable, str(script), "--device", "cpu", "--H", "1", "--T", "64", "--settings",
+                        "lower_bound,softplus,pregated"], capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    for setting, gate in (("lower_bound", "lower_bound"), ("softplus", "softplus"), ("pregated", "none")):
+        assert f"{setting}: H1 T64, gate {gate}" in lines
+    assert sum("nothing timed" in x for x in lines) == 6 and " ms" not in p.stdout
