@@ -3,14 +3,16 @@ forward+backward call ``kdadbg run`` makes, and the autograd op ``chunk_kda``.""
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
-from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, chunk_layout
+from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, TapWindow, chunk_layout
 from .prepare import kda_fwd_prepare, qk_lowp_mode
 from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
-from .tuning import knob
+from .tuning import cdiv, knob
 
 CHUNK_SIZES = (16, 32, 64)
 MAX_HEAD_DIM = 256
@@ -155,10 +157,22 @@ def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_c
     if taps is None:
         return None
     cu = cu_seqlens if cu_seqlens_cpu is None else cu_seqlens_cpu
+    if cu is None:  # the window's tables (host) made once per shape and window: the plan only reads them
+        plan = TapPlan.build(taps, B * cdiv(T, chunk_size), H, chunk_size, K, V, device)
+        plan.window = _dense_window(B, T, chunk_size, plan.lo, plan.hi)
+        return plan
     _, _, base, seq, t, start, length = chunk_layout(B, T, cu, chunk_size)
     plan = TapPlan.build(taps, int(base[-1]), H, chunk_size, K, V, device)
     plan.bind_window(start, length, seq, t)  # the forward then needs no layout of its own
     return plan
+
+
+@functools.lru_cache(maxsize=16)
+def _dense_window(B: int, T: int, chunk_size: int, lo: int, hi: int) -> TapWindow:
+    """The tap window ``[lo, hi)`` of ``B`` sequences of ``T`` tokens (``TapWindow``). Building the chunk
+    tables on the host for every call was most of a taps-on call's own host time (``benchmarks/host_time.py``)."""
+    _, _, _, seq, t, start, length = chunk_layout(B, T, None, chunk_size)
+    return TapWindow.of(lo, hi, chunk_size, start, length, seq, t)
 
 
 def _value_group(q, v) -> int:

@@ -209,20 +209,25 @@ class TapWindow:
     first: torch.Tensor   # [hi-lo] bool
     any_first: bool
     dense: bool
+    span: tuple[int, int] = (0, 0)  # flattened tokens [t0, t1) of the window's rows
 
     @staticmethod
     def of(lo: int, hi: int, C: int, start, length, seq, t) -> "TapWindow":
         """From the per-chunk tables of ``chunk_layout`` (``start, length, seq, t``, any device)."""
         start, length, seq, t = (x[lo:hi].to("cpu", torch.int64) for x in (start, length, seq, t))
         n = start.numel()
-        dense = n > 0 and bool((length == C).all()) and torch.equal(start, start[0] + C * torch.arange(n))
-        return TapWindow(start, length, seq, t == 0, bool((t == 0).any()), dense)
+        if n == 0:
+            return TapWindow(start, length, seq, t == 0, False, False)
+        first = t == 0
+        s0, s1, l1 = start[0].item(), start[-1].item(), length[-1].item()
+        # full chunks C rows apart: the window's rows are then the tokens [s0, s0 + n C)
+        dense = s1 == s0 + C * (n - 1) and l1 == C and bool((length == C).all()) and (
+            n <= 2 or bool((start[1:] - start[:-1] == C).all()))
+        return TapWindow(start, length, seq, first, bool(first.any()), dense, (s0, s1 + l1))
 
     def token_span(self) -> tuple[int, int]:
         """Flattened tokens ``[t0, t1)`` of the window's rows (chunks are in token order)."""
-        if self.start.numel() == 0:
-            return 0, 0
-        return int(self.start[0]), int(self.start[-1] + self.length[-1])
+        return self.span
 
 
 @dataclass
@@ -253,10 +258,7 @@ class TapPlan:
     @staticmethod
     def build(sel: TapSelection, n_chunks: int, H: int, C: int, K: int, V: int, device) -> "TapPlan":
         lo, hi = sel.chunk_range(n_chunks)
-        slot = torch.full((H,), -1, dtype=torch.int32)
-        for i, h in enumerate(sel.head_list(H)):
-            slot[h] = i
-        slot = to_device(slot, device)
+        slot = _head_slots(sel.head_list(H), H, torch.device(device))
         aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
         stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
         later = tuple(n for n in stored.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
@@ -381,6 +383,15 @@ class TapPlan:
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}
+
+
+def _head_slots(heads: tuple[int, ...], H: int, device: torch.device) -> torch.Tensor:
+    """``[H]`` int32 on ``device``: head ``h``'s slot in the tap buffers, -1 if not selected (a table of its
+    own per plan: tests clear a plan's slots to see what its kernels write)."""
+    slot = [-1] * H
+    for i, h in enumerate(heads):
+        slot[h] = i
+    return to_device(torch.tensor(slot, dtype=torch.int32), device)
 
 
 def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, bool]]:

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, tap_kernel_args
-from .tuning import block_size, knob
+from .tuning import block_size, cdiv, knob
 from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
@@ -532,7 +532,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # work (launch-only, the same bits): the token kernel 0.589 -> 0.523 ms lower-bound, 0.601 -> 0.526
     # softplus at H32 T16384 (docs/gpu/round34/call3); pre-gated (4 warps, blocks of 64) loading ahead was
     # slower, 0.367 -> 0.402
-    unroll = knob("PREP_UNROLL", triton.cdiv(K, bk) if wide else 0)
+    unroll = knob("PREP_UNROLL", cdiv(K, bk) if wide else 0)
     ahead = knob("PREP_AHEAD", 1 if wide else 0)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}

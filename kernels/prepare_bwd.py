@@ -39,7 +39,7 @@ import triton.language as tl
 from .common import LAUNCH, chunk_launches, dot_mode
 from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
-from .tuning import block_size, knob
+from .tuning import block_size, cdiv, knob
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
 K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
@@ -657,7 +657,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     dev = qn.device
     BK = block_size(K, hi=64)
     BK3 = knob("DQKG_BK", block_size(K, hi=32))
-    NK = triton.cdiv(K, BK3)
+    NK = cdiv(K, BK3)
     f32 = dict(device=dev, dtype=torch.float32)
     t_q, t_k, t_v, t_g = out_dtypes or (torch.float32,) * 4
     dqn, dkn, dg = (torch.empty(BT, H, K, device=dev, dtype=t) for t in (t_q, t_k, t_g))
@@ -697,7 +697,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
-        chunk_bwd_dqkg_v_kernel[(triton.cdiv(K, BK), c1 - c0, H)](
+        chunk_bwd_dqkg_v_kernel[(cdiv(K, BK), c1 - c0, H)](
             b=b, INV=INV, S=S, dSn=dSn, U=U, dU=dU, v=v, do=do, dv=dv, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS,
             dkr=dkr, dgTs=dgTs, dbv=dbv, **{f"t_{n}": bufs[n] for n in V_TAPS}, **plan,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, c0=c0,

@@ -26,7 +26,7 @@ import triton.language as tl
 
 from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
                      tap_kernel_args)
-from .tuning import block_size, knob, pipeline_stages, state_block_v, state_tile_cap
+from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
@@ -287,7 +287,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     eo = 2 if mm_bf16 else 4
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0)
-    kda_fwd_recurrence_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
+    kda_fwd_recurrence_kernel[state_grid(chunks, H, cdiv(V, BV))](
         krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S if store_su else ht, U=U if store_su else ht,
         ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
@@ -319,13 +319,13 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
     # two stages 0.211, three 0.308
-    NVB = knob("OUT_NVB", triton.cdiv(V, BV))
+    NVB = knob("OUT_NVB", cdiv(V, BV))
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         if taps_only and not (taps and store):
             continue
         on = {n: taps and present[n] for n in OUTPUT_TAPS}
         t_S, t_vcorr, t_U = bufs
-        kda_fwd_output_kernel[(c1 - c0, H, triton.cdiv(triton.cdiv(V, BV), NVB))](
+        kda_fwd_output_kernel[(c1 - c0, H, cdiv(cdiv(V, BV), NVB))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, v=v, b=b, Mqk=Mqk, S=S,
             U=U, o=o, chunk_start=chunks.chunk_start,
             chunk_len=chunks.chunk_len, scale=float(scale), t_S=t_S, t_vcorr=t_vcorr, t_U=t_U, head_slot=slot,

@@ -20,7 +20,7 @@ import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
 from .tlmath import exp_, load_qk, mm, seq_span
-from .tuning import block_size, knob, pipeline_stages, stages_for_residency, state_block_v
+from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
 
 @triton.jit
@@ -215,7 +215,7 @@ def bwd_state_stages(n_chains: int, K: int, V: int, C: int, BV: int, e: int, e_d
     choice: the same bits."""
     BK = block_size(K)
     per_stage, fixed = C * (3 * BK * e + BV * e_do), e * BV * (BK + 2 * C)
-    want = stages_for_residency(n_chains * triton.cdiv(V, BV), per_stage, fixed, device)
+    want = stages_for_residency(n_chains * cdiv(V, BV), per_stage, fixed, device)
     return pipeline_stages("RECB_STAGES", want, per_stage, fixed, device)
 
 
@@ -256,7 +256,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     stages = bwd_state_stages(N * H, K, V, chunks.chunk_size, BV, qd.element_size(), do.element_size(), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
-    recurrence_bwd_kernel[state_grid(chunks, H, triton.cdiv(V, BV))](
+    recurrence_bwd_kernel[state_grid(chunks, H, cdiv(V, BV))](
         qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,
         dh0=dh0 if store_dh0 else dummy, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
         seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),

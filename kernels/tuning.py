@@ -167,13 +167,17 @@ def overrides() -> dict[str, str]:
     return {n: os.environ[f"KDADBG_{n}"] for n in KNOBS if f"KDADBG_{n}" in os.environ}
 
 
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for the host's launch arithmetic: plain Python (``triton.cdiv`` is a constexpr
+    function, several times slower to call from the host, and a launch makes several such calls)."""
+    return -(-a // b)
+
+
 def block_size(n: int, hi: int | None = None) -> int:
     """Block of a tile dimension of size ``n``: the next power of two, at least 16 (a tensor-core
     ``tl.dot`` needs a reduction dimension of 16 or more on sm_90: K = 8 does not compile there), at
     most ``hi``. Loads and stores mask the padding."""
-    import triton
-
-    p = max(16, triton.next_power_of_2(n))
+    p = max(16, 1 << (n - 1).bit_length())
     return p if hi is None else min(p, hi)
 
 
