@@ -425,7 +425,7 @@ def qk_lowp_mode(precision: str, qk_l2norm: bool) -> int:
     0.588, intra 0.541 -> 0.495, w/u 0.351 -> 0.327, backward precompute 0.451 -> 0.426;
     docs/gpu/round32/call1), and the bf16 case table passed. bf16 (what fla stores) was as fast, but
     ``dA_log`` then missed fla's bar in two cases of that table (1.41e-2 against 1e-2, ``beta_high``,
-    ``raw_beta_extremes``, round 23); in CPU emulation over 4 seeds (``benchmarks/bf16_margin.py``) fp16's
+    ``raw_beta_extremes``, docs/gpu/round23/call6/gpu_tests.log); in CPU emulation over 4 seeds (``benchmarks/bf16_margin.py``) fp16's
     margins stay near fp32's (``kimi_c64`` ``dA_log`` mean 0.29 of its bar against 0.23, bf16 0.61)."""
     if precision != "bf16" or not qk_l2norm:
         return 0
@@ -524,7 +524,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # qn, kn stored (bf16 mode's l2norm; the inference forward too, which keeps the training forward's
     # bits there: rowscale_for_inference), blocks of 16 at 8 warps (the token kernel at H32 T16384:
     # lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671 against each K block of 32 in a program of
-    # its own at 8 warps, round 27's launch; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
+    # its own at 8 warps; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
     wide = has_gate and store_qk and C == 64
     bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
     warps = knob("PREP_WARPS", 8 if wide else 4)
