@@ -8,6 +8,7 @@ over it. Gates are natural-log; states use the math layout ``[K, V]``.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -119,19 +120,28 @@ def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C:
     ``flat`` None when no selected tap is in ``group``. The other buffers are views of a second flat
     tensor, NaN-filled here by one fill rather than one per tap (each launch is host time the GPU can
     wait on with taps on). Every view starts on a 256-byte boundary."""
+    views, totals = _grouped_layout(sel, n_chunks, n_heads, C, K, V, tuple(group), dtype.itemsize)
+    filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
+    flat = torch.empty(totals[1], dtype=dtype, device=device) if totals[2] else None
+    parts = (filled, flat)
+    bufs = {n: parts[part][off:off + size].view(shape) for n, part, off, size, shape in views}
+    return bufs, flat
+
+
+@functools.lru_cache(maxsize=64)
+def _grouped_layout(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
+                    group: tuple[str, ...], itemsize: int):
+    """Where each selected tap lies in ``alloc_tap_buffers_grouped``'s two flat tensors: ``(views, totals)``,
+    ``views`` a tuple of ``(name, part, offset, numel, shape)`` (part 0: filled here, 1: left to the caller)
+    and ``totals`` ``(elements of part 0, of part 1, whether any tap is in part 1)``. Plain integers, the
+    same for every call of a shape: made once."""
     lo, hi = sel.chunk_range(n_chunks)
     nh = len(sel.head_list(n_heads))
-    shapes = {n: (hi - lo, nh, *REGISTRY[n].dims(C, K, V)) for n in sel.names}
-    align = 256 // torch.empty(0, dtype=dtype).element_size()
-    offsets, totals = {}, [0, 0]  # [filled here, left to the caller]
+    align = 256 // itemsize
+    totals, views = [0, 0], []
     for n in sel.names:
-        part = int(n in group)
-        offsets[n] = part, totals[part]
-        totals[part] += -(-_numel(shapes[n]) // align) * align
-    filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
-    flat = torch.empty(totals[1], dtype=dtype, device=device) if any(n in group for n in sel.names) else None
-    bufs = {}
-    for n in sel.names:
-        part, off = offsets[n]
-        bufs[n] = (flat if part else filled)[off:off + _numel(shapes[n])].view(shapes[n])
-    return bufs, flat
+        shape = (hi - lo, nh, *REGISTRY[n].dims(C, K, V))
+        part, size = int(n in group), _numel(shape)
+        views.append((n, part, totals[part], size, shape))
+        totals[part] += -(-size // align) * align
+    return tuple(views), (totals[0], totals[1], any(n in group for n in sel.names))
