@@ -425,8 +425,9 @@ def qk_lowp_mode(precision: str, qk_l2norm: bool) -> int:
     0.588, intra 0.541 -> 0.495, w/u 0.351 -> 0.327, backward precompute 0.451 -> 0.426;
     docs/gpu/round32/call1), and the bf16 case table passed. bf16 (what fla stores) was as fast, but
     ``dA_log`` then missed fla's bar in two cases of that table (1.41e-2 against 1e-2, ``beta_high``,
-    ``raw_beta_extremes``, docs/gpu/round23/call6/gpu_tests.log); in CPU emulation over 4 seeds (``benchmarks/bf16_margin.py``) fp16's
-    margins stay near fp32's (``kimi_c64`` ``dA_log`` mean 0.29 of its bar against 0.23, bf16 0.61)."""
+    ``raw_beta_extremes``, docs/gpu/round23/call6/gpu_tests.log); in CPU emulation over 4 seeds
+    (``benchmarks/bf16_margin.py``) fp16's margins stay near fp32's (``kimi_c64`` ``dA_log`` mean 0.29 of
+    its bar against 0.23, bf16 0.61)."""
     if precision != "bf16" or not qk_l2norm:
         return 0
     mode = knob("PREP_QK_LOWP", 2)
