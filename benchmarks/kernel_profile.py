@@ -65,6 +65,8 @@ def main(argv=None):
     import os
 
     os.environ.setdefault("FLA_FLASH_KDA", "0")
+    if a.device == "cpu":  # before the kernels are imported: Triton reads it when a kernel is decorated
+        os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from bench import MIXED6
     from peer_inputs import FLA_ONLY, SETTINGS, knob_env, parse_variant, setting_inputs
@@ -98,14 +100,17 @@ def main(argv=None):
                 continue
             prof = {"setting": setting, "variant": variant, "tag": tag, **prof}
             profiles.append(prof)
+            kernel_time = (f"kernel time per fwd {prof['total_fwd_ms']:.3f} ms, per fwd+bwd {prof['total_ms']:.3f} ms"
+                           if a.device == "cuda" else "no kernel time (a CPU smoke test: the interpreter's times)")
             print(f"{a.peer} [{tag}]: H={H} T={T} D={D} C={a.chunk_size} precision={a.precision} "
                   f"varlen={a.varlen} taps_window={a.taps_window}: first call {prof['first_call_s']:.1f} s, "
-                  f"kernel time per fwd {prof['total_fwd_ms']:.3f} ms, per fwd+bwd {prof['total_ms']:.3f} ms; "
+                  f"{kernel_time}; "
                   f"wall fwd {prof['wall_ms']['fwd']:.3f} ms, fwd+bwd {prof['wall_ms']['fwdbwd']:.3f} ms; "
                   f"host fwd {prof['host_ms']['fwd']:.3f} ms, fwd+bwd {prof['host_ms']['fwdbwd']:.3f} ms")
             if prof.get("host_profile"):
                 print(prof["host_profile"])
-            print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
+            if prof["kernels"]:
+                print(f"{'kernel':<60} {'ms/call':>8} {'share':>6} {'launches':>8}")
             for k in prof["kernels"]:
                 print(f"{k['name'][:60]:<60} {k['ms']:8.3f} {k['ms'] / prof['total_ms']:6.1%} {k['launches']:8d}")
             if prof["launches"]:
@@ -232,7 +237,8 @@ def compare(profiles, key, what):
     for n in names:
         print(f"{n[:52]:<52} " + " ".join(f"{m[n]:22.3f}" if n in m else f"{'-':>22}" for m in ms))
     total = "total_fwd_ms" if key == "kernels_fwd" else "total_ms"
-    print(f"{'total':<52} " + " ".join(f"{p[total]:22.3f}" for p in profiles))
+    if names:  # no kernel rows (a CPU smoke test): no total either, rather than a total of 0
+        print(f"{'total':<52} " + " ".join(f"{p[total]:22.3f}" for p in profiles))
     wall = "fwd" if key == "kernels_fwd" else "fwdbwd"
     print(f"{'wall (do_bench median)':<52} " + " ".join(f"{p['wall_ms'][wall]:22.3f}" for p in profiles))
 

@@ -382,6 +382,27 @@ def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path)
     assert [x["tag"] for x in d["failed"]] == ["pregated FWD_LOWP=16"]
 
 
+def test_kernel_profile_cpu_smoke_sets_the_interpreter_and_reports_no_kernel_time():
+    """benchmarks/kernel_profile.py --device cpu without TRITON_INTERPRET in the environment: it turns the
+    interpreter on itself (before, Triton found no driver and the run ended in a traceback), and, having no
+    CUDA times, says so instead of printing kernel times or totals of 0."""
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "kernel_profile.py"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, str(script), "--H", "1", "--T", "64", "--D", "16", "--chunk-size", "16",
+                        "--iters", "1", "--device", "cpu", "--settings", "pregated,lower_bound"],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    lines = p.stdout.splitlines()
+    heads = [x for x in lines if x.startswith("ours [")]
+    assert len(heads) == 2 and all("no kernel time (a CPU smoke test" in x for x in heads)
+    assert not any(x.startswith("total ") for x in lines) and "kernel time per fwd" not in p.stdout
+    assert sum(x.startswith("wall (do_bench median)") for x in lines) == 2
+
+
 @pytest.mark.parametrize("V, H, N, C, e, want", [
     (128, 32, 1, 64, 2, 2),   # dense H32: 256 programs of 16 columns, two fit in an SM at 2 stages, not at 3
     (128, 64, 1, 64, 2, 2),   # dense H64: 512 programs
