@@ -189,6 +189,8 @@ def main(argv=None):
         return 0
     os.environ.setdefault("FLA_FLASH_KDA", "0")
     os.environ.setdefault("FLA_TILELANG", "0")
+    if a.device == "cpu":  # before Triton is imported: its own functions are made for the interpreter then
+        os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton
 

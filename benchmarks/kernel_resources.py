@@ -21,10 +21,6 @@ import sys
 import tempfile
 
 import torch
-import triton
-from triton.backends.compiler import GPUTarget
-from triton.compiler import ASTSource
-from triton.runtime.jit import JITFunction
 
 import kdadbg_kernels.tuning as _tuning
 
@@ -62,6 +58,8 @@ def _signature(fn: JITFunction, args, kwargs):
 
 
 def resources(cubin: bytes) -> str:
+    import triton
+
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
@@ -78,6 +76,8 @@ def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False, gate="
     ``kda_forward_backward``. ``gate``: ``none`` (pre-gated g), ``softplus`` or ``lower_bound`` (the
     in-kernel gate, with ``A_log``, ``dt_bias``). ``infer``: the op's forward alone under ``torch.no_grad``
     (the inference forward: ``kda_forward(keep_state=False)``)."""
+    from triton.runtime.jit import JITFunction
+
     from kdadbg_kernels.chunk import chunk_kda, kda_forward_backward
     from kdadbg_kernels.taps import TapSelection
 
@@ -114,6 +114,10 @@ def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False, gate="
 
 def compile_sm90(fn, args, kwargs):
     """One captured launch compiled by Triton for ``cuda:90``, with its own constexprs and options."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
     sig, const, attrs = _signature(fn, args, kwargs)
     opts = {k: v for k, v in kwargs.items() if k in OPTIONS}
     return triton.compile(ASTSource(fn, sig, const, attrs), target=GPUTarget("cuda", 90, 32), options=opts)

@@ -39,3 +39,17 @@ def test_a_knob_reaches_the_kernels(tmp_path):
     _, (_, blocked) = run(tmp_path, "--tag", "blocked", chunk=64, KDADBG_DQKG_BLOCKED="1")
     assert blocked["ratios"]["o"] == plain["ratios"]["o"]  # the forward is untouched
     assert blocked["ratios"]["dg"] != plain["ratios"]["dg"]
+
+
+def test_the_cpu_run_needs_no_interpreter_in_the_environment(tmp_path):
+    """--device cpu with TRITON_INTERPRET unset: the kernels are imported under the interpreter all the same
+    (before, the script imported Triton first, through kernel_resources' parser, and then Triton's own
+    functions could not run inside the interpreted kernels: an InterpreterError)."""
+    out = tmp_path / "acc.jsonl"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "accuracy_ab.py"), "--T", "40", "--H", "1",
+                           "--K", "16", "--V", "16", "--chunk-size", "16", "--device", "cpu", "--json-lines",
+                           str(out)], capture_output=True, text=True, env=env, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+    assert all(0 < r < row["tolerances"][k] for k, r in row["ratios"].items()) and len(row["ratios"]) == 10

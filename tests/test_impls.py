@@ -397,3 +397,29 @@ def test_a_16_bit_tap_has_its_rounding_as_a_floor_and_a_planted_fault_is_still_a
     assert res.first_bug is None and int((ki.label == DRIFT).sum()) > 0     # over tol, within the floor
     planted = diff_dump(inputs, config, _TwiceRounded(plant=3), names=("ki", "S"), window=0)
     assert (planted.first_bug["tap"], planted.first_bug["chunk"]) == ("S", 3)
+
+
+def test_cpu_kernels_refuse_a_process_that_imported_triton_for_the_compiler():
+    """A process that imported Triton without TRITON_INTERPRET cannot run our kernels under the interpreter
+    (Triton's own @triton.jit functions were made for the compiler): one KdadbgError naming the fix, instead of
+    an InterpreterError from inside a kernel."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("import triton\n"
+            "from kdadbg.errors import KdadbgError\n"
+            "from kdadbg.impls.ours import kernels_module\n"
+            "try:\n"
+            "    kernels_module('cpu')\n"
+            "except KdadbgError as e:\n"
+            "    print('refused:', e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300,
+                       cwd=REPO)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.startswith("refused: --device cpu: Triton was imported in this process without "
+                               "TRITON_INTERPRET") and "set TRITON_INTERPRET=1 before starting it" in p.stdout
+    p = subprocess.run([sys.executable, "-c", code.replace("import triton\n", "")], capture_output=True, text=True,
+                       env=env, timeout=300, cwd=REPO)
+    assert p.returncode == 0 and p.stdout == "", (p.stdout, p.stderr[-2000:])

@@ -382,6 +382,27 @@ def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path)
     assert [x["tag"] for x in d["failed"]] == ["pregated FWD_LOWP=16"]
 
 
+def test_bench_cpu_smoke_times_ours_without_the_interpreter_in_the_environment(tmp_path):
+    """benchmarks/bench.py --device cpu with TRITON_INTERPRET unset turns the interpreter on before Triton is
+    imported (before, the run was recorded as Triton's "0 active drivers" error) and times our forward and
+    forward + backward."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+    out = tmp_path / "b.json"
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    p = subprocess.run([sys.executable, str(script), "--device", "cpu", "--settings", "pregated", "--shapes",
+                        "dense_H1_T64", "--peers", "none", "--dim", "16", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["results"]
+    ours = row["runs"]["ours"]
+    assert "error" not in ours and ours["fwd_ms"] > 0 and ours["fwdbwd_ms"] > 0, ours
+
+
 def test_kernel_profile_cpu_smoke_sets_the_interpreter_and_reports_no_kernel_time():
     """benchmarks/kernel_profile.py --device cpu without TRITON_INTERPRET in the environment: it turns the
     interpreter on itself (before, Triton found no driver and the run ended in a traceback), and, having no

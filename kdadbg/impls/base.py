@@ -160,6 +160,12 @@ def choose_interpreter(device: str, module: str, what: str) -> None:
         if module in sys.modules:
             raise KdadbgError(f"{what}--device cpu: {module} was already compiled for CUDA in this process; "
                               f"set TRITON_INTERPRET=1 before starting it")
+        if "triton.language" in sys.modules:
+            # triton.language's own @triton.jit functions (tl.sum, tl.sigmoid, ...) were made for the compiler
+            # when it was imported; the interpreter cannot call them inside an interpreted kernel
+            raise KdadbgError(f"{what}--device cpu: Triton was imported in this process without "
+                              f"TRITON_INTERPRET, so its interpreter cannot run {module} here; set TRITON_INTERPRET=1 "
+                              f"before starting it (or before the first import of triton)")
         os.environ["TRITON_INTERPRET"] = "1"
     if device == "cuda" and interpret:
         raise KdadbgError(f"{what}--device cuda: TRITON_INTERPRET is set, so {module} runs only on the CPU; "
