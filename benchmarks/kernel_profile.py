@@ -60,6 +60,9 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test under TRITON_INTERPRET=1 (no CUDA times)")
     a = ap.parse_args(argv)
+    from devices import SMOKE, require_cuda
+
+    require_cuda("kernel_profile.py", a.device, cpu=SMOKE)
     if a.peer == "fla" and (a.taps_window or a.precision != "bf16" or a.chunk_size != 64 or a.ab):
         ap.error("--peer fla: fla has no taps or knobs, runs bf16 inputs as they are, and is timed at chunk 64")
     import os

@@ -24,10 +24,13 @@ def main(argv=None):
     ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test under TRITON_INTERPRET=1 (no times)")
     a = ap.parse_args(argv)
+    sys.path.insert(0, os.path.dirname(__file__))
+    from devices import SMOKE, require_cuda
+
+    require_cuda("overlap_probe.py", a.device, cpu=SMOKE)
     if a.device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"
     import torch
-    sys.path.insert(0, os.path.dirname(__file__))
     from peer_inputs import SETTINGS, setting_inputs
     from kdadbg.capturing import call_config
     from kdadbg_kernels.prepare import kda_fwd_prepare

@@ -114,6 +114,10 @@ def main():
     ap.add_argument("--limit", type=int, default=40)
     ap.add_argument("--small", action="store_true", help="the case table's CI size instead of the model size")
     a = ap.parse_args()
+    from devices import require_cuda
+
+    require_cuda("realistic_diag.py", a.device,
+                 cpu="--device cpu --small, the case table's CI size under the Triton interpreter")
     recs = []
     for spec in a.runs:
         name, prec = spec.split(":")

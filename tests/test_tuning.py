@@ -3,6 +3,7 @@
 from pathlib import Path
 
 import pytest
+import torch
 
 from kdadbg_kernels.tuning import knob
 
@@ -464,3 +465,32 @@ def test_overlap_probe_runs_every_stage_on_the_cpu():
     for setting, gate in (("lower_bound", "lower_bound"), ("softplus", "softplus"), ("pregated", "none")):
         assert f"{setting}: H1 T64, gate {gate}" in lines
     assert sum("nothing timed" in x for x in lines) == 6 and " ms" not in p.stdout
+
+
+NEEDS_CUDA = [  # (script and arguments, whether it offers a CPU run in its line)
+    ("kernel_profile.py --H 1 --T 64", True), ("bench.py --shapes dense_H1_T64 --peers none", True),
+    ("overlap_probe.py --H 1 --T 64", True), ("accuracy_ab.py --T 64 --H 1", True),
+    ("dg_probe.py kimi 1:0 --size 64,1,16", True), ("realistic_diag.py kimi:fp32 --out x.json --small", True),
+    ("reference_cpu.py --T 64 --H 1 --device cuda", True), ("bf16_margin.py --device cuda --cases kimi", True),
+    ("gpu_fla.py", True), ("gpu_judge_dumps.py d l s", True), ("stage_bench.py --H 1 --T 64", False),
+    ("ncu_step.py", False), ("fla_model_step.py", False)]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA GPU")
+@pytest.mark.parametrize("command, cpu", NEEDS_CUDA, ids=[c.split()[0] for c, _ in NEEDS_CUDA])
+def test_gpu_scripts_say_in_one_line_that_they_need_a_gpu(tmp_path, command, cpu):
+    """On a machine without a CUDA GPU each benchmark script that needs one exits 2 with one line on stderr
+    that names the script and, where it has one, its CPU run, instead of torch's traceback at its first CUDA
+    tensor; nothing is written."""
+    import os
+    import subprocess
+    import sys
+
+    script, *args = command.split()
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_INTERPRET", "KDADBG_JUDGE_DEVICE")}
+    p = subprocess.run([sys.executable, str(Path(__file__).resolve().parents[1] / "benchmarks" / script), *args],
+                       capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path)
+    lines = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
+    assert lines[0].startswith(f"{script}: needs a CUDA GPU, and torch ") and ("; or " in lines[0]) == cpu
+    assert list(tmp_path.iterdir()) == []
