@@ -36,9 +36,9 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--json-lines", default=None, help="append the result as one JSON line to this file")
     a = ap.parse_args(argv)
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("accuracy_ab.py", a.device, cpu="--device cpu, the kernels under the Triton interpreter (small cases)")
+    use_device("accuracy_ab.py", a.device, cpu="--device cpu, the kernels under the Triton interpreter (small cases)")
 
     import kdadbg_kernels
     from kdadbg.impls.ours import run_kernels

@@ -187,13 +187,11 @@ def main(argv=None):
         print(f"{len(cfgs)} configurations, budget {a.budget_s:.0f} s; "
               f"JSON: {', '.join(p for p in (a.json, a.write_docs and str(DOCS_JSON)) if p) or 'none'}")
         return 0
-    from devices import SMOKE, require_cuda
+    from devices import SMOKE, use_device
 
-    require_cuda("bench.py", a.device, cpu=SMOKE)
+    use_device("bench.py", a.device, cpu=SMOKE)
     os.environ.setdefault("FLA_FLASH_KDA", "0")
     os.environ.setdefault("FLA_TILELANG", "0")
-    if a.device == "cpu":  # before Triton is imported: its own functions are made for the interpreter then
-        os.environ["TRITON_INTERPRET"] = "1"
     import torch
     import triton
 

@@ -29,12 +29,10 @@ def main(argv=None):
     ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("bf16_margin.py", a.device,
+    use_device("bf16_margin.py", a.device,
                  cpu="--device cpu (the default), emulating the GPU's operand rounding under the interpreter")
-    if a.device == "cpu":
-        os.environ.setdefault("TRITON_INTERPRET", "1")  # before the kernels are imported
     from kdadbg.impls.ours import run_kernels
     from kdadbg.cases import BY_NAME, KERNEL_CASES, make_inputs
     from kdadbg.compare import ABS_PASS, compare

@@ -54,9 +54,9 @@ def main():
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--size", default="8192,8,128", help="T,H,K (V = K); the default is the GPU tests' size")
     a = ap.parse_args()
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("dg_probe.py", a.device,
+    use_device("dg_probe.py", a.device,
                  cpu="--device cpu with a small --size, the kernels under the Triton interpreter")
     T, H, K = map(int, a.size.split(","))
     inputs, cfg = make_inputs(dataclasses.replace(get_case(a.case), T=T, H=H, K=K, V=K, **REAL_GPU[a.case]), seed=1)

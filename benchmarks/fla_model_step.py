@@ -21,9 +21,9 @@ def main():
     p.add_argument("--first-config", action="store_true",
                    help="fla's kernels take their first autotune config (no minutes of autotuning per shape)")
     a = p.parse_args()
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("fla_model_step.py")
+    use_device("fla_model_step.py")
     if a.first_config:
         from triton.runtime.autotuner import Autotuner
 

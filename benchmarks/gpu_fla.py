@@ -147,9 +147,9 @@ def main() -> int:
     ap.add_argument("--fault-dump", default=None, help="the fault part's dump (default: the cli part's kimi_c64)")
     ap.add_argument("--autotune", action="store_true", help="keep fla's autotuning (minutes per new shape)")
     a = ap.parse_args()
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("gpu_fla.py", a.device, cpu="--device cpu for a dry run under the interpreter (float32 only)")
+    use_device("gpu_fla.py", a.device, cpu="--device cpu for a dry run under the interpreter (float32 only)")
     OUT.mkdir(parents=True, exist_ok=True)
     if not a.autotune:
         from kdadbg.impls.fla import _first_config_prune

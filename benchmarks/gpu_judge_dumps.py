@@ -73,9 +73,9 @@ def main():
     ap.add_argument("summary")
     ap.add_argument("--flashkda", action="append", default=[], help="NAME=PATHFILE of a FlashKDA build")
     a = ap.parse_args()
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("gpu_judge_dumps.py", DEVICE, cpu="KDADBG_JUDGE_DEVICE=cpu for a dry run")
+    use_device("gpu_judge_dumps.py", DEVICE, cpu="KDADBG_JUDGE_DEVICE=cpu for a dry run")
     dumps, logs, summary = Path(a.dumps), Path(a.logs), Path(a.summary)
     logs.mkdir(parents=True, exist_ok=True)
     lines = []

@@ -60,16 +60,14 @@ def main(argv=None):
     ap.add_argument("--json", default=None)
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test under TRITON_INTERPRET=1 (no CUDA times)")
     a = ap.parse_args(argv)
-    from devices import SMOKE, require_cuda
+    from devices import SMOKE, use_device
 
-    require_cuda("kernel_profile.py", a.device, cpu=SMOKE)
+    use_device("kernel_profile.py", a.device, cpu=SMOKE)
     if a.peer == "fla" and (a.taps_window or a.precision != "bf16" or a.chunk_size != 64 or a.ab):
         ap.error("--peer fla: fla has no taps or knobs, runs bf16 inputs as they are, and is timed at chunk 64")
     import os
 
     os.environ.setdefault("FLA_FLASH_KDA", "0")
-    if a.device == "cpu":  # before the kernels are imported: Triton reads it when a kernel is decorated
-        os.environ["TRITON_INTERPRET"] = "1"
     import torch
     from bench import MIXED6
     from peer_inputs import FLA_ONLY, SETTINGS, knob_env, parse_variant, setting_inputs

@@ -19,9 +19,9 @@ def main(argv=None):
     ap.add_argument("--D", type=int, default=128)
     ap.add_argument("--calls", type=int, default=2)
     a = ap.parse_args(argv)
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("ncu_step.py")
+    use_device("ncu_step.py")
     import torch
     from peer_inputs import SETTINGS, setting_inputs
 

@@ -25,11 +25,9 @@ def main(argv=None):
     ap.add_argument("--device", default="cuda", help="cpu: a smoke test under TRITON_INTERPRET=1 (no times)")
     a = ap.parse_args(argv)
     sys.path.insert(0, os.path.dirname(__file__))
-    from devices import SMOKE, require_cuda
+    from devices import SMOKE, use_device
 
-    require_cuda("overlap_probe.py", a.device, cpu=SMOKE)
-    if a.device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"
+    use_device("overlap_probe.py", a.device, cpu=SMOKE)
     import torch
     from peer_inputs import SETTINGS, setting_inputs
     from kdadbg.capturing import call_config

@@ -114,9 +114,9 @@ def main():
     ap.add_argument("--limit", type=int, default=40)
     ap.add_argument("--small", action="store_true", help="the case table's CI size instead of the model size")
     a = ap.parse_args()
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("realistic_diag.py", a.device,
+    use_device("realistic_diag.py", a.device,
                  cpu="--device cpu --small, the case table's CI size under the Triton interpreter")
     recs = []
     for spec in a.runs:

@@ -25,9 +25,9 @@ def main():
     ap.add_argument("--chunk-size", type=int, default=16)
     ap.add_argument("--device", default="cpu")
     a = ap.parse_args()
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("reference_cpu.py", a.device, cpu="--device cpu, the reference on this machine's CPU")
+    use_device("reference_cpu.py", a.device, cpu="--device cpu, the reference on this machine's CPU")
     run_reference(*make_inputs(Case("warm", T=32, H=1, K=16, V=16)), device=a.device)
     case = Case("bench", T=a.T, H=a.H, K=a.K, V=a.V, chunk_size=a.chunk_size)
     inputs, cfg = make_inputs(case)

@@ -29,9 +29,9 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--json-lines", default=None, help="append the result as one JSON line to this file")
     a = ap.parse_args(argv)
-    from devices import require_cuda
+    from devices import use_device
 
-    require_cuda("stage_bench.py")
+    use_device("stage_bench.py")
     import torch
     import triton.testing
     from bench import MIXED6

@@ -220,9 +220,9 @@ class TapWindow:
             return TapWindow(start, length, seq, t == 0, False, False)
         first = t == 0
         s0, s1, l1 = start[0].item(), start[-1].item(), length[-1].item()
-        # full chunks C rows apart: the window's rows are then the tokens [s0, s0 + n C)
-        dense = s1 == s0 + C * (n - 1) and l1 == C and bool((length == C).all()) and (
-            n <= 2 or bool((start[1:] - start[:-1] == C).all()))
+        # chunks lie in token order without overlapping, so full chunks whose first and last start n - 1
+        # chunks apart are C rows apart each: the window's rows are then the tokens [s0, s0 + n C)
+        dense = s1 == s0 + C * (n - 1) and bool((length == C).all())
         return TapWindow(start, length, seq, first, bool(first.any()), dense, (s0, s1 + l1))
 
     def token_span(self) -> tuple[int, int]:

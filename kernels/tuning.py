@@ -206,7 +206,7 @@ def state_block_v(name: str, n_chains: int, K: int, V: int, device, per_sm: int)
     cap = state_tile_cap(K)
     budget = per_sm * sm_count(device)
     bv = 16
-    while bv < cap and n_chains * -(-V // bv) > budget:
+    while bv < cap and n_chains * cdiv(V, bv) > budget:
         bv *= 2
     return knob(name, bv)
 
