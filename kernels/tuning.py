@@ -149,11 +149,33 @@ KNOBS: dict[str, Knob] = {
 }
 
 
+def _env_key(name: str):
+    """``KDADBG_<name>`` as the key of ``os.environ``'s own mapping (bytes on POSIX)."""
+    return os.environ.encodekey(f"KDADBG_{name}")
+
+
+_ENV_KEYS = {n: _env_key(n) for n in KNOBS}
+
+
 def knob(name: str, default: int) -> int:
-    """Knob ``name`` of ``KNOBS``: ``default``, or the integer in ``KDADBG_<name>``."""
-    if name not in KNOBS:
+    """Knob ``name`` of ``KNOBS``: ``default``, or the integer in ``KDADBG_<name>``.
+
+    A call asks for about 65 knobs (``benchmarks/host_time.py --profile``), so the environment is read
+    from ``os.environ``'s own mapping with the key encoded once: one dict lookup, not
+    ``os.environ.get``'s encode and decode. Every change made through ``os.environ`` (``monkeypatch.setenv``,
+    ``mock.patch.dict``, ``del``) lands in that mapping, so the value is always the current one; where
+    ``os.environ`` has no such mapping, ``os.environ.get``."""
+    key = _ENV_KEYS.get(name)
+    if key is None:
         raise KeyError(f"knob {name!r} is not in kernels/tuning.py's KNOBS")
-    raw = os.environ.get(f"KDADBG_{name}")
+    data = getattr(os.environ, "_data", None)
+    if data is None:
+        raw = os.environ.get(f"KDADBG_{name}")
+    else:
+        raw = data.get(key)
+        if raw is None:
+            return default
+        raw = os.environ.decodevalue(raw)
     if raw is None:
         return default
     try:

@@ -24,6 +24,37 @@ def test_non_integer_override_names_the_variable(monkeypatch):
         knob("REC_BV", 16)
 
 
+def test_knob_follows_every_change_to_the_environment(monkeypatch):
+    """knob reads os.environ's own mapping (one lookup per knob): each way of changing the environment is
+    seen at once, and a mapping-less os.environ falls back to os.environ.get."""
+    import os
+    from unittest import mock
+
+    monkeypatch.delenv("KDADBG_REC_BV", raising=False)
+    seen = [knob("REC_BV", 16)]
+    monkeypatch.setenv("KDADBG_REC_BV", "32")
+    seen.append(knob("REC_BV", 16))
+    os.environ["KDADBG_REC_BV"] = "64"
+    seen.append(knob("REC_BV", 16))
+    with mock.patch.dict(os.environ, {"KDADBG_REC_BV": "8"}):
+        seen.append(knob("REC_BV", 16))
+    seen.append(knob("REC_BV", 16))
+    del os.environ["KDADBG_REC_BV"]
+    seen.append(knob("REC_BV", 16))
+    assert seen == [16, 32, 64, 8, 64, 16]
+
+    class PlainEnviron(dict):  # an os.environ without the _data mapping
+        pass
+
+    monkeypatch.setattr(os, "environ", PlainEnviron(KDADBG_REC_BV="48"))
+    assert knob("REC_BV", 16) == 48
+    os.environ["KDADBG_REC_BV"] = "x"
+    with pytest.raises(ValueError, match="found 'x'"):
+        knob("REC_BV", 16)
+    del os.environ["KDADBG_REC_BV"]
+    assert knob("REC_BV", 16) == 16
+
+
 def test_unknown_knob_is_refused():
     with pytest.raises(KeyError, match="REC_BW"):
         knob("REC_BW", 16)
