@@ -71,13 +71,17 @@ def test_host_launch_arithmetic_matches_triton():
             assert cdiv(n, d) == triton.cdiv(n, d)
 
 
-def test_host_time_reports_each_setting_with_and_without_taps():
+@pytest.mark.parametrize("launch", ["stub", "triton"])
+def test_host_time_reports_each_setting_with_and_without_taps(launch):
     """benchmarks/host_time.py at a small shape: a line per setting and taps window with its host time, the
     launches asked for (9 without taps; 14 with taps over chunks [0, 4), the kernels parallel over chunks
-    launched over the window apart) and the torch operations issued (the taps' NaN fills among them)."""
+    launched over the window apart) and the torch operations issued (the taps' NaN fills among them). With
+    ``--launch triton`` the launches go through Triton's own launch path to the stand-in kernels, which count
+    them: the same 9 and 14."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     p = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "host_time.py"), "--H", "2", "--T", "512",
-                        "--D", "32", "--iters", "3", "--settings", "pregated,lower_bound", "--taps-window", "0,4"],
+                        "--D", "32", "--iters", "3", "--settings", "pregated,lower_bound", "--taps-window", "0,4",
+                        "--launch", launch],
                        capture_output=True, text=True, timeout=600, env=env, cwd=ROOT)
     assert p.returncode == 0, p.stderr[-2000:]
     lines = [x for x in p.stdout.splitlines() if " host " in x]

@@ -6,16 +6,23 @@
 # benchmarks/host_time.py) buy on the GPU: for today's kernels and ba3b929's, each in its own process,
 # kernel by kernel with the host's time and profile at H16 T8192 (pre-gated, lower-bound) and taps on and
 # off at pre-gated H16 T16384; then bench.py at H16 T8192 and T16384 in the three settings with the taps
-# pairs at pre-gated H16 T16384 (ours alone).
+# pairs at pre-gated H16 T16384 (ours alone). Also, on the GPU machine's own CPU (lscpu.txt), each tree's
+# Python host time without the GPU (benchmarks/host_time.py: launches stubbed, then Triton's launch path
+# under its stand-in driver), to set beside the host time kernel_profile.py measures with the GPU.
 export PYTHONUNBUFFERED=1
 . benchmarks/gpu_env.sh
 [ -f .peer/kernels_ba3b929/chunk.py ] || { echo "no .peer/kernels_ba3b929 (see the header)"; exit 2; }
+lscpu > $OUT/lscpu.txt 2>&1; grep -m1 "Model name" $OUT/lscpu.txt
 for tree in kernels .peer/kernels_ba3b929; do
     tag=$(basename $tree); W=$OUT/$tag; mkdir -p $W
     ln -sfn "$PWD/$tree" /tmp/kdadbg_path/kdadbg_kernels
     timeout 120 python3 benchmarks/kernel_profile.py --H 16 --T 8192 --settings pregated,lower_bound --iters 20 \
         --host-profile 30 --json $W/profile_H16_T8192.json > $W/profile_H16_T8192.log 2>&1
     echo "$tag profile T8192 exit $? at $SECONDS s"; grep -E "^ours \[" $W/profile_H16_T8192.log | cut -c1-330
+    for L in stub triton; do
+        timeout 60 python3 benchmarks/host_time.py --iters 100 --settings pregated,lower_bound --launch $L > $W/host_time_$L.log 2>&1
+        echo "$tag host_time $L exit $? at $SECONDS s"; cut -c1-110 $W/host_time_$L.log
+    done
     for tw in 0 64; do
         timeout 90 python3 benchmarks/kernel_profile.py --H 16 --T 16384 --settings pregated --iters 20 \
             --taps-window $tw --host-profile 30 --json $W/profile_taps${tw}_H16.json > $W/profile_taps${tw}_H16.log 2>&1
