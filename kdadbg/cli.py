@@ -390,8 +390,9 @@ def run(
     on a dump, and compare.
 
     One row per output and gradient: shape, max abs error and where, fla's ratio
-    RMS(ref-x)/(RMS(ref)+1e-8), cosine, NaN/Inf count, tolerance, verdict.
-    A tensor passes when ratio <= tol or max abs error <= 1e-6, and has no NaN/Inf.
+    RMS(ref-x)/(RMS(ref)+1e-8 x scale), cosine, NaN/Inf count, tolerance, verdict.
+    A tensor passes when ratio <= tol or max abs error <= 1e-6 x its scale (the RMS of its
+    reference), and has no NaN/Inf.
     Tolerances: fp32 mode 1e-5 for every tensor; bf16 mode fla's (o, ht 5e-3; dq, dk, dv, dh0 8e-3; dg, dbeta 2e-2; ddt_bias 8e-3; dA_log 1e-2).
     Exit 0 when all pass, 1 when any fails, 2 on bad input.
 

@@ -63,7 +63,8 @@ class RunResult:
             "tensors": [{"name": t.name, "shape": list(t.shape), "max_abs": finite_or_none(t.max_abs),
                          "max_index": list(t.max_index), "ratio": finite_or_none(t.ratio),
                          "cosine": finite_or_none(t.cosine), "count": t.count,
-                         "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep}
+                         "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
+                         "scale": t.scale, "abs_floor": t.abs_floor}
                         for t in self.tensors],
             "compared": {"tensors": len(self.tensors), "elements": self.elements},
             "not_provided": self.not_provided,

@@ -423,3 +423,23 @@ def test_cpu_kernels_refuse_a_process_that_imported_triton_for_the_compiler():
     p = subprocess.run([sys.executable, "-c", code.replace("import triton\n", "")], capture_output=True, text=True,
                        env=env, timeout=300, cwd=REPO)
     assert p.returncode == 0 and p.stdout == "", (p.stdout, p.stderr[-2000:])
+
+
+def test_a_function_with_its_own_precision_default_gets_a_note():
+    """Our autograd op runs in bf16 mode unless told (its ``precision="bf16"``); kdadbg passes a user
+    function no precision, so a run at another --precision says so instead of leaving a wall of FAIL
+    unexplained. A function without such a parameter, or whose default is the run's mode, gets none."""
+    from kdadbg.impls.function import own_precision_note
+
+    def op(q, k, v, g, beta, precision="bf16"):
+        raise AssertionError("not called")
+
+    def plain(q, k, v, g, beta, **kw):
+        raise AssertionError("not called")
+
+    note = own_precision_note(op, "m:op", "fp32")
+    assert note is not None and "precision='bf16'" in note and "--precision bf16" in note
+    assert own_precision_note(op, "m:op", "bf16") is None
+    assert own_precision_note(plain, "m:plain", "fp32") is None
+    from kdadbg_kernels import chunk_kda
+    assert own_precision_note(chunk_kda, "kdadbg_kernels:chunk_kda", "fp32") is not None

@@ -127,3 +127,44 @@ def test_tap_selection_too_large_is_refused_up_front(dump, tmp_path, monkeypatch
     assert not out.exists()
     r = kdadbg("taps", dump, "-o", out, "--source", "kernel", "--device", DEV, "--taps", "S,dS")
     assert r.exit_code == 0, r.output
+
+
+def test_small_gradients_are_judged_at_their_own_scale(tmp_path):
+    """fla's absolute rule (max |err| <= 1e-6) taken as is would pass any gradient of a dump whose ``do`` is
+    small, as a captured training step's often is: here ``do`` and ``dht`` times 1e-6, and an implementation
+    that negates dq and scales dk by 1.5 (the reference's own outputs, edited). The rule's constants are
+    relative to each quantity's scale: run fails dq and dk (ratio 2 and 0.5) and passes the rest, diff calls
+    them BUG; the unedited outputs pass both."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    src, tiny = tmp_path / "my.safetensors", tmp_path / "tiny.safetensors"
+    assert kdadbg("gen", src).exit_code == 0
+    with safe_open(str(src), "pt") as f:
+        meta = f.metadata()
+    t = load_file(str(src))
+    t["do"], t["dht"] = t["do"] * 1e-6, t["dht"] * 1e-6
+    save_file(t, str(tiny), metadata=meta)
+    good, bad = tmp_path / "good.safetensors", tmp_path / "bad.safetensors"
+    assert kdadbg("run", tiny, "--impl", "reference", "--save", good).exit_code == 0
+    with safe_open(str(good), "pt") as f:
+        meta = f.metadata()
+    out = load_file(str(good))
+    # the edits' errors are within fla's fixed 1e-6: its rule as is would pass them
+    assert 2 * out["dq"].abs().max() < 1e-6 and 0.5 * out["dk"].abs().max() < 1e-6
+    out["dq"], out["dk"] = -out["dq"], out["dk"] * 1.5
+    save_file(out, str(bad), metadata=meta)
+    js = tmp_path / "r.json"
+    r = kdadbg("run", tiny, "--impl", bad, "--json", js)
+    assert r.exit_code == 1, r.output
+    rows = {x["name"]: x for x in json.loads(js.read_text())["tensors"]}
+    assert {n for n, x in rows.items() if not x["pass"]} == {"dq", "dk"}
+    assert abs(rows["dq"]["ratio"] - 2) < 1e-6 and abs(rows["dk"]["ratio"] - 0.5) < 1e-6
+    assert rows["dq"]["abs_floor"] < 1e-12 and rows["o"]["abs_floor"] > 1e-8
+    js = tmp_path / "d.json"
+    r = kdadbg("diff", tiny, "--against", bad, "--json", js)
+    assert r.exit_code == 1, r.output
+    doc = json.loads(js.read_text())
+    assert {c["tap"] for c in doc["cells"] if c["label"] == "BUG"} == {"dq", "dk"}
+    assert kdadbg("run", tiny, "--impl", good).exit_code == 0
+    assert kdadbg("diff", tiny, "--against", good).exit_code == 0

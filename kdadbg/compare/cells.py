@@ -49,6 +49,8 @@ class Cells:
     # BUG became DRIFT carried in from dg (compare.carried); NaN elsewhere
     carried: torch.Tensor | None = None
     group: int = 1                     # > 1: heads are q/k heads of this many value heads each
+    scale: float = 1.0                 # RMS of the reference over every compared element (metrics.scale_of)
+    abs_floor: float = 1e-6            # the absolute rule's floor, 1e-6 scale (metrics.floors)
 
     def column(self, value_head: int) -> int | None:
         """The column of value head ``value_head`` (its q/k head's for ``group > 1``), or None."""
@@ -72,7 +74,7 @@ class Cells:
 def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = None) -> Cells:
     """Label every cell OK / DRIFT / BUG against the noise floor's metrics of the same cells (``floor``),
     and UNREP where ``unrep`` ([R, Hs] bool) says the compared precision cannot hold the value."""
-    passed = passes(cells.ratio, cells.max_abs, cells.nonfinite, cells.tol)
+    passed = passes(cells.ratio, cells.max_abs, cells.nonfinite, cells.tol, cells.abs_floor)
     if floor is not None:
         cells.floor = floor["ratio"]
         label = noise.classify(passed, cells.ratio, cells.nonfinite, floor["ratio"], floor["nonfinite"])

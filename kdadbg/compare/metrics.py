@@ -2,9 +2,18 @@
 
 ``ratio`` is flash-linear-attention's ``RMS(ref - x) / (RMS(ref) + 1e-8)`` over the compared
 elements; a comparison passes when it is finite and ``ratio <= tol`` or ``max|ref - x| <= 1e-6``
-(fla's rule). A NaN/Inf on one side only makes the ratio and max abs infinite and counts in
-``nonfinite``; the worst element is then the first such one, else the largest error. Elements
-non-finite on both sides (from NaN inputs) agree and are left out of ``count``.
+(fla's rule), with fla's two absolute constants taken relative to the scale of what is compared:
+``scale`` is the RMS of the reference over every compared element of the quantity (the whole tensor
+for ``kdadbg run``; every cell of a tap or output for ``kdadbg diff``), and the rule reads
+``RMS(ref - x) / (RMS(ref) + 1e-8 scale)`` and ``max|ref - x| <= 1e-6 scale`` (each at least float32's
+smallest normal, 1.2e-38, below which the compared precisions hold nothing). On unit-scale data that
+is fla's rule; on a dump of small values (a captured training step's ``do`` is often ~1e-6) fla's fixed
+1e-6 would pass any gradient, a negated one too. A cell far smaller than its quantity's scale still
+passes on the absolute rule, as fla's near-zero elements do.
+
+A NaN/Inf on one side only makes the ratio and max abs infinite and counts in ``nonfinite``; the worst
+element is then the first such one, else the largest error. Elements non-finite on both sides (from NaN
+inputs) agree and are left out of ``count``.
 """
 
 from __future__ import annotations
@@ -14,15 +23,33 @@ from dataclasses import asdict, dataclass
 
 import torch
 
-ABS_PASS = 1e-6
+ABS_PASS = 1e-6      # fla's absolute rule, times the compared quantity's scale
+RATIO_EPS = 1e-8     # fla's ratio denominator's constant, times that scale
+TINY = torch.finfo(torch.float32).tiny   # float32's smallest normal: the least floor and epsilon
 
 
-def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict[str, torch.Tensor]:
+def scale_of(ref: torch.Tensor, mask: torch.Tensor) -> float:
+    """The scale of a quantity: the RMS of ``ref`` over its compared, finite elements (0 if none)."""
+    ref = ref.detach().to(torch.float64)
+    m = mask.to(ref.device).expand(ref.shape) & torch.isfinite(ref)
+    n = int(m.sum())
+    return float((torch.where(m, ref, 0.).pow(2).sum() / n).sqrt()) if n else 0.0
+
+
+def floors(scale: float) -> tuple[float, float]:
+    """``(abs_floor, eps)`` of a quantity of ``scale``: ``1e-6 scale`` and ``1e-8 scale``, each at least
+    float32's smallest normal."""
+    return max(ABS_PASS * scale, TINY), max(RATIO_EPS * scale, TINY)
+
+
+def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict:
     """Metrics of every ``[R, Hs]`` cell: ``x``, ``ref`` ``[R, Hs, *dims]``, ``mask`` broadcastable to them.
 
     Returns ``ratio, max_abs, index`` (flat index of the worst element within the cell), ``cosine``,
     ``nonfinite``, ``count`` (elements compared) and both values at the worst element, as CPU tensors
-    ``[R, Hs]``. Computed on ``ref``'s device (large GPU taps stay there).
+    ``[R, Hs]``, and ``scale`` and ``abs_floor`` (floats): the quantity's scale over every cell
+    (:func:`scale_of`) and the absolute rule's floor it sets (:func:`floors`). Computed on ``ref``'s
+    device (large GPU taps stay there).
     """
     dev = ref.device
     x, ref = x.detach().to(dev, torch.float64), ref.detach().to(dev, torch.float64)
@@ -38,11 +65,13 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict
     good = m & ~bad
     count = m.sum(-1)
     n = count.clamp(min=1)
+    scale = scale_of(rf, m)
+    abs_floor, eps = floors(scale)
     err = torch.where(good, xf - rf, zero)
     r0 = torch.where(good, rf, zero)
     x0 = torch.where(good, xf, zero)
     nonfinite = bad.sum(-1)
-    ratio = (err.pow(2).sum(-1) / n).sqrt() / ((r0.pow(2).sum(-1) / n).sqrt() + 1e-8)
+    ratio = (err.pow(2).sum(-1) / n).sqrt() / ((r0.pow(2).sum(-1) / n).sqrt() + eps)
     score = torch.where(bad, inf, err.abs())
     score = torch.where(m, score, torch.tensor(-1.0, dtype=torch.float64, device=dev))
     arg = score.argmax(-1) if score.shape[-1] else torch.zeros((R, Hs), dtype=torch.long, device=dev)
@@ -54,12 +83,13 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict
     out = {"ratio": torch.where(nonfinite > 0, inf, ratio), "max_abs": torch.where(nonfinite > 0, inf, max_abs),
            "index": arg, "cosine": cosine, "nonfinite": nonfinite, "count": count,
            "kernel": pick(xf), "reference": pick(rf)}
-    return {k: v.cpu() for k, v in out.items()}
+    return {**{k: v.cpu() for k, v in out.items()}, "scale": scale, "abs_floor": abs_floor}
 
 
-def passes(ratio, max_abs, nonfinite, tol):
-    """fla's rule on metrics (floats or tensors): finite and within ``tol``, or max abs error <= 1e-6."""
-    return (nonfinite == 0) & ((max_abs <= ABS_PASS) | (ratio <= tol))
+def passes(ratio, max_abs, nonfinite, tol, abs_floor: float = ABS_PASS):
+    """fla's rule on metrics (floats or tensors): finite and within ``tol``, or max abs error within
+    ``abs_floor`` (1e-6 times the quantity's scale, :func:`floors`)."""
+    return (nonfinite == 0) & ((max_abs <= abs_floor) | (ratio <= tol))
 
 
 @dataclass
@@ -76,6 +106,8 @@ class Compare:
     kernel: float       # value of x at max_index
     reference: float    # value of ref at max_index
     count: int = 0      # elements compared
+    scale: float = 1.0  # RMS of the reference over the compared elements
+    abs_floor: float = ABS_PASS   # the absolute rule's floor: 1e-6 scale (metrics.floors)
     tol: float | None = None
     passed: bool | None = None
     unrep: str | None = None   # over tol, but within what the implementation's storage dtype can hold: why
@@ -84,7 +116,7 @@ class Compare:
 
     def judge(self, tol: float) -> "Compare":
         self.tol = tol
-        self.passed = bool(passes(self.ratio, self.max_abs, self.nonfinite, tol))
+        self.passed = bool(passes(self.ratio, self.max_abs, self.nonfinite, tol, self.abs_floor))
         return self
 
     def judge_storage(self, dtype: torch.dtype, floor: float, tol16: float) -> "Compare":
@@ -93,7 +125,8 @@ class Compare:
         the tolerance of bf16 mode: within it UNREP (the compared precision cannot judge values stored so;
         never a failure), over it a failure still."""
         self.floor, self.storage = floor, str(dtype).removeprefix("torch.")
-        if not self.passed and floor > self.tol and bool(passes(self.ratio, self.max_abs, self.nonfinite, tol16)):
+        if not self.passed and floor > self.tol and bool(passes(self.ratio, self.max_abs, self.nonfinite, tol16,
+                                                                               self.abs_floor)):
             self.unrep = (f"returned in {self.storage}, whose rounding alone is ratio "
                           f"{floor:.2g} against tol {self.tol:g}; within bf16 mode's tol {tol16:g}")
         return self
@@ -116,11 +149,12 @@ def compare(name: str, x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor | 
         at = mask.to(ref.device).expand(shape).reshape(-1).nonzero().flatten()
         x, ref = x[at.to(x.device)], ref[at]
     met = cell_metrics(x.reshape(1, 1, -1), ref.reshape(1, 1, -1), torch.ones((), dtype=torch.bool))
-    v = {k: t[0, 0].item() for k, t in met.items()}
+    v = {k: t[0, 0].item() for k, t in met.items() if isinstance(t, torch.Tensor)}
     flat = int(v["index"]) if at is None or not at.numel() else int(at[int(v["index"])])
     index = tuple(int(i) for i in torch.unravel_index(torch.tensor(flat), shape)) if math.prod(shape) else ()
     return Compare(name, shape, float(v["max_abs"]), index, float(v["ratio"]), float(v["cosine"]),
-                   int(v["nonfinite"]), float(v["kernel"]), float(v["reference"]), int(v["count"]))
+                   int(v["nonfinite"]), float(v["kernel"]), float(v["reference"]), int(v["count"]), met["scale"],
+                   met["abs_floor"])
 
 
 def nonfinite_inputs(inputs) -> dict[str, int]:

@@ -262,6 +262,7 @@ class DiffResult:
             "first_nonfinite": jsonable(self.first_nonfinite),
             "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
+            "scales": {n: {"scale": c.scale, "abs_floor": c.abs_floor} for n, c in self.cells.items()},
             "exponents": jsonable(self.exponents), "repeat": jsonable(self.repeat), "notes": self.notes,
             "knobs": self.knobs,
             "noise": {"k": noise.K_DRIFT, "abs": noise.DRIFT_ABS}, "cells_truncated": truncated, "cells": cells,

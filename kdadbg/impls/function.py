@@ -127,6 +127,21 @@ def _show(v) -> str:
     return repr(v)
 
 
+def own_precision_note(fn, name: str, precision: str) -> str | None:
+    """A note when the function has a ``precision`` parameter whose default is another of kdadbg's modes
+    (our autograd op ``kdadbg_kernels:chunk_kda`` runs in bf16 mode by default): kdadbg passes it nothing,
+    so it runs in its own mode while ``--precision`` sets the tolerances it is judged by."""
+    try:
+        p = inspect.signature(fn).parameters.get("precision")
+    except (TypeError, ValueError):
+        return None
+    own = None if p is None else p.default
+    if not isinstance(own, str) or own == precision or own not in ("fp32", "bf16"):
+        return None
+    return (f"--impl {name} runs in its own precision={own!r} (its default; kdadbg passes it nothing), judged "
+            f"here at --precision {precision}'s tolerances: for its mode's tolerances use --precision {own}")
+
+
 class Function(Implementation):
     kind = "function"
 
@@ -140,6 +155,7 @@ class Function(Implementation):
             self.takes_initial_state = var_kw or ("initial_state" in params and "output_final_state" in params)
         except (TypeError, ValueError):
             self.takes_initial_state = True
+        self.precision_note = own_precision_note(fn, name, precision)
 
     def describe(self) -> dict:
         return {**super().describe(), "function": f"{getattr(self.fn, '__module__', '?')}."
@@ -188,7 +204,7 @@ class Function(Implementation):
             not_provided["ht"] = "the function returned no final state"
         grads = self._gradients(o, ht, leaves, x, config, flip, not_provided)
         outputs.update(checked_outputs(f"--impl {self.name}", grads, inputs, config))
-        run = ImplRun(outputs, not_provided=not_provided)
+        run = ImplRun(outputs, not_provided=not_provided, notes=[self.precision_note] if self.precision_note else [])
         if their_taps is not None and taps is not None:
             self._add_taps(run, their_taps, inputs, config, taps)
         return run
