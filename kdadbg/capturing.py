@@ -616,7 +616,7 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
     rows = chunk_rows(chunk_table(B, T, inputs.cu_seqlens, config.chunk_size), 0, 0)
     atomic_save(tensors, meta, dump, force=force)
     write_taps_file(theirs, outputs, {}, rows, range(inputs.HV),
-                    {**taps_metadata("capture", dump, config), **origin}, force=force)
+                    {**taps_metadata("capture", dump, config, inputs=inputs), **origin}, force=force)
     return {"dump": str(dump), "theirs": str(theirs), "step": info.step, "call": info.call, "module": info.module,
             "rank": info.rank, "impl": info.impl, "reason": reason, "nonfinite": nonfinite,
             "dht": "dht" in call.grads, "outputs": sorted(outputs)}

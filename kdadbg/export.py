@@ -90,7 +90,7 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     outs = {n: run.outputs[n].detach().to("cpu") for n in applies if n in run.outputs}
     path = write_taps_file(out, outs, picked, chunk_rows(table, lo, hi), head_list,
                            taps_metadata(impl.name, dump, config, impl.precision if impl.kind != "reference"
-                                         else None), force=force)
+                                         else None, inputs=inputs), force=force)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
     return {"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,
             "config": config.as_dict(), "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]

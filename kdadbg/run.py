@@ -20,7 +20,7 @@ from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, check_supported, resolve_impl
 from .progress import ticking
-from .tapsfile import outputs_that_apply
+from .tapsfile import inputs_fingerprint, outputs_that_apply
 from .tolerances import tolerances
 
 Progress = Callable[[str, int, int], None]
@@ -172,7 +172,8 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         result.notes.append(nonfinite_note(bad_in, agree))
     if save is not None:
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
-                **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata()}
+                **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata(),
+                "inputs_sha256": inputs_fingerprint(inputs)}
         atomic_save({r.name: got.outputs[r.name].detach().float().cpu() for r in rows}, meta, save, force=force)
     return result
 

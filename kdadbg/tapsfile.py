@@ -80,11 +80,31 @@ def chunk_rows(chunks: ChunkTable, lo: int, hi: int) -> dict[str, torch.Tensor]:
             "chunk.len": chunks.length[lo:hi].to(torch.int64)}
 
 
-def taps_metadata(source: str, dump, config: KDAConfig, precision: str | None = None) -> dict[str, str]:
+def inputs_fingerprint(inputs) -> str:
+    """A digest of a dump's inputs (every tensor of ``KDAInputs.TENSORS`` present: name, dtype, shape and
+    bytes), written into what is made from them (``inputs_sha256``), so that a taps or outputs file
+    compared against another dump is refused instead of reported as a bug in every cell."""
+    import hashlib
+
+    h = hashlib.sha256()
+    for name in inputs.TENSORS:
+        t = getattr(inputs, name)
+        if t is None:
+            continue
+        t = t.detach().to("cpu").contiguous()
+        h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
+        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+    return h.hexdigest()
+
+
+def taps_metadata(source: str, dump, config: KDAConfig, precision: str | None = None, inputs=None) -> dict[str, str]:
+    """A taps file's metadata; with ``inputs`` also their digest (``inputs_sha256``, :func:`inputs_fingerprint`)."""
     meta = {"format": FORMAT, "source": source, "dump": Path(dump).name, "kdadbg_version": kdadbg_version(),
             **config.to_metadata()}
     if precision is not None:
         meta["precision"] = precision
+    if inputs is not None:
+        meta["inputs_sha256"] = inputs_fingerprint(inputs)
     return meta
 
 

@@ -105,3 +105,29 @@ def test_read_outputs_only_and_unknown_keys(tmp_path):
 def test_readme_tap_table_matches_registry():
     readme = (REPO / "README.md").read_text()
     assert tap_table_markdown() in readme
+
+
+def test_a_file_made_from_other_inputs_is_refused(tmp_path):
+    """Files kdadbg writes from a dump (``taps``, ``run --save``) record its inputs' digest; compared with
+    another dump of the same shapes they are refused in one line naming both (exit 2), not reported as a
+    BUG in every cell. A file without the digest (another tool's, an older kdadbg's) is taken on trust."""
+    from safetensors import safe_open
+
+    from test_cli import assert_one_error_line, kdadbg
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    assert kdadbg("gen", a).exit_code == 0 and kdadbg("gen", b, "--seed", "5").exit_code == 0
+    ta, sa = tmp_path / "a.taps.safetensors", tmp_path / "a.out.safetensors"
+    assert kdadbg("taps", a, "--impl", "reference", "-o", ta).exit_code == 0
+    assert kdadbg("run", a, "--impl", "reference", "--save", sa).exit_code == 0
+    assert kdadbg("diff", a, "--against", ta).exit_code == 0
+    assert kdadbg("run", a, "--impl", sa).exit_code == 0
+    for args in (("diff", b, "--against", ta), ("run", b, "--impl", sa), ("diff", b, "--impl", sa)):
+        assert_one_error_line(kdadbg(*args), "made from other inputs than this dump", "a.safetensors'")
+    with safe_open(str(ta), "pt") as f:
+        meta = f.metadata()
+    del meta["inputs_sha256"]
+    bare = tmp_path / "bare.taps.safetensors"
+    save_file(load_file(str(ta)), str(bare), metadata=meta)
+    r = kdadbg("diff", b, "--against", bare)
+    assert r.exit_code == 1 and "BUG" in r.stdout, r.output

@@ -186,6 +186,9 @@ def check_supported(impl: Implementation, inputs: KDAInputs, config: KDAConfig, 
     ok, why = impl.supports(config, shapes_of(inputs))
     if not ok:
         raise KdadbgError(f"{where + ': ' if where else ''}--impl {impl.name}: cannot run this dump: {why}")
+    check = getattr(impl, "check_inputs", None)   # a file of results: made from these inputs?
+    if check is not None:
+        check(inputs)
 
 
 def select_taps(taps: dict[str, torch.Tensor], have_chunks: list[int], have_heads: list[int],

@@ -57,6 +57,7 @@ class TapsFile(Implementation):
         self.path, self.spec, self.precision = str(path), spec, precision
         self.name = self.path
         self._file = None
+        self._inputs_checked = None
 
     def describe(self) -> dict:
         return {**super().describe(), "path": self.path, "state_layout": self.spec.state_layout,
@@ -83,6 +84,8 @@ class TapsFile(Implementation):
 
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         f = self.read()
+        if self._inputs_checked is not inputs:
+            self.check_inputs(inputs)
         B, T, _, K, V = inputs.shape
         H = inputs.HV   # taps are per value head
         ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
@@ -106,6 +109,24 @@ class TapsFile(Implementation):
         sel, rows, hs = select_taps(convert_taps(theirs, self.spec), ids, heads, list(range(lo, hi)),
                                     list(taps.head_list(H)))
         return ImplRun(outputs, sel, rows, hs)
+
+    def check_inputs(self, inputs: KDAInputs) -> None:
+        """A file that records its inputs' digest (``inputs_sha256``: ``kdadbg taps``, ``run --save``,
+        ``capture``) must have been made from this dump's inputs; one without it (an older kdadbg's, or
+        another tool's) is taken on trust. Called by ``check_supported``, before any work."""
+        from ..tapsfile import inputs_fingerprint
+
+        f = self.read()
+        want = f["metadata"].get("inputs_sha256")
+        if want is None:
+            return
+        have = inputs_fingerprint(inputs)
+        if want != have:
+            made = f["metadata"].get("dump")
+            raise KdadbgError(f"{self.path}: made from other inputs than this dump (its inputs_sha256 {want[:12]}…, "
+                              f"the dump's {have[:12]}…{f'; it names dump {made!r}' if made else ''}): compare a file "
+                              f"with the dump it was made from")
+        self._inputs_checked = inputs
 
     def _check_chunks(self, f: dict, ct, config: KDAConfig) -> None:
         meta_c = f["metadata"].get("chunk_size")
