@@ -193,7 +193,8 @@ def render_first(console: Console, res) -> None:
                           f"still diverges (ratio {num(o['ratio'])})", soft_wrap=True, highlight=False)
         elif o["verdict"] == "inherited":
             console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is within "
-                          f"tolerance (ratio {num(o['ratio'])}); the error was carried in", soft_wrap=True,
+                          f"tolerance (ratio {num(o['ratio'])}); the error was carried in (or is tied to absolute token "
+                          f"positions, which the window's rerun starts afresh)", soft_wrap=True,
                           highlight=False)
         else:
             console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
