@@ -18,7 +18,7 @@ import typer
 from rich.console import Console
 
 from .render import tables as report
-from .errors import EXIT_NUMERIC, KdadbgError
+from .errors import EXIT_BAD_INPUT, EXIT_NUMERIC, EXIT_PARTIAL, KdadbgError
 
 
 class Group(typer.core.TyperGroup):
@@ -37,7 +37,8 @@ app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion
                        "implementation (--impl: our Triton kernels, fla, FlashKDA, your function) against a "
                        "float64 reference (run), find the first chunk and stage where it diverges (diff), "
                        "export per-chunk taps (taps), capture dumps from training (capture), and make or "
-                       "check dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input.")
+                       "check dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input or nothing "
+                       "compared, 3 partial (run: not everything compared, not a full pass).")
 
 
 def _out() -> Console:
@@ -370,7 +371,7 @@ def run(
     = Precision.fp32,
     tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override one tolerance: NAME=VALUE "
                                                      "(repeatable), e.g. --tol dg=5e-2.")] = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 3) "
                                                       "to this file.")] = None,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
                                                  "(float32 safetensors) to this file.")] = None,
@@ -392,9 +393,10 @@ def run(
     One row per output and gradient: shape, max abs error and where, fla's ratio
     RMS(ref-x)/(RMS(ref)+1e-8 x scale), cosine, NaN/Inf count, tolerance, verdict.
     A tensor passes when ratio <= tol or max abs error <= 1e-6 x its scale (the RMS of its
-    reference), and has no NaN/Inf.
+    reference), and has no NaN/Inf; one with no element compared (NaN/Inf on both sides everywhere) is
+    "not compared", never a pass.
     Tolerances: fp32 mode 1e-5 for every tensor; bf16 mode fla's (o, ht 5e-3; dq, dk, dv, dh0 8e-3; dg, dbeta 2e-2; ddt_bias 8e-3; dA_log 1e-2).
-    Exit 0 when all pass, 1 when any fails, 2 on bad input.
+    Exit 0 (PASS) when every output and gradient was compared and passes, 1 (FAIL) when any fails, 2 on bad input or when no element was compared, 3 (PARTIAL) when nothing failed but an output or gradient was not provided (a forward-only implementation) or not compared: not a full pass.
 
     Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json --plot run.png
     """
@@ -427,8 +429,9 @@ def run(
     report.render_run(_out(), result)
     if plotted is not None:
         _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
-    if not result.passed:
-        raise typer.Exit(EXIT_NUMERIC)
+    code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
+    if code:
+        raise typer.Exit(code)
 
 
 
@@ -473,7 +476,7 @@ def diff(
                                         "chunk whose bits differ.")] = 1,
     strict: Annotated[bool, typer.Option("--strict", help="DRIFT cells fail too (by default only BUG cells "
                                          "do).")] = False,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
+    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 3) "
                                                       "to this file.", show_default=False)] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG heatmap of log10 ratio by tap x "
                                                  "chunk (needs matplotlib).", show_default=False)] = None,
@@ -492,7 +495,8 @@ def diff(
     Per tap and per output/gradient row x chunk x head: fla's ratio, max abs error and where, cosine and NaN/Inf count, in a grid in dataflow order.
     Cells over tolerance are DRIFT (within 10x the float32 or bf16 reference's own error) or BUG.
     The first divergence is rerun on a window seeded from the reference: introduced there, or inherited.
-    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input.
+    A cell with no element compared (NaN/Inf on both sides) is "not compared", never OK.
+    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input or when no cell compared anything.
 
     Example: kdadbg diff sample_inputs/basic.safetensors --precision bf16 --json diff.json --plot diff.png
     """
@@ -525,8 +529,9 @@ def diff(
     diffreport.render(out, result)
     if plotted is not None:
         diffreport.render_plot(out, {**plotted, "path": str(plot)})
-    if not result.passed:
-        raise typer.Exit(EXIT_NUMERIC)
+    code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT}[result.verdict]
+    if code:
+        raise typer.Exit(code)
 
 
 class When(str, Enum):

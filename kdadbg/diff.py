@@ -34,6 +34,7 @@ from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
 from .impls.base import convert_taps, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
+from .tapsfile import OUTPUT_NAMES
 from .tolerances import tap_tolerances, tolerances
 
 Progress = Callable[[str, int, int], None]
@@ -276,12 +277,14 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                     spec: TapsSpec = TapsSpec(), tol_overrides: list[str] | None = None,
                     drift_fails: bool = False) -> DiffResult:
     """Compare the taps of file ``b`` (converted by ``spec``) to those of file ``a``, which plays the
-    reference. No dump: no noise floor (failing cells are BUG), no window rerun.
+    reference, and the outputs and gradients both files hold, cut into per-chunk rows as ``diff DUMP``
+    cuts them (the dump's chunk table is rebuilt from the outputs' shapes and the files' chunk tables:
+    :func:`files_chunk_table`). No dump: no noise floor (failing cells are BUG), no window rerun.
     Example: ``diff_taps_files(read_taps_file("ours.safetensors"), read_taps_file("theirs.safetensors"))``.
     """
     from kdadbg_kernels.taps import REGISTRY
 
-    tols = tap_tolerances(precision, tol_overrides)
+    tols = cell_tolerances(precision, tol_overrides)
     for f in (a, b):
         if not f["chunks"]:
             raise KdadbgError(f"{f['path']}: holds no taps (no chunk table) to compare")
@@ -309,25 +312,103 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                "not_in_reference_file": [n for n in names if n not in a["taps"]]}
     pick_a = {n: a["taps"][n] for n in names if n in a["taps"] and n in b["taps"]}
     cand = convert_taps({n: b["taps"][n] for n in pick_a}, spec)
-    if not pick_a or not rows or not hs:
+
+    # outputs and gradients: those both files hold, per chunk row (as diff DUMP --against B compares them)
+    not_provided = {n: f"not in {b['path']}" for n in OUTPUT_NAMES if n in a["outputs"] and n not in b["outputs"]}
+    not_provided.update({n: f"not in {a['path']} (the reference file)" for n in OUTPUT_NAMES
+                         if n in b["outputs"] and n not in a["outputs"]})
+    shared = [n for n in OUTPUT_NAMES if n in a["outputs"] and n in b["outputs"]]
+    for n in shared:
+        if tuple(a["outputs"][n].shape) != tuple(b["outputs"][n].shape):
+            raise KdadbgError(f"{b['path']}: output '{n}' has shape {list(b['outputs'][n].shape)}, but "
+                              f"{list(a['outputs'][n].shape)} in {a['path']}")
+    mine = theirs = {}
+    row_ids: dict[str, list] = {}
+    notes = []
+    if shared and rows and hs:
+        ct, why = files_chunk_table(a, b, C, shared)
+        if ct is None:
+            not_provided.update({n: f"held by both files, but not placed in chunks: {why}" for n in shared})
+            notes.append(f"outputs and gradients not compared ({why}): diff DUMP --against {b['path']} compares "
+                         f"them")
+        else:
+            info = ChunkInfo.from_table(ct)
+            shapes = {n: a["outputs"][n].shape for n in shared}
+            G = shapes["o"][2] // shapes["dq"][2] if "o" in shapes and "dq" in shapes and shapes["dq"][2] else 1
+            mine, row_ids = output_rows({n: b["outputs"][n] for n in shared}, ct, _layout(b), rows, hs, G)
+            theirs, _ = output_rows({n: a["outputs"][n] for n in shared}, ct, _layout(a), rows, hs, G)
+    if (not pick_a and not mine) or not rows or not hs:
         raise KdadbgError(f"nothing to compare: {b['path']} and {a['path']} share no tap × chunk × head for the "
-                          f"selection (taps in both: {', '.join(pick_a) or 'none'})")
+                          f"selection (taps in both: {', '.join(pick_a) or 'none'}; outputs in both: "
+                          f"{', '.join(shared) or 'none'})")
 
     def sel(ids, hl, taps):
         return select({n: t.to(torch.float64) for n, t in taps.items()}, [ids.index(c) for c in rows],
                       [hl.index(h) for h in hs])
 
     cells = compare_cells(sel(b_ids, b_heads, cand), sel(a_ids, a_heads, pick_a), {n: rows for n in pick_a}, hs,
-                          info, tols)
+                          info, tols) if pick_a else {}
+    if mine:
+        cells.update(compare_cells(mine, theirs, row_ids, hs, info, tols, group=G))
+    cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("files", (b["path"], a["path"]), precision, None, None, None, info, rows, hs, cells,
                      impl={"name": b["path"], "kind": "taps file"}, drift_fails=drift_fails, missing=missing,
+                     not_provided=not_provided,
                      files={"reference": a["path"], "theirs": b["path"], "state_layout": spec.state_layout,
                             "gate_units": spec.gate_units})
     res.notes.append("no dump: no noise floor (failing cells are BUG), no window rerun")
+    res.notes += notes
     first = res.first_divergence
     if first is not None:
         res.amplification = amplification(res, first)
     return res
+
+
+def _layout(f: dict) -> str:
+    """A taps file's state layout of ``ht``/``dh0`` (the dump's, in its metadata; ``vk`` by default)."""
+    layout = str(f["metadata"].get("state_layout") or "vk").lower()
+    if layout not in ("vk", "kv"):
+        raise KdadbgError(f"{f['path']}: metadata state_layout: expected vk or kv, found {layout!r}")
+    return layout
+
+
+def files_chunk_table(a: dict, b: dict, C: int, shared: list[str]):
+    """The chunk table of the dump two taps files came from, rebuilt without it: ``B, T`` from the outputs'
+    shapes; sequences are the batch rows, or (``B`` = 1 and more than one sequence in the files) the
+    ``cu_seqlens`` segments, each ending where the files' last chunk of it ends. Every chunk row of both
+    files must then agree with the table (sequence, first token, length). Returns ``(table, None)`` or
+    ``(None, why)`` where the files do not determine it (a varlen file holding only some chunks)."""
+    tok = next((a["outputs"][n] for n in ("o", "dv", "dg", "dbeta", "dq", "dk") if n in shared), None)
+    if tok is None:   # ht, dh0, dA_log, ddt_bias only: no token axis
+        return None, "no output with a token axis (o, dq, ...) gives the dump's length"
+    B, T = int(tok.shape[0]), int(tok.shape[1])
+    rows = [(int(i), int(s), int(st), int(n)) for f in (a, b) for i, s, st, n in
+            zip(f["chunks"]["index"], f["chunks"]["seq"], f["chunks"]["start"], f["chunks"]["len"])]
+    n_seqs = max((s for _, s, _, _ in rows), default=0) + 1
+    for n in ("ht", "dh0"):
+        if n in shared:
+            n_seqs = max(n_seqs, int(a["outputs"][n].shape[0]))
+    cu = None
+    if B == 1 and n_seqs > 1:
+        ends = {}
+        for _, s, st, n in rows:
+            ends[s] = max(ends.get(s, 0), st + n)
+        if sorted(ends) != list(range(n_seqs)):
+            return None, (f"the files hold no chunk of sequence(s) "
+                          f"{', '.join(str(s) for s in range(n_seqs) if s not in ends)} of the packed (varlen) dump")
+        cu = torch.tensor([0, *(ends[s] for s in range(n_seqs))], dtype=torch.long)
+        if int(cu[-1]) != T or bool((cu[1:] < cu[:-1]).any()):
+            return None, "the files' chunks do not cover the packed (varlen) sequences to their end"
+    elif B > 1 and n_seqs > B:
+        return None, f"the files name sequence {n_seqs - 1}, but the outputs have {B} batch rows"
+    ct = chunk_table(B, T, cu, C)
+    for i, s, st, n in rows:
+        if not (0 <= i < ct.n_chunks and int(ct.seq[i]) == s and int(ct.export_start[i]) == st
+                and int(ct.length[i]) == n):
+            return None, (f"chunk {i} (sequence {s}, first token {st}, {n} rows) does not fit the chunk table of "
+                          f"outputs of {B}x{T} tokens at chunk size {C}"
+                          + (" with the sequences the files' chunks end" if cu is not None else ""))
+    return ct, None
 
 
 def write_plot(res: DiffResult, path) -> dict:

@@ -2,7 +2,8 @@
 
 EXIT_OK = 0
 EXIT_NUMERIC = 1
-EXIT_BAD_INPUT = 2
+EXIT_BAD_INPUT = 2       # also: nothing was compared (run, diff)
+EXIT_PARTIAL = 3         # run: nothing failed, but not everything was compared (not a full pass)
 
 
 class KdadbgError(Exception):

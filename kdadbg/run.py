@@ -42,31 +42,62 @@ class RunResult:
     knobs: dict[str, str] = field(default_factory=knob_overrides)  # KDADBG_* knob overrides in effect
 
     @property
-    def passed(self) -> bool:
+    def verdict(self) -> str:
+        """``fail``: a tensor over its tolerance (or NaN/Inf inputs where the two sides disagree);
+        ``not_compared``: no element of any tensor compared (exit 2); ``partial``: nothing failed, but an
+        output or gradient was not provided, or a tensor compared no element (exit 3: not a full pass);
+        ``pass``: every output and gradient compared and within tolerance (or UNREP). What a ``--chunks``
+        window leaves out by itself (``window.OUTSIDE_WINDOW``) does not make a run partial."""
         if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
-            return False
-        return all(t.passed or t.unrep for t in self.tensors)
+            return "fail"
+        if any(t.passed is False and not t.unrep for t in self.tensors):
+            return "fail"
+        if not any(t.compared for t in self.tensors):
+            return "not_compared"
+        if self.not_compared or self.missing:
+            return "partial"
+        return "pass"
+
+    @property
+    def passed(self) -> bool:
+        """A full pass only (``verdict == "pass"``)."""
+        return self.verdict == "pass"
+
+    @property
+    def missing(self) -> dict[str, str]:
+        """``not_provided`` less what a ``--chunks`` window leaves out by its selection."""
+        from .window import OUTSIDE_WINDOW
+
+        return {n: why for n, why in self.not_provided.items() if self.window is None or why not in OUTSIDE_WINDOW}
+
+    @property
+    def not_compared(self) -> list[Compare]:
+        """Tensors of which no element was compared (NaN/Inf on both sides everywhere)."""
+        return [t for t in self.tensors if not t.compared]
 
     @property
     def elements(self) -> int:
         return sum(t.count for t in self.tensors)
 
     def as_json(self) -> dict:
-        """The ``--json`` document (schema 2, documented in the README)."""
+        """The ``--json`` document (schema 3, documented in the README)."""
         return {
-            "schema": 2,
-            "verdict": "pass" if self.passed else "fail",
+            "schema": RUN_SCHEMA,
+            "verdict": self.verdict,
             "dump": self.dump,
             "impl": self.impl,
             "precision": self.precision,
             "device": self.device,
-            "tensors": [{"name": t.name, "shape": list(t.shape), "max_abs": finite_or_none(t.max_abs),
-                         "max_index": list(t.max_index), "ratio": finite_or_none(t.ratio),
-                         "cosine": finite_or_none(t.cosine), "count": t.count,
+            "tensors": [{"name": t.name, "shape": list(t.shape),
+                         "max_abs": finite_or_none(t.max_abs) if t.compared else None,
+                         "max_index": list(t.max_index) if t.compared else None,
+                         "ratio": finite_or_none(t.ratio) if t.compared else None,
+                         "cosine": finite_or_none(t.cosine) if t.cosine_defined else None, "count": t.count,
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
-                         "scale": t.scale, "abs_floor": t.abs_floor}
+                         "scale": t.scale, "abs_floor": t.abs_floor, **({"reason": t.reason} if t.reason else {})}
                         for t in self.tensors],
-            "compared": {"tensors": len(self.tensors), "elements": self.elements},
+            "compared": {"tensors": sum(t.compared for t in self.tensors), "elements": self.elements,
+                         "not_compared": [t.name for t in self.not_compared]},
             "not_provided": self.not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
             "window": self.window,
@@ -76,6 +107,9 @@ class RunResult:
             "env": environment(self.device),
             "timings_s": self.timings,
         }
+
+
+RUN_SCHEMA = 3   # 3: verdict partial/not_compared, pass null + reason, compared.not_compared, nulls (README)
 
 
 def finite_or_none(x: float) -> float | None:

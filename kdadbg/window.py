@@ -27,6 +27,11 @@ from .impls.base import Implementation, ImplRun
 from .localise import window_inputs
 
 WINDOW_NOT_COMPARABLE = "a window's dA_log/ddt_bias cover its chunks only: not comparable"
+NO_WINDOW_ENDS = "no window ends its sequence"
+NO_WINDOW_STARTS = "no window starts its sequence"
+# what a window leaves out by its selection (not a shortfall of the implementation): ``run --chunks`` can
+# pass without them
+OUTSIDE_WINDOW = (WINDOW_NOT_COMPARABLE, NO_WINDOW_ENDS, NO_WINDOW_STARTS)
 
 
 @dataclass(frozen=True)
@@ -171,7 +176,7 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
     for n in ("ht", "dh0"):
         if n in outputs and not bool((ht_mask if n == "ht" else dh0_mask).any()):
             del outputs[n]
-            not_provided[n] = ("no window ends its sequence" if n == "ht" else "no window starts its sequence")
+            not_provided[n] = NO_WINDOW_ENDS if n == "ht" else NO_WINDOW_STARTS
     for n in ("dA_log", "ddt_bias"):
         if config.gate != "none":
             not_provided[n] = WINDOW_NOT_COMPARABLE

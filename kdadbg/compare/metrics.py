@@ -113,11 +113,30 @@ class Compare:
     unrep: str | None = None   # over tol, but within what the implementation's storage dtype can hold: why
     floor: float | None = None  # judge_storage: the ratio of the reference rounded to the storage dtype
     storage: str | None = None  # judge_storage: that dtype's name
+    reason: str | None = None   # why ``passed`` is None: nothing was compared
 
     def judge(self, tol: float) -> "Compare":
         self.tol = tol
         self.passed = bool(passes(self.ratio, self.max_abs, self.nonfinite, tol, self.abs_floor))
+        return self.judge_compared()
+
+    def judge_compared(self) -> "Compare":
+        """A tensor with no element compared (every element NaN/Inf on both sides) has no verdict:
+        ``passed`` None and a ``reason``, never a pass (its ratio 0 and cosine 1 are not measurements)."""
+        if not self.compared:
+            self.passed = None
+            self.reason = not_compared_reason(math.prod(self.shape))
         return self
+
+    @property
+    def compared(self) -> bool:
+        """Whether any element was compared (``count`` > 0)."""
+        return self.count > 0
+
+    @property
+    def cosine_defined(self) -> bool:
+        """The cosine is over the elements finite on both sides: undefined when there is none."""
+        return self.count > self.nonfinite
 
     def judge_storage(self, dtype: torch.dtype, floor: float, tol16: float) -> "Compare":
         """A failing tensor the implementation returned in ``dtype`` (16 bits) whose reference, rounded to
@@ -125,6 +144,8 @@ class Compare:
         the tolerance of bf16 mode: within it UNREP (the compared precision cannot judge values stored so;
         never a failure), over it a failure still."""
         self.floor, self.storage = floor, str(dtype).removeprefix("torch.")
+        if self.passed is None:   # nothing compared: nothing to judge
+            return self
         if not self.passed and floor > self.tol and bool(passes(self.ratio, self.max_abs, self.nonfinite, tol16,
                                                                                self.abs_floor)):
             self.unrep = (f"returned in {self.storage}, whose rounding alone is ratio "
@@ -135,6 +156,12 @@ class Compare:
         d = asdict(self)
         d["shape"], d["max_index"] = list(self.shape), list(self.max_index)
         return d
+
+
+def not_compared_reason(elements: int) -> str:
+    """Why a tensor or cell with ``count`` 0 was not compared."""
+    return ("not compared: every element is NaN/Inf on both sides" if elements else
+            "not compared: it has no element")
 
 
 def compare(name: str, x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor | None = None) -> Compare:

@@ -1,5 +1,5 @@
 """``DiffResult``: the cells of one comparison and the questions asked of them (first divergence, first
-BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema 2)."""
+BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema 3)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,18 @@ import torch
 from .. import noise
 from ..config import KDAConfig
 from .cells import Cells
+from .metrics import not_compared_reason
 from .quantities import ORDER, QUANTITIES, ChunkInfo, dataflow_key
 
-SCHEMA = 2
+SCHEMA = 3    # 3: NOT_COMPARED cells, verdict not_compared, compared.not_compared, min_tolerance.not_compared
 MAX_JSON_CELLS = 200_000          # beyond this, --json lists only the cells over tolerance
+NOT_COMPARED = "NOT_COMPARED"     # the label of a cell with no element compared (count 0): never OK, never a pass
+
+
+def label_of(cells: Cells, r: int, j: int) -> str:
+    """The label a user sees for cell (``r``, ``j``): ``NOT_COMPARED`` where no element was compared
+    (every one NaN/Inf on both sides), else OK / DRIFT / BUG / UNREP."""
+    return NOT_COMPARED if int(cells.count[r, j]) == 0 else noise.LABELS[int(cells.label[r, j])]
 
 
 def knob_overrides() -> dict[str, str]:
@@ -55,10 +63,11 @@ class DiffResult:
     def counts(self) -> dict:
         """Cells and elements compared, split into taps and output rows, and cells per label."""
         out = {"cells": 0, "tap_cells": 0, "row_cells": 0, "elements": 0,
-               **{lab.lower(): 0 for lab in noise.LABELS}}
+               **{lab.lower(): 0 for lab in noise.LABELS}, "not_compared": 0}
         for c in self.cells.values():
             compared = c.count > 0
             n = int(compared.sum())
+            out["not_compared"] += int((~compared).sum())
             out["cells"] += n
             out["tap_cells" if c.quantity.is_tap else "row_cells"] += n
             out["elements"] += int(c.count.sum())
@@ -117,10 +126,20 @@ class DiffResult:
         return self._first(lambda c: (c.nonfinite > 0) & (c.label != noise.UNREP))
 
     @property
-    def passed(self) -> bool:
+    def verdict(self) -> str:
+        """``fail`` (a failing cell, or NaN/Inf inputs where the sides disagree), ``not_compared`` (no
+        cell compared any element: every one NaN/Inf on both sides; never a pass), else ``pass``."""
         if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
-            return False
-        return not any(bool(self._fails(c).any()) for c in self.cells.values())
+            return "fail"
+        if any(bool(self._fails(c).any()) for c in self.cells.values()):
+            return "fail"
+        if not any(bool((c.count > 0).any()) for c in self.cells.values()):
+            return "not_compared"
+        return "pass"
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
 
     def locate(self, name: str, r: int, head: int) -> dict:
         """Everything about one cell (``r``: its row in ``cells[name].chunks``) and its worst element."""
@@ -140,27 +159,41 @@ class DiffResult:
              "count": int(cells.count[r, h]),
              "kernel": float(cells.kernel[r, h]), "reference": float(cells.reference[r, h]),
              "tol": cells.tol, "floor": None if cells.floor is None else float(cells.floor[r, h]),
-             "label": noise.LABELS[int(cells.label[r, h])]}
+             "label": label_of(cells, r, h)}
+        if cells.group > 1:   # dq, dk under GVA: ``head`` is a q/k head
+            d["value_heads"] = list(range(head * cells.group, (head + 1) * cells.group))
+        if d["count"] == 0:   # nothing compared: no figure is a measurement
+            d.update(ratio=None, max_abs=None, cosine=None, kernel=None, reference=None, index=None, row=None,
+                     token=None, reason=not_compared_reason(math.prod(cells.dims)))
+            return d
+        if d["count"] <= d["nonfinite"]:   # no element finite on both sides: no cosine
+            d["cosine"] = None
         for axis, sym in enumerate(q.shape):
             if sym in ("K", "V"):
                 d[sym.lower()] = index[axis]
         if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
             d["carried_in_from_dg"] = float(cells.carried[r, h])
-        if cells.group > 1:   # dq, dk under GVA: ``head`` is a q/k head
-            d["value_heads"] = list(range(head * cells.group, (head + 1) * cells.group))
         return d
 
     def min_tolerance(self) -> dict[str, dict]:
-        """Per quantity: the smallest tolerance every compared cell would pass (its worst ratio) and where."""
+        """Per quantity: the smallest tolerance every judged cell would pass (its worst ratio) and where.
+        Judged: compared (count > 0) and not UNREP; UNREP cells are over their tolerance by definition and
+        counted apart (``unrep``), as are cells with nothing compared (``not_compared``). ``min_tol`` (and
+        its chunk and head) is None where no cell was judged."""
         out = {}
         for name, cells in self.cells.items():
-            r = torch.where(cells.label == noise.UNREP, torch.tensor(0.0, dtype=torch.float64), cells.ratio)
+            judged = (cells.label != noise.UNREP) & (cells.count > 0)
+            r = torch.where(judged, cells.ratio, torch.tensor(-1.0, dtype=torch.float64))
             flat = int(torch.nan_to_num(r, nan=math.inf).argmax())
             i, j = divmod(flat, r.shape[1])
-            out[name] = {"tol": cells.tol, "min_tol": float(r.max()), "chunk": cells.chunks[i],
-                         "head": cells.heads[j], "drift": int((cells.label == noise.DRIFT).sum()),
+            any_judged = bool(judged.any())
+            out[name] = {"tol": cells.tol, "min_tol": float(r.max()) if any_judged else None,
+                         "chunk": cells.chunks[i] if any_judged else None,
+                         "head": cells.heads[j] if any_judged else None,
+                         "drift": int((cells.label == noise.DRIFT).sum()),
                          "bug": int((cells.label == noise.BUG).sum()),
-                         "unrep": int((cells.label == noise.UNREP).sum())}
+                         "unrep": int((cells.label == noise.UNREP).sum()),
+                         "not_compared": int((cells.count == 0).sum())}
         return out
 
     # -- views ------------------------------------------------------------------------------------
@@ -168,7 +201,8 @@ class DiffResult:
     def grid(self, max_columns: int = 24) -> dict:
         """The quantity × chunk grid (per-head quantities apart), chunks bucketed into at most
         ``max_columns`` columns; each cell is the worst (label, then ratio) over the bucket's chunks and
-        every head, or None where nothing was compared."""
+        every head (``NOT_COMPARED``, ratio None, where no head compared an element), or None where the
+        quantity has no cell there."""
         n = len(self.chunks)
         per = max(1, math.ceil(n / max(1, max_columns)))
         buckets = [self.chunks[i:i + per] for i in range(0, n, per)]
@@ -184,11 +218,13 @@ class DiffResult:
                     continue
                 lab = cells.label[rs].to(torch.float64)
                 rank = torch.where(lab == noise.UNREP, torch.tensor(0.5, dtype=torch.float64), lab)
+                rank = torch.where(cells.count[rs] > 0, rank, torch.tensor(-1.0, dtype=torch.float64))
                 score = rank * 1e300 + torch.nan_to_num(cells.ratio[rs], posinf=1e299)
                 flat = int(score.argmax())
                 i, j = divmod(flat, len(cells.heads))
                 r = rs[i]
-                out.append({"label": noise.LABELS[int(cells.label[r, j])], "ratio": float(cells.ratio[r, j]),
+                lab = label_of(cells, r, j)
+                out.append({"label": lab, "ratio": None if lab == NOT_COMPARED else float(cells.ratio[r, j]),
                             "nonfinite": int(cells.nonfinite[rs].sum()), "chunk": cells.chunks[r],
                             "head": cells.heads[j]})
             rows.append({"tap": name, "stage": cells.stage, "kind": cells.quantity.kind, "cells": out})
@@ -215,7 +251,7 @@ class DiffResult:
                 jj = cells.column(h)
                 if jj is None:
                     continue
-                ok = cells.label[:, jj] != noise.UNREP
+                ok = (cells.label[:, jj] != noise.UNREP) & (cells.count[:, jj] > 0)
                 if bool(ok.any()):
                     worst[cells.stage] = max(worst.get(cells.stage, 0.0), float(cells.ratio[ok, jj].max()))
                 fails += int(self._fails(cells)[:, jj].sum())
@@ -236,22 +272,27 @@ class DiffResult:
             c = self.cells[name]
             for j, h in enumerate(c.heads):
                 lab = int(c.label[r, j])
-                if truncated and lab == noise.OK:
+                count = int(c.count[r, j])
+                if truncated and lab == noise.OK and count:
                     continue
                 chunk = c.chunks[r]
-                idx = [int(i) for i in torch.unravel_index(c.index[r, j], c.dims)] if c.dims else []
+                idx = None if not count else \
+                    [int(i) for i in torch.unravel_index(c.index[r, j], c.dims)] if c.dims else []
+                nothing = count == 0   # nothing compared: no figure is a measurement
                 cells.append({"tap": name, "kind": c.quantity.kind, "stage": c.stage, "chunk": chunk, "head": h,
                               "seq": None if chunk is None else self.info.seq[chunk],
-                              "ratio": _num(c.ratio[r, j]), "max_abs": _num(c.max_abs[r, j]), "index": idx,
-                              "cosine": _num(c.cosine[r, j]), "nonfinite": int(c.nonfinite[r, j]),
-                              "count": int(c.count[r, j]), "tol": c.tol,
-                              "floor": None if c.floor is None else _num(c.floor[r, j]),
-                              "label": noise.LABELS[lab],
+                              "ratio": None if nothing else _num(c.ratio[r, j]),
+                              "max_abs": None if nothing else _num(c.max_abs[r, j]), "index": idx,
+                              "cosine": None if count <= int(c.nonfinite[r, j]) else _num(c.cosine[r, j]),
+                              "nonfinite": int(c.nonfinite[r, j]), "count": count, "tol": c.tol,
+                              "floor": None if c.floor is None or nothing else _num(c.floor[r, j]),
+                              "label": label_of(c, r, j),
+                              **({"reason": not_compared_reason(math.prod(c.dims))} if nothing else {}),
                               **({"reason": c.unrep_reason[r]} if lab == noise.UNREP and c.unrep_reason else {}),
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
                                  else {})})
         return {
-            "schema": SCHEMA, "verdict": "pass" if self.passed else "fail", "mode": self.mode,
+            "schema": SCHEMA, "verdict": self.verdict, "mode": self.mode,
             "impl": self.impl, "sources": {"candidate": self.sources[0], "reference": self.sources[1]},
             "dump": self.dump, "files": self.files, "precision": self.precision, "device": self.device,
             "config": None if self.config is None else self.config.as_dict(),

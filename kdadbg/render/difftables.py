@@ -13,7 +13,7 @@ from rich.text import Text
 
 from kdadbg_kernels.taps import STAGES
 
-STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta"}
+STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta", "NOT_COMPARED": "dim"}
 
 
 def short(x: float | None) -> str:
@@ -54,11 +54,20 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
     for note in res.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
     n = res.counts()
+    console.print(compared_line(n), soft_wrap=True, highlight=False)
+    verdict = {"pass": "[green]pass[/green]", "fail": "[bold red]fail[/bold red]",
+               "not_compared": "[bold yellow]not compared[/bold yellow]: no cell compared any element (every one "
+                               "NaN/Inf on both sides); nothing was checked"}[res.verdict]
+    console.print(f"verdict: {verdict}", highlight=False, soft_wrap=True)
+
+
+def compared_line(n: dict) -> str:
+    """``compared N cells (T tap, R output/gradient row; E elements): ...``, with the cells not compared."""
     labels = ", ".join(f"{n[k.lower()]} {k}" for k in ("OK", "DRIFT", "BUG", "UNREP") if n[k.lower()])
-    console.print(f"compared {n['cells']} cells ({n['tap_cells']} tap, {n['row_cells']} output/gradient row; "
-                  f"{n['elements']} elements): {labels or 'none'}", soft_wrap=True, highlight=False)
-    verdict = "[green]pass[/green]" if res.passed else "[bold red]fail[/bold red]"
-    console.print(f"verdict: {verdict}", highlight=False)
+    nc = n.get("not_compared", 0)
+    extra = f"; {nc} cells not compared (every element NaN/Inf on both sides)" if nc else ""
+    return (f"compared {n['cells']} cells ({n['tap_cells']} tap, {n['row_cells']} output/gradient row; "
+            f"{n['elements']} elements): {labels or 'none'}{extra}")
 
 
 def render_header(console: Console, res) -> None:
@@ -99,18 +108,23 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
                 t.add_section()
             stage = row["stage"]
         cells = [Text(" ·") if c is None else
-                 Text(" " + ("unrep" if c["label"] == "UNREP" else short(c["ratio"])), style=STYLE[c["label"]])
+                 Text(" " + ("unrep" if c["label"] == "UNREP" else "—" if c["label"] == "NOT_COMPARED"
+                             else short(c["ratio"])), style=STYLE[c["label"]])
                  for c in row["cells"]]
         m = mins[row["tap"]]
         worst = "BUG" if m["bug"] else ("DRIFT" if m["drift"] else "OK")
         name = row["tap"] if row["kind"] == "tap" else f"[italic]{row['tap']}[/italic]"
-        t.add_row(name, *cells, "  " + short(m["tol"]), Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
+        t.add_row(name, *cells, "  " + short(m["tol"]),
+                  Text(" —", style=STYLE["NOT_COMPARED"]) if m["min_tol"] is None else
+                  Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
     console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare; [italic]italic[/italic]: "
                   "the implementation's outputs and gradients per chunk, ht at a sequence's last chunk, dh0 at its "
                   "first); [green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
                   "[bold red]BUG[/bold red] beyond it, [magenta]unrep[/magenta] a value the compared precision cannot "
-                  "hold, or not to its tolerance (not a divergence), · not compared; min tol: the tolerance every cell would pass (its worst ratio)",
+                  "hold, or not to its tolerance (not a divergence), · not compared (not provided or not selected), — not "
+                  "compared (every element NaN/Inf on both sides); min tol: the smallest tolerance every compared cell "
+                  "but the UNREP ones would pass (their worst ratio; — where no such cell)",
                   soft_wrap=True, highlight=False)
 
 
@@ -118,7 +132,8 @@ def render_head_quantities(console: Console, res) -> None:
     cells = res.per_head_quantities()
     if not cells:
         return
-    parts = [Text.assemble(f"{c['tap']} head {c['head']} ", (short(c["ratio"]), STYLE[c["label"]]))
+    parts = [Text.assemble(f"{c['tap']} head {c['head']} ", ("—" if c["label"] == "NOT_COMPARED" else
+                                                              short(c["ratio"]), STYLE[c["label"]]))
              for c in cells]
     console.print(Text("per-head gradients (every chunk): ").append(Text(", ").join(parts)), soft_wrap=True)
 
@@ -159,13 +174,26 @@ def _head(d: dict) -> str:
     return f"q/k head {d['head']} (value heads {vh[0]}-{vh[-1]})" if vh else f"head {d['head']}"
 
 
+def no_divergence(n: dict, markup: bool = True) -> str:
+    """What "no divergence" means for these counts: UNREP cells are over their tolerance (the compared
+    precision cannot judge them, never a failure) and cells with nothing compared were not judged at all."""
+    if n["cells"] == 0:
+        head = "[yellow]no divergence found[/yellow]" if markup else "no divergence found"
+        return f"{head}: no cell compared any element ({n.get('not_compared', 0)} cells not compared)"
+    head = "[green]no divergence[/green]" if markup else "no divergence"
+    within = "every compared cell within its tolerance"
+    if n["unrep"]:
+        within += f" or UNREP ({n['unrep']} cells over it that the precision cannot judge)"
+    nc = n.get("not_compared", 0)
+    return (f"{head}: {within} ({n['cells']} cells, {n['elements']} elements"
+            f"{f'; {nc} cells not compared' if nc else ''})")
+
+
 def render_first(console: Console, res) -> None:
     first = res.first_divergence
     kname, rname = (escape(res.sources[0]), "reference") if res.mode != "files" else ("B", "A")
     if first is None:
-        n = res.counts()
-        console.print(f"[green]no divergence[/green]: every compared cell is within its tolerance ({n['cells']} "
-                      f"cells, {n['elements']} elements)", highlight=False)
+        console.print(no_divergence(res.counts()), highlight=False, soft_wrap=True)
         return
     style = STYLE[first["label"]]
     where = "every chunk" if first["chunk"] is None else f"chunk {first['chunk']}"

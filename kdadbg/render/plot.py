@@ -134,7 +134,8 @@ def plot_diff(path, data: dict) -> Path:
     Args:
         data: ``{"title": str, "rows": [{"name", "stage", "tol"}] (dataflow order), "chunks": [global
             chunk id per column], "log10_ratio": [[float | None per column] per row] (worst head),
-            "status": [[one of STATUSES per column] per row], "first": {"row": i, "col": j} | None}``.
+            "status": [[one of STATUSES per column] per row], "first": {"row": i, "col": j} | None,
+            "no_divergence": the subtitle when ``first`` is None (optional)}``.
     Example: ``plot_diff("d.png", diff_plot_data(res))``.
     """
     Figure, Canvas = _matplotlib()
@@ -202,7 +203,7 @@ def plot_diff(path, data: dict) -> Path:
     ax.set_xticks([j - 0.5 for j in range(1, n_cols)], minor=True)
     ax.grid(which="minor", axis="x", color="white", lw=0.3)
 
-    first, subtitle = data.get("first"), "no cell over its tolerance"
+    first, subtitle = data.get("first"), data.get("no_divergence", "no cell over its tolerance")
     if first is not None:
         i, j = first["row"], next(b for b, g in enumerate(groups) if first["col"] in g)
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=3.0))
@@ -260,11 +261,19 @@ def diff_plot_data(res) -> dict:
         rows.append({"name": name, "stage": QUANTITIES[name].stage, "tol": cells.tol if cells else tols[name]})
         v_row, s_row = [None] * len(chunks), ["not_compared"] * len(chunks)
         if cells is not None:
-            worst = cells.ratio.max(dim=1).values.tolist()
-            label = cells.label.max(dim=1).values.tolist()
+            import torch
+
+            compared = cells.count > 0      # a head with nothing compared has no ratio and no label
+            worst = torch.where(compared, cells.ratio, -math.inf).max(dim=1).values.tolist()
+            rank = torch.where(cells.label == noise.UNREP, 0.5, cells.label.to(torch.float64))  # UNREP under DRIFT
+            rank = torch.where(compared, rank, -1.0)
+            best = rank.argmax(dim=1)
+            label = cells.label.gather(1, best[:, None])[:, 0].tolist()
             nonfinite = (cells.nonfinite > 0).any(dim=1).tolist()
             for r, c in enumerate(cells.chunks):
                 j = chunks.index(c)
+                if not bool(compared[r].any()):
+                    continue        # not_compared, grey
                 lab = noise.LABELS[int(label[r])]
                 s_row[j] = ("unrepresentable" if lab == "UNREP" else "nonfinite" if nonfinite[r] else lab.lower())
                 v_row[j] = None if nonfinite[r] or not math.isfinite(worst[r]) else math.log10(max(worst[r], 1e-16))
@@ -276,7 +285,10 @@ def diff_plot_data(res) -> dict:
         first = {"row": names.index(fd["tap"]), "col": chunks.index(fd["chunk"])}
     source = res.dump or " vs ".join(p for p in (res.files.get("theirs"), res.files.get("reference")) if p)
     title = f"kdadbg diff: {source}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
-    return {"title": title, "rows": rows, "chunks": chunks, "log10_ratio": values, "status": status, "first": first}
+    from .difftables import no_divergence
+
+    return {"title": title, "rows": rows, "chunks": chunks, "log10_ratio": values, "status": status, "first": first,
+            "no_divergence": no_divergence(res.counts(), markup=False)}
 
 
 # the run bars
@@ -287,7 +299,8 @@ def plot_run(path, data: dict) -> Path:
 
     Args:
         data: ``{"title": str, "tensors": [{"name", "ratio": float | None (None: not finite), "tol",
-            "passed": bool, "nonfinite": int, "unrep": bool (optional: UNREP, grey)}]}``.
+            "passed": bool | None (None: nothing compared, a grey bar), "nonfinite": int, "unrep": bool
+            (optional: UNREP, grey)}]}``; the title's last line may give the verdict.
     Example: ``plot_run("r.png", run_plot_data(result))``.
     """
     Figure, Canvas = _matplotlib()
@@ -306,6 +319,12 @@ def plot_run(path, data: dict) -> Path:
     ax = fig.add_subplot()
     ax.set_xscale("log")
     for y, t in enumerate(tensors):
+        if t["passed"] is None:   # nothing compared: no bar, no verdict
+            ax.barh(y, hi - lo, left=lo, height=0.62, color=NOT_COMPARED)
+            if t.get("tol"):
+                ax.plot([t["tol"]] * 2, [y - 0.42, y + 0.42], color="black", lw=2.2)
+            ax.text(hi * 1.15, y, "not compared", va="center", ha="left", fontsize=8, color="black")
+            continue
         bad = t["ratio"] is None or t.get("nonfinite", 0) > 0
         ratio = hi if bad else max(t["ratio"], lo)
         unrep = not t["passed"] and t.get("unrep", False)
@@ -328,16 +347,24 @@ def plot_run(path, data: dict) -> Path:
                Line2D([], [], color="black", lw=2.2, label="tolerance")]
     if any(t["ratio"] is None or t.get("nonfinite", 0) > 0 for t in tensors):
         handles.insert(2, Patch(color=NONFINITE, label="NaN/Inf"))
-    if any(not t["passed"] and t.get("unrep", False) for t in tensors):
+    if any(t["passed"] is False and t.get("unrep", False) for t in tensors):
         handles.insert(2, Patch(color=UNREP_BAR, label="UNREP (16-bit storage, within bf16 mode's tol)"))
+    if any(t["passed"] is None for t in tensors):
+        handles.append(Patch(color=NOT_COMPARED, label="not compared (NaN/Inf on both sides)"))
     fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8, frameon=False)
     return _save(fig, Canvas, path)
 
 
 def run_plot_data(result) -> dict:
     """The :func:`plot_run` data of a ``kdadbg.run.RunResult``."""
-    tensors = [{"name": t.name, "ratio": t.ratio if math.isfinite(t.ratio) else None, "tol": t.tol,
-                "passed": bool(t.passed), "nonfinite": t.nonfinite, "unrep": bool(t.unrep)} for t in result.tensors]
+    tensors = [{"name": t.name, "ratio": t.ratio if math.isfinite(t.ratio) and t.compared else None, "tol": t.tol,
+                "passed": None if t.passed is None else bool(t.passed), "nonfinite": t.nonfinite,
+                "unrep": bool(t.unrep)} for t in result.tensors]
     who = result.impl.get("name", "kernels") if result.impl else "kernels"
-    title = f"kdadbg run: {result.dump}  ·  {who} vs float64 reference  ·  {result.precision} ({result.device})"
+    done = sum(t.compared for t in result.tensors)
+    extra = "".join(f", {len(x)} {what}" for x, what in ((result.not_compared, "not compared"),
+                                                          (result.missing, "not provided")) if x)
+    verdict = {"not_compared": "NOT COMPARED"}.get(result.verdict, result.verdict.upper())
+    title = (f"kdadbg run: {result.dump}  ·  {who} vs float64 reference  ·  {result.precision} ({result.device})\n"
+             f"{verdict}: {result.elements} elements compared in {done} of {len(result.tensors)} tensors{extra}")
     return {"title": title, "tensors": tensors}

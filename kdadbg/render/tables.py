@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import time
 from contextlib import contextmanager
 
@@ -164,10 +165,15 @@ def render_run(console: Console, result) -> None:
     for col in ("tensor", "shape", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
         t.add_column(col, justify="left" if col in ("tensor", "shape", "at", "verdict") else "right")
     for r in result.tensors:
+        if not r.compared:   # nothing compared: no figure is a measurement, and no verdict
+            t.add_row(r.name, _shape(r.shape), "—", "—", "—", "—", str(r.nonfinite), _num(r.tol),
+                      "[yellow]not compared[/yellow]" + (" (NaN/Inf on both sides)" if r.nonfinite == 0 and
+                                                          math.prod(r.shape) else ""))
+            continue
         verdict = "[green]pass[/green]" if r.passed else "[magenta]UNREP[/magenta]" if r.unrep else \
             "[bold red]FAIL[/bold red]"
         t.add_row(r.name, _shape(r.shape), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
-                  f"{r.cosine:.8f}", str(r.nonfinite), _num(r.tol), verdict)
+                  f"{r.cosine:.8f}" if r.cosine_defined else "—", str(r.nonfinite), _num(r.tol), verdict)
     for name, why in result.not_provided.items():
         t.add_row(name, "-", "-", "-", "-", "-", "-", "-", f"[yellow]not provided[/yellow] ({escape(why)})")
     console.print(t)
@@ -176,9 +182,7 @@ def render_run(console: Console, result) -> None:
     console.print(f"config: chunk_size={cfg.chunk_size} gate={cfg.gate} lower_bound={cfg.lower_bound} "
                   f"scale={cfg.scale:.6g} qk_l2norm={cfg.qk_l2norm} beta_sigmoid={cfg.beta_sigmoid} "
                   f"state_layout={cfg.state_layout}", soft_wrap=True, highlight=False)
-    times = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
-    failed = [r.name for r in result.tensors if not r.passed and not r.unrep]
-    unrep = [r for r in result.tensors if not r.passed and r.unrep]
+    unrep = [r for r in result.tensors if r.passed is False and r.unrep]
     if unrep:   # one line: which, their storage, the rounding's ratio against the tolerances
         lo, hi = min(r.floor for r in unrep), max(r.floor for r in unrep)
         tols = sorted({r.tol for r in unrep})
@@ -187,18 +191,51 @@ def render_run(console: Console, result) -> None:
                       f"alone is ratio {lo:.2g}{'' if hi == lo else f' to {hi:.2g}'} against tol "
                       f"{', '.join(f'{t:g}' for t in tols)}: within bf16 mode's tolerances, which "
                       f"--precision bf16 applies to every tensor", soft_wrap=True, highlight=False)
-    if failed:
+    console.print(run_verdict_line(result), soft_wrap=True, highlight=False)
+
+
+def run_counts(result) -> str:
+    """How much a run compared, for every verdict line: elements and tensors compared, tensors not
+    compared, outputs not provided, timings."""
+    n = len(result.tensors)
+    done = sum(r.compared for r in result.tensors)
+    parts = [f"{result.elements} elements compared in {done} of {n} tensors"]
+    nc = result.not_compared
+    if nc:
+        parts.append(f"{len(nc)} not compared ({', '.join(r.name for r in nc)}: NaN/Inf on both sides)")
+    missing = result.missing
+    if missing:
+        parts.append(f"{len(missing)} not provided ({', '.join(missing)})")
+    outside = len(result.not_provided) - len(missing)
+    if outside:
+        parts.append(f"{outside} outside the window")
+    times = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
+    return "; ".join(parts) + (f"; {times}" if times else "")
+
+
+def run_verdict_line(result) -> str:
+    """The last line of ``kdadbg run``: the verdict and how much it rests on (rich markup)."""
+    counts = run_counts(result)
+    verdict = result.verdict
+    unrep = [r for r in result.tensors if r.passed is False and r.unrep]
+    if verdict == "fail":
+        failed = [r.name for r in result.tensors if r.passed is False and not r.unrep]
         low = "; it returns tensors in 16 bits: if it computes in bf16 too, --precision bf16 is the mode to " \
               "judge it in" if unrep and result.precision == "fp32" else ""
-        console.print(f"[bold red]FAIL[/bold red]: {', '.join(failed)} over tolerance ({times}); "
-                      f"`kdadbg diff` locates the first diverging chunk and stage{low}", soft_wrap=True)
-    else:
-        extra = f"; {len(result.not_provided)} not provided" if result.not_provided else ""
-        judged = len(result.tensors) - len(unrep)
-        what = f"{judged} tensors within tolerance" + (f", {len(unrep)} UNREP ({', '.join(r.name for r in unrep)})"
-                                                        if unrep else "")
-        console.print(f"[bold green]PASS[/bold green]: {what} ({result.elements} elements compared{extra}; "
-                      f"{times})", soft_wrap=True)
+        what = f"{', '.join(failed)} over tolerance" if failed else \
+            "the two sides disagree on where the outputs are NaN/Inf"
+        return (f"[bold red]FAIL[/bold red]: {escape(what)} ({escape(counts)}); `kdadbg diff` locates the first "
+                f"diverging chunk and stage{low}")
+    if verdict == "not_compared":
+        return (f"[bold yellow]NOT COMPARED[/bold yellow]: no element was compared: every element of every "
+                f"tensor is NaN/Inf on both sides; nothing was checked ({escape(counts)})")
+    judged = sum(bool(r.passed) for r in result.tensors)
+    what = f"{judged} tensors within tolerance" + (f", {len(unrep)} UNREP ({', '.join(r.name for r in unrep)})"
+                                                    if unrep else "")
+    if verdict == "partial":
+        return (f"[bold yellow]PARTIAL[/bold yellow]: {what}, but not every output and gradient was compared: "
+                f"not a full pass (exit 3) ({escape(counts)})")
+    return f"[bold green]PASS[/bold green]: {what} ({escape(counts)})"
 
 
 def render_captured(console: Console, err: Console, result: dict) -> None:

@@ -1,0 +1,236 @@
+"""Verdict honesty: every verdict says how much it compared, and what compared nothing is never a pass.
+
+Rows and cells with no element compared (every one NaN/Inf on both sides) are "not compared", never
+pass/OK; a run that provides or compares only part of the outputs is PARTIAL (exit 3), one that compares
+nothing is NOT COMPARED (exit 2); FAIL lines give the counts; "no divergence" names UNREP cells; two taps
+files (diff A B) compare the outputs and gradients both hold."""
+
+import dataclasses
+import json
+
+import torch
+from rich.console import Console
+from typer.testing import CliRunner
+
+from conftest import REPO
+from kdadbg import cli
+from kdadbg.cases import get_case, make_inputs
+from kdadbg.diff import diff_dump, diff_taps_files
+from kdadbg.dump import save_dump
+from kdadbg.impls import Implementation, ImplRun, resolve_impl
+from kdadbg.reference import run_reference
+from kdadbg.render import difftables, tables
+from kdadbg.render.plot import diff_plot_data, run_plot_data
+from kdadbg.run import check
+from kdadbg.tapsfile import chunk_rows, read_taps_file, taps_metadata, write_taps_file
+
+runner = CliRunner()
+IMPL = str(REPO / "tests" / "impls" / "torch_kda.py")
+
+
+def rendered(fn, result) -> str:
+    con = Console(record=True, width=250, highlight=False)
+    fn(con, result)
+    return con.export_text()
+
+
+def nan_inputs(name="basic", field="v"):
+    inputs, config = make_inputs(get_case(name))
+    t = getattr(inputs, field)
+    return dataclasses.replace(inputs, **{field: torch.full_like(t, float("nan"))}), config
+
+
+class NanOutput(Implementation):
+    """The float64 reference, with one output all NaN (the rest exact)."""
+    name = kind = "nan-output"
+
+    def __init__(self, output="o"):
+        self.output = output
+
+    def run(self, inputs, config, *, device, taps=None):
+        outs = dict(run_reference(inputs, config, taps=()).outputs)
+        outs[self.output] = torch.full_like(outs[self.output], float("nan"))
+        return ImplRun(outs)
+
+
+# --- 1. rows and cells that compared nothing ---------------------------------------------------------
+
+
+def test_run_rows_with_nothing_compared_are_not_passes(tmp_path):
+    inputs, config = nan_inputs()        # v all NaN: most outputs NaN on both sides; dv, dh0 finite
+    res = check(inputs, config, impl=resolve_impl("reference"))
+    rows = {t.name: t for t in res.tensors}
+    assert rows["o"].count == 0 and rows["o"].passed is None and "NaN/Inf on both sides" in rows["o"].reason
+    assert rows["dv"].count > 0 and rows["dv"].passed is True
+    assert res.verdict == "partial" and not res.passed
+    doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
+    assert doc["schema"] == 3 and doc["verdict"] == "partial"
+    o = next(t for t in doc["tensors"] if t["name"] == "o")
+    assert o["pass"] is None and o["reason"] and o["ratio"] is None and o["cosine"] is None and o["max_index"] is None
+    assert doc["compared"]["tensors"] == 2 and "o" in doc["compared"]["not_compared"]
+    text = rendered(tables.render_run, res)
+    o_line = next(line for line in text.splitlines() if line.startswith("│ o "))
+    assert "not compared" in o_line and "pass" not in o_line and "1.00000000" not in o_line
+    assert "PARTIAL" in text and "PASS" not in text and "8 not compared" in text
+    plot = run_plot_data(res)
+    assert next(t for t in plot["tensors"] if t["name"] == "o")["passed"] is None
+    assert "PARTIAL" in plot["title"] and "in 2 of 10 tensors" in plot["title"]
+    dump = save_dump(tmp_path / "allnan.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", "reference", "--allow-nonfinite"])
+    assert r.exit_code == 3, r.output
+    assert "PARTIAL" in r.stdout and "not compared" in r.stdout
+
+
+def test_run_where_nothing_was_compared_is_not_a_pass(tmp_path):
+    inputs, config = nan_inputs(field="k")      # k all NaN: every output and gradient NaN on both sides
+    res = check(inputs, config, impl=resolve_impl("reference"))
+    assert all(t.count == 0 for t in res.tensors) and res.verdict == "not_compared" and not res.passed
+    assert res.as_json()["verdict"] == "not_compared"
+    dump = save_dump(tmp_path / "k.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", "reference", "--allow-nonfinite"])
+    assert r.exit_code == 2, r.output
+    assert "NOT COMPARED" in r.stdout and "PASS" not in r.stdout and "0 elements compared in 0 of 10" in r.stdout
+
+
+def test_diff_cells_with_nothing_compared_are_not_ok(tmp_path):
+    inputs, config = make_inputs(get_case("masked_gates"))
+    res = diff_dump(inputs, config, resolve_impl("reference"), window=0)
+    dqd = res.cells["dqd"]
+    assert bool((dqd.count == 0).all())
+    n = res.counts()
+    assert n["not_compared"] > 0 and n["ok"] == n["cells"]     # OK counts only cells that compared something
+    doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
+    assert doc["schema"] == 3 and doc["compared"]["not_compared"] == n["not_compared"]
+    cells = [c for c in doc["cells"] if c["tap"] == "dqd"]
+    assert cells and all(c["label"] == "NOT_COMPARED" and c["ratio"] is None and c["reason"] for c in cells)
+    assert not any(c["label"] == "OK" for c in doc["cells"] if c["count"] == 0)
+    assert doc["min_tolerance"]["dqd"]["min_tol"] is None and doc["min_tolerance"]["dqd"]["not_compared"] > 0
+    grid = {r["tap"]: r["cells"] for r in res.grid()["rows"]}
+    assert all(c["label"] == "NOT_COMPARED" and c["ratio"] is None for c in grid["dqd"])
+    plot = diff_plot_data(res)
+    i = [r["name"] for r in plot["rows"]].index("dqd")
+    assert set(plot["status"][i]) == {"not_compared"} and set(plot["log10_ratio"][i]) == {None}
+    text = rendered(difftables.render, res)
+    dqd_line = next(line for line in text.splitlines() if line.startswith("dqd"))
+    assert "—" in dqd_line and " 0" not in dqd_line
+    assert f"{n['not_compared']} cells not compared" in text
+
+
+def test_diff_where_nothing_was_compared_is_not_a_pass(tmp_path):
+    inputs, config = nan_inputs(field="k")
+    res = diff_dump(inputs, config, resolve_impl("reference"), names=(), window=0)
+    assert res.counts()["cells"] == 0 and res.verdict == "not_compared" and not res.passed
+    dump = save_dump(tmp_path / "k.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["diff", str(dump), "--impl", "reference", "--taps", "none", "--allow-nonfinite",
+                                "--window", "0"])
+    assert r.exit_code == 2, r.output
+    assert "verdict: not compared" in r.stdout and "no divergence:" not in r.stdout
+
+
+# --- 2. undefined figures are not made up ----------------------------------------------------------
+
+
+def test_an_all_nan_output_has_no_cosine():
+    inputs, config = make_inputs(get_case("basic"))
+    res = check(inputs, config, impl=NanOutput("o"))
+    o = res.tensors[0]
+    assert o.name == "o" and o.passed is False and o.nonfinite == o.count > 0
+    doc = res.as_json()["tensors"][0]
+    assert doc["cosine"] is None and doc["ratio"] is None and doc["max_abs"] is None
+    o_line = next(line for line in rendered(tables.render_run, res).splitlines() if line.startswith("│ o "))
+    assert "1.00000000" not in o_line and "—" in o_line and "FAIL" in o_line
+    d = diff_dump(inputs, config, NanOutput("o"), names=(), window=0)
+    cell = next(c for c in d.as_json()["cells"] if c["tap"] == "o")
+    assert cell["cosine"] is None and d.first_divergence["cosine"] is None
+
+
+# --- 3. FAIL says how much it compared ---------------------------------------------------------------
+
+
+def test_the_fail_line_gives_the_counts():
+    inputs, config = make_inputs(get_case("basic"))
+    res = check(inputs, config, impl=NanOutput("dk"))
+    assert not res.passed
+    line = next(ln for ln in rendered(tables.render_run, res).splitlines() if ln.startswith("FAIL"))
+    assert f"{res.elements} elements compared in 10 of 10 tensors" in line and "dk over tolerance" in line
+
+
+# --- 4. forward only is not a full pass ----------------------------------------------------------------
+
+
+def test_a_forward_only_implementation_is_partial_not_pass(tmp_path):
+    inputs, config = make_inputs(get_case("basic"))
+    res = check(inputs, config, impl=resolve_impl(f"{IMPL}:forward_only"))
+    assert res.verdict == "partial" and not res.passed and res.as_json()["verdict"] == "partial"
+    dump = save_dump(tmp_path / "d.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{IMPL}:forward_only"])
+    assert r.exit_code == 3, r.output
+    assert "PARTIAL" in r.stdout and "PASS" not in r.stdout and "8 not provided" in r.stdout
+    assert "in 2 of 2 tensors" in r.stdout
+
+
+# --- 5. "no divergence" with UNREP cells -----------------------------------------------------------------
+
+
+def test_no_divergence_names_the_unrep_cells():
+    from test_impls import _Bf16Storage, case_inputs
+
+    inputs, config = case_inputs("t200")
+    res = diff_dump(inputs, config, _Bf16Storage(), names=("S", "U"), window=0)
+    n = res.counts()
+    assert res.passed and res.first_divergence is None and n["unrep"] > 0
+    text = rendered(difftables.render, res)
+    line = next(ln for ln in text.splitlines() if ln.startswith("no divergence"))
+    assert "every compared cell is within its tolerance" not in line
+    assert f"or UNREP ({n['unrep']} cells over it that the precision cannot judge)" in line
+    assert "UNREP" in diff_plot_data(res)["no_divergence"]
+    assert "but the UNREP ones" in text
+    m = res.min_tolerance()["o"]
+    assert m["unrep"] > 0 and (m["min_tol"] is None or m["min_tol"] <= m["tol"])
+
+
+# --- 6. two taps files compare their outputs and gradients ---------------------------------------------
+
+
+def _write(tmp_path, name, inputs, config, taps=("dU",), chunks=None, outputs=None):
+    res = run_reference(inputs, config, taps=taps)
+    lo, hi = chunks or (0, res.chunks.n_chunks)
+    outs = dict(res.outputs)
+    if outputs:
+        outs = outputs(outs)
+    path = tmp_path / name
+    write_taps_file(path, outs, {n: t[lo:hi].clone() for n, t in res.taps.items()}, chunk_rows(res.chunks, lo, hi),
+                    list(range(inputs.HV)), taps_metadata("reference", "dump.safetensors", config))
+    return path
+
+
+def _wrong(outs):
+    return {**outs, "o": torch.full_like(outs["o"], 7.0), "dk": outs["dk"] * 1.5}
+
+
+def test_two_taps_files_compare_their_outputs_and_gradients(tmp_path):
+    inputs, config = make_inputs(get_case("basic"))
+    a = _write(tmp_path, "a.safetensors", inputs, config)
+    b = _write(tmp_path, "b.safetensors", inputs, config, outputs=_wrong)
+    res = diff_taps_files(read_taps_file(a), read_taps_file(b))
+    assert not res.passed and res.first_divergence["tap"] == "o"
+    assert bool((res.cells["dk"].label == 2).all()) and res.counts()["row_cells"] > 0
+    same = diff_taps_files(read_taps_file(a), read_taps_file(a))
+    assert same.passed and same.counts()["row_cells"] > 0 and {"o", "dk", "ht", "dh0", "dA_log"} <= set(same.cells)
+    r = runner.invoke(cli.app, ["diff", str(a), str(b)])
+    assert r.exit_code == 1, r.output
+    assert "0 output/gradient row" not in r.stdout and "verdict: fail" in r.stdout
+
+
+def test_two_varlen_taps_files_compare_outputs_or_say_why_not(tmp_path):
+    inputs, config = make_inputs(get_case("varlen"))       # cu_seqlens [0,15,100,300]
+    a = _write(tmp_path, "a.safetensors", inputs, config)
+    b = _write(tmp_path, "b.safetensors", inputs, config, outputs=_wrong)
+    res = diff_taps_files(read_taps_file(a), read_taps_file(b))
+    assert not res.passed and res.first_divergence["tap"] == "o" and "ht" in res.cells
+    # only the last sequence's chunks: the files do not place the packed tokens without the dump
+    part_a = _write(tmp_path, "pa.safetensors", inputs, config, chunks=(7, 20))
+    part_b = _write(tmp_path, "pb.safetensors", inputs, config, chunks=(7, 20), outputs=_wrong)
+    res = diff_taps_files(read_taps_file(part_a), read_taps_file(part_b))
+    assert "o" not in res.cells and "not placed in chunks" in res.not_provided["o"]
+    assert any("outputs and gradients not compared" in n for n in res.notes)
