@@ -19,6 +19,7 @@ from rich.console import Console
 
 from .render import tables as report
 from .errors import EXIT_NUMERIC, KdadbgError
+from .schema import DIFF_JSON, RUN_JSON
 
 
 class Group(typer.core.TyperGroup):
@@ -370,8 +371,8 @@ def run(
     = Precision.fp32,
     tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override one tolerance: NAME=VALUE "
                                                      "(repeatable), e.g. --tol dg=5e-2.")] = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
-                                                      "to this file.")] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help=f"Also write the result as JSON (schema "
+                                                      f"{RUN_JSON}) to this file.")] = None,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
                                                  "(float32 safetensors) to this file.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each tensor's ratio against its "
@@ -472,8 +473,8 @@ def diff(
                                         "chunk whose bits differ.")] = 1,
     strict: Annotated[bool, typer.Option("--strict", help="DRIFT cells fail too (by default only BUG cells "
                                          "do).")] = False,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 1) "
-                                                      "to this file.", show_default=False)] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help=f"Also write the result as JSON (schema "
+                                                      f"{DIFF_JSON}) to this file.", show_default=False)] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG heatmap of log10 ratio by tap x "
                                                  "chunk (needs matplotlib).", show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,

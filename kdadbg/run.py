@@ -20,6 +20,7 @@ from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, check_supported, resolve_impl
 from .progress import ticking
+from .schema import RUN_JSON
 from .tapsfile import outputs_that_apply
 from .tolerances import tolerances
 
@@ -52,9 +53,9 @@ class RunResult:
         return sum(t.count for t in self.tensors)
 
     def as_json(self) -> dict:
-        """The ``--json`` document (schema 2, documented in the README)."""
+        """The ``--json`` document (schema ``RUN_JSON``, documented in the README)."""
         return {
-            "schema": 2,
+            "schema": RUN_JSON,
             "verdict": "pass" if self.passed else "fail",
             "dump": self.dump,
             "impl": self.impl,

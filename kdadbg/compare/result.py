@@ -1,5 +1,5 @@
 """``DiffResult``: the cells of one comparison and the questions asked of them (first divergence, first
-BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema 2)."""
+BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema ``DIFF_JSON``)."""
 
 from __future__ import annotations
 
@@ -11,9 +11,9 @@ import torch
 from .. import noise
 from ..config import KDAConfig
 from .cells import Cells
+from ..schema import DIFF_JSON
 from .quantities import ORDER, QUANTITIES, ChunkInfo, dataflow_key
 
-SCHEMA = 2
 MAX_JSON_CELLS = 200_000          # beyond this, --json lists only the cells over tolerance
 
 
@@ -225,7 +225,7 @@ class DiffResult:
         return out
 
     def as_json(self) -> dict:
-        """The ``--json`` document (schema 2; README, section "kdadbg diff")."""
+        """The ``--json`` document (schema ``DIFF_JSON``; README, section "kdadbg diff")."""
         first = self.first_divergence
         if first is not None:
             first = {**first, "origin": (self.origin or {}).get("verdict")}
@@ -251,7 +251,7 @@ class DiffResult:
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
                                  else {})})
         return {
-            "schema": SCHEMA, "verdict": "pass" if self.passed else "fail", "mode": self.mode,
+            "schema": DIFF_JSON, "verdict": "pass" if self.passed else "fail", "mode": self.mode,
             "impl": self.impl, "sources": {"candidate": self.sources[0], "reference": self.sources[1]},
             "dump": self.dump, "files": self.files, "precision": self.precision, "device": self.device,
             "config": None if self.config is None else self.config.as_dict(),
