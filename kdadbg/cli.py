@@ -376,7 +376,8 @@ def run(
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
                                                  "(float32 safetensors) to this file.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each tensor's ratio against its "
-                                                 "tolerance (needs matplotlib).", show_default=False)] = None,
+                                                 "tolerance (needs matplotlib; the name must end in .png).",
+                                                 show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save/--plot files if they exist.")]
     = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
@@ -409,7 +410,7 @@ def run(
     with OutputSet({"--json": json_file, "--save": save, "--plot": plot}, inputs=[dump], force=force) as outs:
         implementation = resolve_impl(impl, precision.value)
         if plot is not None:
-            render_plot.require_matplotlib()
+            render_plot.check_plot(plot)
         inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
         if implementation.kind == "ours":
             kernel_precheck(dump)   # refuses over-wide heads; the float64 note comes with the result's notes
@@ -476,7 +477,8 @@ def diff(
     json_file: Annotated[Optional[Path], typer.Option("--json", help=f"Also write the result as JSON (schema "
                                                       f"{DIFF_JSON}) to this file.", show_default=False)] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG heatmap of log10 ratio by tap x "
-                                                 "chunk (needs matplotlib).", show_default=False)] = None,
+                                                 "chunk (needs matplotlib; the name must end in .png).",
+                                                 show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     full_run: Annotated[bool, typer.Option("--full-run", help="With --chunks: run the implementation on the whole "
@@ -502,12 +504,12 @@ def diff(
     from .fileio import atomic_write_text
     from .impls import TapsSpec
     from .outputs import OutputSet
-    from .render.plot import require_matplotlib
+    from .render.plot import check_plot
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
     with OutputSet({"--json": json_file, "--plot": plot}, inputs=[*files, against], force=force) as outs:
         if plot is not None:
-            require_matplotlib()
+            check_plot(plot)
         names, chunk_range, head_list = parse_tap_names(tap_names), parse_chunk_range(chunks), parse_heads(heads)
         if against is None and impl in (None, "ours", "kernel", "kernels") and len(files) == 1:
             kernel_precheck(files[0])   # refuses over-wide heads; the float64 note comes with the result's notes
