@@ -363,3 +363,29 @@ def test_gva_call_captured_and_replayed(tmp_path):
     assert same_bits(outs["dq"], q.grad) and same_bits(outs["dv"], v.grad) and same_bits(outs["dh0"], h0.grad)
     result = check(inputs, config, precision="fp32", device="cpu")
     assert result.passed, [(t.name, t.ratio) for t in result.tensors]
+
+
+CPU_SCRIPT = """\
+import torch
+import kdadbg_kernels
+
+q, k, v, g = (torch.randn(1, 16, 1, 16, requires_grad=True) for _ in range(4))
+o, _ = kdadbg_kernels.chunk_kda(q, k, v, g, torch.rand(1, 16, 1))
+o.sum().backward()
+"""
+
+
+def test_cli_capture_shows_the_kernels_cpu_refusal(tmp_path):
+    """A script calling our op on CPU tensors without TRITON_INTERPRET: its one-line reason and exit status come
+    through capture (capture does not turn the interpreter on for it)."""
+    import os
+
+    script = tmp_path / "train.py"
+    script.write_text(CPU_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 1, res.stderr
+    assert "DeviceError: kdadbg_kernels: q is on device cpu, but Triton was imported without TRITON_INTERPRET=1" \
+        in res.stderr and "active drivers" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].endswith("the command exited with 1"), res.stderr
