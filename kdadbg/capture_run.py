@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from .errors import KdadbgError
+from .errors import EXIT_BAD_INPUT, KdadbgError
 
 ENV = "KDADBG_CAPTURE"
 
@@ -82,8 +82,9 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     """Run ``command`` with capture on in each Python process it starts; returns what it wrote.
 
     Options are those of :func:`kdadbg.capture` (``targets`` as strings, ``calls`` as indices).
-    Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "errors", "calls_seen",
-    "manifests"}``; ``exit_code`` is the command's (128 + N when a signal N ended it).
+    Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "errors", "refused", "calls_seen",
+    "manifests"}``; ``exit_code`` is the command's (128 + N when a signal N ended it); ``errors``: the
+    calls not written, ``refused``: how many of them because their files existed (without ``force``).
     Example: ``run_captured(["python", "train.py"], "dumps", when="nonfinite")["dumps"]``.
     """
     from .capturing import DEFAULT_TARGETS, Capture
@@ -118,13 +119,22 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
                 continue
     if code < 0:
         code = 128 - code
-    result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "errors": [], "calls_seen": 0,
-              "manifests": []}
+    result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "errors": [], "refused": 0,
+              "calls_seen": 0, "manifests": []}
     for path in sorted(out.glob(f"manifest-{run}-*.json")):
         data = json.loads(path.read_text())
         result["manifests"].append(str(path))
         result["calls_seen"] += data["calls_seen"]
+        result["refused"] += data.get("refused", 0)
         for key in ("dumps", "skipped", "errors"):
             result[key] += data[key]
     result["dumps"].sort(key=lambda d: (d["rank"] or 0, d["step"], d["call"]))
     return result
+
+
+def exit_status(result: dict) -> int:
+    """``kdadbg capture``'s exit code for a :func:`run_captured` result: the command's when it failed, else
+    2 (``EXIT_BAD_INPUT``) when a dump was not written (e.g. refused: its file existed), else 0."""
+    if result["exit_code"]:
+        return result["exit_code"]
+    return EXIT_BAD_INPUT if result["errors"] else 0

@@ -42,7 +42,7 @@ from typing import Any, Callable
 import torch
 
 from .config import CHUNK_SIZES, KDAConfig
-from .errors import KdadbgError
+from .errors import KdadbgError, OutputExists
 from .patching import DEFAULT_TARGETS, Patches, parse_target
 
 logger = logging.getLogger("kdadbg.capture")
@@ -310,7 +310,8 @@ class Capture:
         self.manifest, self.force, self.on_log = manifest, force, on_log
         self.written: list[dict] = []     # one entry per dump written (the manifest's "dumps")
         self.skipped: list[dict] = []     # selected calls not written, and why
-        self.errors: list[str] = []
+        self.errors: list[str] = []       # calls selected and judged but not written, and why
+        self.refused = 0                  # of those, how many because a file of the name existed (no force)
         self.calls_seen = 0
         self._step, self._call = 0, 0
         self._pending: list[CapturedCall] = []
@@ -389,7 +390,7 @@ class Capture:
 
     def manifest_data(self) -> dict:
         return {"schema": 1, "out": str(self.out), "calls_seen": self.calls_seen, "dumps": list(self.written),
-                "skipped": list(self.skipped), "errors": list(self.errors)}
+                "skipped": list(self.skipped), "errors": list(self.errors), "refused": self.refused}
 
     def _wrap(self, fn, impl: str):
         sig = _signature(fn)
@@ -546,6 +547,7 @@ class Capture:
             self.written.append(write_call(self.out, call, reason, bad, force=self.force))
         except KdadbgError as e:
             self.errors.append(str(e))
+            self.refused += isinstance(e, OutputExists)
             self._say(f"capture {call.info.label}: not written: {e}", logging.ERROR)
             return
         self._say(f"capture {call.info.label}: wrote {self.written[-1]['dump']} ({reason})")
@@ -595,10 +597,13 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
     from .chunks import chunk_table
     from .dump import validate
     from .fileio import atomic_save
+    from .outputs import check_output
     from .tapsfile import chunk_rows, taps_metadata, write_taps_file
 
     info, config = call.info, call.config
     dump, theirs = out / f"{info.label}.safetensors", out / f"{info.label}.theirs.safetensors"
+    for path in (dump, theirs):   # both refused before either is written: no dump without its theirs file
+        check_output("", path, force)
     origin = {**info.metadata(), "capture.reason": reason, "capture.nonfinite": ",".join(nonfinite),
               "capture.theirs": theirs.name, **call.notes}
     tensors = {**call.inputs, "do": call.grads["do"]}
@@ -645,7 +650,8 @@ def capture(out, *, targets=DEFAULT_TARGETS, model: torch.nn.Module | None = Non
         steps: ``"optimizer"``: each ``optimizer.step()`` of any torch optimizer ends a step (and
             ``cap.step()``); ``"manual"``: only ``cap.step()``.
         manifest: path of the JSON manifest written on exit (default ``out/manifest.json``; False: none).
-        force: replace existing dumps of the same name (else each is refused and listed in ``errors``).
+        force: replace existing dumps of the same name (else each is refused, listed in ``errors`` and
+            counted in ``refused``; an existing file is never overwritten).
         on_log: also send each log line (size estimates, files written, skips) to this callback;
             they go to the ``logging`` logger ``kdadbg.capture`` in any case.
 

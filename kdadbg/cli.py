@@ -570,11 +570,12 @@ def capture_(
     Per call, after its backward: a v1 dump (the inputs as passed, do, dht) and beside it NAME.theirs.safetensors, the implementation's own outputs and gradients in the taps-file layout.
     Names say step, call, module and rank (s0003-c001-layers.1.attn-r0); the dump's metadata too (kdadbg inspect shows it).
     A step ends at each optimizer.step(); call indices count the target calls of a step from 0.
-    Prints one line per dump written and exits with the command's exit code (2 when the capture options are bad).
+    Prints one line per dump written, then a summary.
+    Exits with the command's exit code when it failed, else 2 when the capture options are bad or a dump was not written (its files exist: they are never overwritten without --force), else 0.
 
     Example: kdadbg capture --out dumps --when nonfinite --modules 'layers.*' -- python train.py --lr 1e-3
     """
-    from .capture_run import parse_size, run_captured
+    from .capture_run import exit_status, parse_size, run_captured
 
     call_list = None
     if calls is not None:
@@ -586,8 +587,9 @@ def capture_(
     result = run_captured(cmd, out, targets=target, calls=call_list, modules=patterns or None, first=first,
                           every=every, when=when.value, max_bytes=parse_size(max_bytes), steps=steps.value,
                           force=force)
-    report.render_captured(_out(), _err(), result)
-    raise typer.Exit(result["exit_code"])
+    status = exit_status(result)
+    report.render_captured(_out(), _err(), result, status)
+    raise typer.Exit(status)
 
 
 def main() -> None:

@@ -389,3 +389,25 @@ def test_cli_capture_shows_the_kernels_cpu_refusal(tmp_path):
     assert "DeviceError: kdadbg_kernels: q is on device cpu, but Triton was imported without TRITON_INTERPRET=1" \
         in res.stderr and "active drivers" not in res.stderr
     assert res.stderr.strip().splitlines()[-1].endswith("the command exited with 1"), res.stderr
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["ok", "failing-script"])
+def test_cli_capture_again_refuses_existing_dumps_and_says_so(code, tmp_path):
+    """A second capture into the same folder writes nothing over the first one's files, says how many calls
+    were refused and why, and exits 2 (the command's own code when it failed)."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    out = tmp_path / "dumps"
+    cmd = [sys.executable, "-m", "kdadbg", "capture", "--out", str(out), "--target", NAIVE, "--calls", "0", "--",
+           sys.executable, str(script)]
+    first = subprocess.run(cmd + ["0"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and "capture: 2 dumps" in first.stderr, first.stderr
+    before = {p.name: p.read_bytes() for p in out.glob("*.safetensors")}
+    assert len(before) == 4
+    again = subprocess.run(cmd + [str(code)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == (code or 2), again.stderr
+    summary = again.stderr.strip().splitlines()[-1]
+    assert summary.startswith("capture: 0 dumps") and "2 not written (2 refused: their files exist and are never " \
+        "overwritten; --force replaces them" in summary, summary
+    assert summary.endswith(f"the command exited with {code}" + ("; capture exits 2" if code == 0 else "")), summary
+    assert {p.name: p.read_bytes() for p in out.glob("*.safetensors")} == before
