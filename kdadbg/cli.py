@@ -571,7 +571,7 @@ def capture_(
     Names say step, call, module and rank (s0003-c001-layers.1.attn-r0); the dump's metadata too (kdadbg inspect shows it).
     A step ends at each optimizer.step(); call indices count the target calls of a step from 0.
     Prints one line per dump written, then a summary.
-    Exits with the command's exit code when it failed, else 2 when the capture options are bad or a dump was not written (its files exist: they are never overwritten without --force), else 0.
+    Exits with the command's exit code when it failed, else 2 when the capture options are bad, a --target was patched in no process (its module cannot be imported, was never imported, or lacks the function) or a dump was not written (its files exist: they are never overwritten without --force), else 0.
 
     Example: kdadbg capture --out dumps --when nonfinite --modules 'layers.*' -- python train.py --lr 1e-3
     """
