@@ -18,7 +18,7 @@ import tempfile
 import uuid
 from pathlib import Path
 
-from .errors import KdadbgError
+from .errors import EXIT_BAD_INPUT, KdadbgError
 
 ENV = "KDADBG_CAPTURE"
 
@@ -57,6 +57,7 @@ def boot() -> None:
     opts = json.loads(raw)
     manifest = opts.pop("manifest").replace("{pid}", str(os.getpid()))
     cap = capture(opts.pop("out"), manifest=manifest, **opts)
+    cap.warn_unresolved = False   # judged by the parent over every process (a launcher imports no target)
     cap.__enter__()
     atexit.register(cap.close)
 
@@ -82,16 +83,19 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     """Run ``command`` with capture on in each Python process it starts; returns what it wrote.
 
     Options are those of :func:`kdadbg.capture` (``targets`` as strings, ``calls`` as indices).
-    Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "errors", "calls_seen",
-    "manifests"}``; ``exit_code`` is the command's (128 + N when a signal N ended it).
+    Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "errors", "refused", "calls_seen",
+    "manifests", "unresolved"}``; ``exit_code`` is the command's (128 + N when a signal N ended it);
+    ``errors``: the calls not written, ``refused``: how many of them because their files existed (without
+    ``force``); ``unresolved``: ``[{"target", "name", "why"}]``, each of ``targets`` patched in no process that
+    finished (its module never imported, or without the function).
     Example: ``run_captured(["python", "train.py"], "dumps", when="nonfinite")["dumps"]``.
     """
-    from .capturing import DEFAULT_TARGETS, Capture
+    from .capturing import Capture
 
     if not command:
         raise KdadbgError("capture: no command to run (give it after --, e.g. -- python train.py)")
     out = Path(out)
-    opts = {"targets": list(targets or DEFAULT_TARGETS), "calls": calls, "modules": modules, "first": first,
+    opts = {"targets": list(targets) if targets else None, "calls": calls, "modules": modules, "first": first,
             "every": every, "when": when, "max_bytes": max_bytes, "steps": steps, "force": force}
     Capture(out, **opts)  # the options' errors, here rather than in the child
     try:
@@ -118,13 +122,33 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
                 continue
     if code < 0:
         code = 128 - code
-    result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "errors": [], "calls_seen": 0,
-              "manifests": []}
+    result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "errors": [], "refused": 0,
+              "calls_seen": 0, "manifests": [], "unresolved": []}
+    patched, missing = set(), {}
     for path in sorted(out.glob(f"manifest-{run}-*.json")):
         data = json.loads(path.read_text())
         result["manifests"].append(str(path))
         result["calls_seen"] += data["calls_seen"]
+        result["refused"] += data.get("refused", 0)
         for key in ("dumps", "skipped", "errors"):
             result[key] += data[key]
+        patched.update(data["targets"]["patched"])
+        if data["closed"]:   # a process that died early may still have imported them
+            for u in data["targets"]["unresolved"]:
+                missing.setdefault(u["target"], []).append(u)
+    if targets:   # the defaults (fla, ours) need not all be there
+        for target, seen in missing.items():
+            if target not in patched:   # in no process: the why of one that imported its module, if any
+                u = max(seen, key=lambda u: u["imported"])
+                result["unresolved"].append({"target": target, "name": u["name"], "why": u["why"]})
     result["dumps"].sort(key=lambda d: (d["rank"] or 0, d["step"], d["call"]))
     return result
+
+
+def exit_status(result: dict) -> int:
+    """``kdadbg capture``'s exit code for a :func:`run_captured` result: the command's when it failed, else
+    2 (``EXIT_BAD_INPUT``) when a ``--target`` was never patched or a dump was not written (e.g. refused:
+    its file existed), else 0."""
+    if result["exit_code"]:
+        return result["exit_code"]
+    return EXIT_BAD_INPUT if result["errors"] or result["unresolved"] else 0

@@ -42,7 +42,7 @@ from typing import Any, Callable
 import torch
 
 from .config import CHUNK_SIZES, KDAConfig
-from .errors import KdadbgError
+from .errors import KdadbgError, OutputExists
 from .patching import DEFAULT_TARGETS, Patches, parse_target
 
 logger = logging.getLogger("kdadbg.capture")
@@ -279,9 +279,12 @@ class _ModuleStack:
 class Capture:
     """A capture session: a context manager and a decorator (see :func:`capture`)."""
 
-    def __init__(self, out, *, targets=DEFAULT_TARGETS, model=None, calls=None, modules=None, first=None,
+    def __init__(self, out, *, targets=None, model=None, calls=None, modules=None, first=None,
                  every: int = 1, when="always", max_bytes=None, steps: str = "optimizer", manifest=None,
                  force: bool = False, on_log: Callable[[str], None] | None = None):
+        self.targets_requested = targets is not None   # else the defaults, which need not all be there
+        if targets is None:
+            targets = DEFAULT_TARGETS
         if isinstance(targets, (str,)) or callable(targets):
             targets = [targets]
         if isinstance(modules, str):
@@ -310,7 +313,8 @@ class Capture:
         self.manifest, self.force, self.on_log = manifest, force, on_log
         self.written: list[dict] = []     # one entry per dump written (the manifest's "dumps")
         self.skipped: list[dict] = []     # selected calls not written, and why
-        self.errors: list[str] = []
+        self.errors: list[str] = []       # calls selected and judged but not written, and why
+        self.refused = 0                  # of those, how many because a file of the name existed (no force)
         self.calls_seen = 0
         self._step, self._call = 0, 0
         self._pending: list[CapturedCall] = []
@@ -322,6 +326,9 @@ class Capture:
         self._step_hook = None
         self._warned: set[str] = set()
         self._manifest_path = None
+        self._closed = False
+        self.warn_unresolved = True   # close() warns of requested targets never patched (kdadbg capture's
+                                      # children leave that to the parent, which sees every process)
 
     def __enter__(self) -> "Capture":
         if _ACTIVE:
@@ -330,7 +337,7 @@ class Capture:
             self.out.mkdir(parents=True, exist_ok=True)
         except OSError as e:
             raise KdadbgError(f"capture: cannot create the output folder {self.out} ({e.strerror})") from None
-        self._patches = Patches(self._wrap, self._warn)
+        self._patches = Patches(self._wrap, self._warn_target)
         try:
             for target in self.targets:
                 self._patches.add(target)
@@ -357,6 +364,10 @@ class Capture:
         if not self._active:
             return
         self._active = False
+        self._closed = True
+        if self.warn_unresolved and self.targets_requested:
+            for u in self.unresolved:   # said once: the same line as when its module was imported without it
+                self._warn(f"capture target {u['name']}: {u['why']}")
         if self in _ACTIVE:
             _ACTIVE.remove(self)
         self._drop_unfinished()
@@ -387,9 +398,18 @@ class Capture:
     def current_step(self) -> int:
         return self._step
 
+    @property
+    def unresolved(self) -> list[dict]:
+        """The targets given by name not patched so far (their module not imported, or without the
+        function): ``[{"target", "name" (module:function), "why", "imported"}]``."""
+        return self._patches.unresolved() if self._patches is not None else []
+
     def manifest_data(self) -> dict:
         return {"schema": 1, "out": str(self.out), "calls_seen": self.calls_seen, "dumps": list(self.written),
-                "skipped": list(self.skipped), "errors": list(self.errors)}
+                "skipped": list(self.skipped), "errors": list(self.errors), "refused": self.refused,
+                "closed": self._closed, "targets": {"requested": self.targets_requested,
+                                                    "patched": self._patches.resolved() if self._patches else [],
+                                                    "unresolved": self.unresolved}}
 
     def _wrap(self, fn, impl: str):
         sig = _signature(fn)
@@ -546,6 +566,7 @@ class Capture:
             self.written.append(write_call(self.out, call, reason, bad, force=self.force))
         except KdadbgError as e:
             self.errors.append(str(e))
+            self.refused += isinstance(e, OutputExists)
             self._say(f"capture {call.info.label}: not written: {e}", logging.ERROR)
             return
         self._say(f"capture {call.info.label}: wrote {self.written[-1]['dump']} ({reason})")
@@ -561,6 +582,10 @@ class Capture:
         self.skipped.append({"step": info.step, "call": info.call, "module": info.module, "impl": info.impl,
                              "why": why})
         self._warn(f"capture {info.label} ({info.impl}): not captured: {why}")
+
+    def _warn_target(self, msg: str) -> None:
+        if self.warn_unresolved:
+            self._warn(msg)
 
     def _warn(self, msg: str) -> None:
         key = re.sub(r"^capture s\d+-c\d+\S*", "capture", msg)
@@ -595,10 +620,13 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
     from .chunks import chunk_table
     from .dump import validate
     from .fileio import atomic_save
+    from .outputs import check_output
     from .tapsfile import chunk_rows, taps_metadata, write_taps_file
 
     info, config = call.info, call.config
     dump, theirs = out / f"{info.label}.safetensors", out / f"{info.label}.theirs.safetensors"
+    for path in (dump, theirs):   # both refused before either is written: no dump without its theirs file
+        check_output("", path, force)
     origin = {**info.metadata(), "capture.reason": reason, "capture.nonfinite": ",".join(nonfinite),
               "capture.theirs": theirs.name, **call.notes}
     tensors = {**call.inputs, "do": call.grads["do"]}
@@ -622,7 +650,7 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
             "dht": "dht" in call.grads, "outputs": sorted(outputs)}
 
 
-def capture(out, *, targets=DEFAULT_TARGETS, model: torch.nn.Module | None = None, calls=None, modules=None,
+def capture(out, *, targets=None, model: torch.nn.Module | None = None, calls=None, modules=None,
             first: int | None = None, every: int = 1, when="always", max_bytes: int | None = None,
             steps: str = "optimizer", manifest=None, force: bool = False,
             on_log: Callable[[str], None] | None = None) -> Capture:
@@ -632,7 +660,9 @@ def capture(out, *, targets=DEFAULT_TARGETS, model: torch.nn.Module | None = Non
         targets: what to wrap: ``"fla"`` (fla's ``chunk_kda``, however imported), ``"kdadbg"``
             (``kdadbg_kernels.chunk_kda``), ``"pkg.mod:fn"`` (a module-level function with fla's
             ``chunk_kda`` calling convention, patched when its module is imported if it is not yet)
-            or a callable; default both of ours and fla's.
+            or a callable; default both of ours and fla's. A target given by name that was never
+            patched (no such module or function, or its module never imported) is listed in
+            ``cap.unresolved`` and, unless it came by default (fla need not be installed), warned of.
         model: names calls by ``model.named_modules()`` (e.g. ``layers.3.attn``); without it, by the
             path from the outermost module running, or the class name.
         calls: call indices within a step (``[0, 2]``) or a predicate on :class:`CallInfo`.
@@ -645,7 +675,8 @@ def capture(out, *, targets=DEFAULT_TARGETS, model: torch.nn.Module | None = Non
         steps: ``"optimizer"``: each ``optimizer.step()`` of any torch optimizer ends a step (and
             ``cap.step()``); ``"manual"``: only ``cap.step()``.
         manifest: path of the JSON manifest written on exit (default ``out/manifest.json``; False: none).
-        force: replace existing dumps of the same name (else each is refused and listed in ``errors``).
+        force: replace existing dumps of the same name (else each is refused, listed in ``errors`` and
+            counted in ``refused``; an existing file is never overwritten).
         on_log: also send each log line (size estimates, files written, skips) to this callback;
             they go to the ``logging`` logger ``kdadbg.capture`` in any case.
 

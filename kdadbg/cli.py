@@ -19,6 +19,7 @@ from rich.console import Console
 
 from .render import tables as report
 from .errors import EXIT_BAD_INPUT, EXIT_NUMERIC, EXIT_PARTIAL, KdadbgError
+from .schema import DIFF_JSON, RUN_JSON
 
 
 class Group(typer.core.TyperGroup):
@@ -371,12 +372,13 @@ def run(
     = Precision.fp32,
     tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override one tolerance: NAME=VALUE "
                                                      "(repeatable), e.g. --tol dg=5e-2.")] = None,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 3) "
-                                                      "to this file.")] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help=f"Also write the result as JSON (schema "
+                                                      f"{RUN_JSON}) to this file.")] = None,
     save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
                                                  "(float32 safetensors) to this file.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each tensor's ratio against its "
-                                                 "tolerance (needs matplotlib).", show_default=False)] = None,
+                                                 "tolerance (needs matplotlib; the name must end in .png).",
+                                                 show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--save/--plot files if they exist.")]
     = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
@@ -411,7 +413,7 @@ def run(
     with OutputSet({"--json": json_file, "--save": save, "--plot": plot}, inputs=[dump], force=force) as outs:
         implementation = resolve_impl(impl, precision.value)
         if plot is not None:
-            render_plot.require_matplotlib()
+            render_plot.check_plot(plot)
         inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
         if implementation.kind == "ours":
             kernel_precheck(dump)   # refuses over-wide heads; the float64 note comes with the result's notes
@@ -476,10 +478,11 @@ def diff(
                                         "chunk whose bits differ.")] = 1,
     strict: Annotated[bool, typer.Option("--strict", help="DRIFT cells fail too (by default only BUG cells "
                                          "do).")] = False,
-    json_file: Annotated[Optional[Path], typer.Option("--json", help="Also write the result as JSON (schema 3) "
-                                                      "to this file.", show_default=False)] = None,
+    json_file: Annotated[Optional[Path], typer.Option("--json", help=f"Also write the result as JSON (schema "
+                                                      f"{DIFF_JSON}) to this file.", show_default=False)] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG heatmap of log10 ratio by tap x "
-                                                 "chunk (needs matplotlib).", show_default=False)] = None,
+                                                 "chunk (needs matplotlib; the name must end in .png).",
+                                                 show_default=False)] = None,
     force: Annotated[bool, typer.Option("--force", help="Overwrite --json/--plot files if they exist.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     full_run: Annotated[bool, typer.Option("--full-run", help="With --chunks: run the implementation on the whole "
@@ -506,12 +509,12 @@ def diff(
     from .fileio import atomic_write_text
     from .impls import TapsSpec
     from .outputs import OutputSet
-    from .render.plot import require_matplotlib
+    from .render.plot import check_plot
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
     with OutputSet({"--json": json_file, "--plot": plot}, inputs=[*files, against], force=force) as outs:
         if plot is not None:
-            require_matplotlib()
+            check_plot(plot)
         names, chunk_range, head_list = parse_tap_names(tap_names), parse_chunk_range(chunks), parse_heads(heads)
         if against is None and impl in (None, "ours", "kernel", "kernels") and len(files) == 1:
             kernel_precheck(files[0])   # refuses over-wide heads; the float64 note comes with the result's notes
@@ -573,11 +576,12 @@ def capture_(
     Per call, after its backward: a v1 dump (the inputs as passed, do, dht) and beside it NAME.theirs.safetensors, the implementation's own outputs and gradients in the taps-file layout.
     Names say step, call, module and rank (s0003-c001-layers.1.attn-r0); the dump's metadata too (kdadbg inspect shows it).
     A step ends at each optimizer.step(); call indices count the target calls of a step from 0.
-    Prints one line per dump written and exits with the command's exit code (2 when the capture options are bad).
+    Prints one line per dump written, then a summary.
+    Exits with the command's exit code when it failed, else 2 when the capture options are bad, a --target was patched in no process (its module cannot be imported, was never imported, or lacks the function) or a dump was not written (its files exist: they are never overwritten without --force), else 0.
 
     Example: kdadbg capture --out dumps --when nonfinite --modules 'layers.*' -- python train.py --lr 1e-3
     """
-    from .capture_run import parse_size, run_captured
+    from .capture_run import exit_status, parse_size, run_captured
 
     call_list = None
     if calls is not None:
@@ -589,8 +593,9 @@ def capture_(
     result = run_captured(cmd, out, targets=target, calls=call_list, modules=patterns or None, first=first,
                           every=every, when=when.value, max_bytes=parse_size(max_bytes), steps=steps.value,
                           force=force)
-    report.render_captured(_out(), _err(), result)
-    raise typer.Exit(result["exit_code"])
+    status = exit_status(result)
+    report.render_captured(_out(), _err(), result, status)
+    raise typer.Exit(status)
 
 
 def main() -> None:

@@ -14,3 +14,7 @@ class KdadbgError(Exception):
     """
 
     exit_code = EXIT_BAD_INPUT
+
+
+class OutputExists(KdadbgError):
+    """An output file that exists already, refused without ``force`` (so capture can count them)."""

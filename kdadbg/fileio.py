@@ -19,7 +19,7 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 
-from .errors import KdadbgError
+from .errors import KdadbgError, OutputExists
 
 
 def _atomic_write(path, force: bool, write) -> Path:
@@ -83,10 +83,10 @@ def _link_no_clobber(tmp: str, path: Path) -> None:
     try:
         os.link(tmp, path)
     except FileExistsError:
-        raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)") from None
+        raise OutputExists(f"{path}: already exists; refusing to overwrite (use --force)") from None
     except OSError:  # a filesystem without hard links
         if path.exists():
-            raise KdadbgError(f"{path}: already exists; refusing to overwrite (use --force)") from None
+            raise OutputExists(f"{path}: already exists; refusing to overwrite (use --force)") from None
         os.replace(tmp, path)
 
 

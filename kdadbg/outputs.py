@@ -24,7 +24,7 @@ import os
 import secrets
 from pathlib import Path
 
-from .errors import KdadbgError
+from .errors import KdadbgError, OutputExists
 
 
 def _folder(path: Path) -> Path:
@@ -61,7 +61,7 @@ def check_output(label: str, path, force: bool = False) -> Path:
     if os.path.lexists(path):
         if not force:
             link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
-            raise KdadbgError(f"{where}: already exists{link}; refusing to overwrite (use --force)")
+            raise OutputExists(f"{where}: already exists{link}; refusing to overwrite (use --force)")
         if not path.is_symlink() and not os.access(path, os.W_OK):
             raise KdadbgError(f"{where}: is read-only; not replacing it, even with --force")
     return path

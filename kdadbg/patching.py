@@ -3,12 +3,14 @@
 A target is ``"fla"`` (fla's ``chunk_kda``), ``"kdadbg"`` (ours), ``"pkg.mod:fn"`` (a module-level
 function) or a callable. :class:`Patches` sets every attribute of every loaded module whose value
 *is* the function object to a wrapper; for a module not imported yet, an import hook does the same
-right after the module has run, before anyone can import the name from it. ``restore`` undoes all.
+right after the module has run, before anyone can import the name from it. ``restore`` undoes all;
+``unresolved`` says, before that, which named targets were never patched and why.
 """
 
 from __future__ import annotations
 
 import importlib.abc
+import importlib.util
 import sys
 from typing import Callable, Iterable
 
@@ -92,6 +94,9 @@ class Patches:
         self.wrapped: dict[int, tuple[Callable, Callable]] = {}
         self.pending: dict[str, list[str]] = {}
         self.hook: _ImportHook | None = None
+        self.named: dict[str, tuple[str, str]] = {}   # each target given by name -> (module, function)
+        self.patched: set[str] = set()                # the "module:function" pairs patched
+        self.failed: dict[str, str] = {}              # "module:function" -> why its module had none to patch
 
     def add(self, target) -> None:
         if callable(target):
@@ -102,6 +107,7 @@ class Patches:
                                   f"patched)")
             return
         mod, attr = parse_target(target)
+        self.named[target] = (mod, attr)
         module = sys.modules.get(mod)
         if module is None:
             self.pending.setdefault(mod, []).append(attr)
@@ -118,6 +124,7 @@ class Patches:
             try:
                 self._patch_attr(module, module.__name__, attr)
             except KdadbgError as e:
+                self.failed[f"{module.__name__}:{attr}"] = str(e).split(": ", 1)[1]   # the why, after the name
                 self._warn(str(e))
 
     def _patch_attr(self, module, mod: str, attr: str) -> None:
@@ -125,6 +132,7 @@ class Patches:
         if not callable(fn):
             raise KdadbgError(f"capture target {mod}:{attr}: module {mod} has no function {attr!r}")
         self._patch(fn, f"{mod}:{attr}")
+        self.patched.add(f"{mod}:{attr}")
 
     def _patch(self, fn, impl: str) -> int:
         if id(fn) in self.wrapped:
@@ -132,6 +140,29 @@ class Patches:
         wrapper = self._wrap(fn, impl)
         self.wrapped[id(fn)] = (fn, wrapper)
         return _replace_everywhere(fn, wrapper)
+
+    def resolved(self) -> list[str]:
+        """The targets given by name that were patched."""
+        return [t for t, (mod, attr) in self.named.items() if f"{mod}:{attr}" in self.patched]
+
+    def unresolved(self) -> list[dict]:
+        """The targets given by name that were not patched (yet): ``[{"target", "name", "why", "imported"}]``
+        (``name``: ``module:function``, ``target`` as given), ``imported``: whether their module was
+        imported in this process."""
+        out = []
+        for target, (mod, attr) in self.named.items():
+            key = f"{mod}:{attr}"
+            if key in self.patched:
+                continue
+            imported = mod in sys.modules
+            if key in self.failed:
+                why = self.failed[key]
+            elif imported:
+                why = f"module {mod} was imported, but not through a loader capture can hook"
+            else:
+                why = _never_imported(mod)
+            out.append({"target": target, "name": key, "why": why, "imported": imported})
+        return out
 
     def restore(self) -> None:
         if self.hook is not None and self.hook in sys.meta_path:
@@ -141,3 +172,17 @@ class Patches:
             _replace_everywhere(wrapper, fn)
         self.wrapped.clear()
         self.pending.clear()
+
+
+def _never_imported(mod: str) -> str:
+    """Why a target's module was never imported: no such module, or the code never imported it. Asks
+    the import system without importing anything new (only where the parent package is loaded)."""
+    parent = mod.rpartition(".")[0]
+    name = mod if not parent or parent in sys.modules else mod.partition(".")[0]
+    try:
+        found = importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        return f"no module named {name!r} can be imported here"
+    return f"module {mod} was never imported"

@@ -20,6 +20,7 @@ from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, check_supported, resolve_impl
 from .progress import ticking
+from .schema import RUN_JSON
 from .tapsfile import inputs_fingerprint, outputs_that_apply
 from .tolerances import tolerances
 
@@ -80,9 +81,9 @@ class RunResult:
         return sum(t.count for t in self.tensors)
 
     def as_json(self) -> dict:
-        """The ``--json`` document (schema 3, documented in the README)."""
+        """The ``--json`` document (schema ``RUN_JSON``, documented in the README)."""
         return {
-            "schema": RUN_SCHEMA,
+            "schema": RUN_JSON,
             "verdict": self.verdict,
             "dump": self.dump,
             "impl": self.impl,
@@ -107,9 +108,6 @@ class RunResult:
             "env": environment(self.device),
             "timings_s": self.timings,
         }
-
-
-RUN_SCHEMA = 3   # 3: verdict partial/not_compared, pass null + reason, compared.not_compared, nulls (README)
 
 
 def finite_or_none(x: float) -> float | None:

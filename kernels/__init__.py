@@ -7,7 +7,7 @@ compile anything.
 
 from .taps import GRADIENTS, OUTPUTS, REGISTRY, STAGES, TAP_NAMES, TAPS, Tap, TapSelection, alloc_tap_buffers
 
-_LAZY = ("chunk_kda", "kda_forward", "kda_forward_backward")
+_LAZY = ("chunk_kda", "kda_forward", "kda_forward_backward", "DeviceError")
 
 __all__ = ["GRADIENTS", "OUTPUTS", "REGISTRY", "STAGES", "TAP_NAMES", "TAPS", "Tap", "TapSelection",
            "alloc_tap_buffers", *_LAZY]

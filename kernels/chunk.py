@@ -8,7 +8,7 @@ import functools
 import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, TapWindow, chunk_layout
-from .prepare import kda_fwd_prepare, qk_lowp_mode
+from .prepare import kda_fwd_prepare, kda_fwd_token_kernel, qk_lowp_mode
 from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
@@ -22,6 +22,33 @@ FLOAT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 def _expect(ok: bool, name: str, expected: str, found) -> None:
     if not ok:
         raise ValueError(f"{name}: expected {expected}, found {found}")
+
+
+class DeviceError(RuntimeError):
+    """Tensors on a device the kernels cannot run on in this process: CPU tensors without Triton's
+    interpreter (else Triton's own ``0 active drivers`` or ``InterpreterError`` at the first launch)."""
+
+
+def _cpu_refusal() -> str | None:
+    """Why CPU tensors cannot run in this process, None when they can. Decided once, at import: Triton
+    picks compiler or interpreter as ``@triton.jit`` decorates, ours here and ``triton.language``'s own
+    functions (``tl.sum``, ...) when ``triton`` was first imported."""
+    import triton.language as tl
+
+    if type(kda_fwd_token_kernel).__name__ != "InterpretedFunction":
+        return "Triton was imported without TRITON_INTERPRET=1, so the kernels were built for a GPU"
+    if type(getattr(tl, "sum", None)).__name__ == "JITFunction":
+        return "triton was imported before TRITON_INTERPRET=1 was set, so its interpreter cannot run the kernels"
+    return None
+
+
+_CPU_REFUSAL = _cpu_refusal()
+
+
+def _refuse_cpu() -> None:
+    raise DeviceError(f"kdadbg_kernels: q is on device cpu, but {_CPU_REFUSAL}; set TRITON_INTERPRET=1 before "
+                      f"importing triton or kdadbg_kernels (the CPU runs them under Triton's interpreter), or pass "
+                      f"CUDA tensors")
 
 
 def bwd_fwd_operands(precision: str) -> int:
@@ -48,6 +75,8 @@ def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_s
                  cu_seqlens_cpu=None):
     """Validate shapes, dtypes and options; returns ``(B, T, H, K, V, N, cu)`` with ``cu`` the varlen
     offsets on the host (``cu_seqlens_cpu`` when given, else read back from ``cu_seqlens``) or None."""
+    if _CPU_REFUSAL is not None and q.is_cpu:
+        _refuse_cpu()
     _expect(q.dim() == 4, "q", "shape [B, T, H, K]", tuple(q.shape))
     B, T, H, K = q.shape
     _expect(v.dim() == 4 and tuple(v.shape[:3]) == (B, T, H), "v", f"shape [{B}, {T}, {H}, V]", tuple(v.shape))
@@ -334,6 +363,8 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         >>> o, ht = chunk_kda(q, k, v, g, beta, output_final_state=True, chunk_size=64)
         >>> o.sum().backward()
     """
+    if _CPU_REFUSAL is not None and q.is_cpu:   # a flag and a device test: nothing more on the hot path
+        _refuse_cpu()
     B, T, _, K = q.shape
     H = v.shape[2] if v.dim() == 4 else q.shape[2]   # the value heads (GVA: a multiple of q's)
     V = v.shape[-1]

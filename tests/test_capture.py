@@ -363,3 +363,100 @@ def test_gva_call_captured_and_replayed(tmp_path):
     assert same_bits(outs["dq"], q.grad) and same_bits(outs["dv"], v.grad) and same_bits(outs["dh0"], h0.grad)
     result = check(inputs, config, precision="fp32", device="cpu")
     assert result.passed, [(t.name, t.ratio) for t in result.tensors]
+
+
+CPU_SCRIPT = """\
+import torch
+import kdadbg_kernels
+
+q, k, v, g = (torch.randn(1, 16, 1, 16, requires_grad=True) for _ in range(4))
+o, _ = kdadbg_kernels.chunk_kda(q, k, v, g, torch.rand(1, 16, 1))
+o.sum().backward()
+"""
+
+
+def test_cli_capture_shows_the_kernels_cpu_refusal(tmp_path):
+    """A script calling our op on CPU tensors without TRITON_INTERPRET: its one-line reason and exit status come
+    through capture (capture does not turn the interpreter on for it)."""
+    import os
+
+    script = tmp_path / "train.py"
+    script.write_text(CPU_SCRIPT)
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--",
+                          sys.executable, str(script)], capture_output=True, text=True, timeout=300, env=env)
+    assert res.returncode == 1, res.stderr
+    assert "DeviceError: kdadbg_kernels: q is on device cpu, but Triton was imported without TRITON_INTERPRET=1" \
+        in res.stderr and "active drivers" not in res.stderr
+    assert res.stderr.strip().splitlines()[-1].endswith("the command exited with 1"), res.stderr
+
+
+@pytest.mark.parametrize("code", [0, 3], ids=["ok", "failing-script"])
+def test_cli_capture_again_refuses_existing_dumps_and_says_so(code, tmp_path):
+    """A second capture into the same folder writes nothing over the first one's files, says how many calls
+    were refused and why, and exits 2 (the command's own code when it failed)."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    out = tmp_path / "dumps"
+    cmd = [sys.executable, "-m", "kdadbg", "capture", "--out", str(out), "--target", NAIVE, "--calls", "0", "--",
+           sys.executable, str(script)]
+    first = subprocess.run(cmd + ["0"], capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0 and "capture: 2 dumps" in first.stderr, first.stderr
+    before = {p.name: p.read_bytes() for p in out.glob("*.safetensors")}
+    assert len(before) == 4
+    again = subprocess.run(cmd + [str(code)], capture_output=True, text=True, timeout=300)
+    assert again.returncode == (code or 2), again.stderr
+    summary = again.stderr.strip().splitlines()[-1]
+    assert summary.startswith("capture: 0 dumps") and "2 not written (2 refused: their files exist and are never " \
+        "overwritten; --force replaces them" in summary, summary
+    assert summary.endswith(f"the command exited with {code}" + ("; capture exits 2" if code == 0 else "")), summary
+    assert {p.name: p.read_bytes() for p in out.glob("*.safetensors")} == before
+
+
+@pytest.mark.parametrize("bad, code, why", [
+    pytest.param("capture_toy:nosuch", 0, "module capture_toy has no function 'nosuch'", id="no-such-function"),
+    pytest.param("nosuchpkg.mod:fn", 0, "no module named 'nosuchpkg' can be imported here", id="no-such-module"),
+    pytest.param("nosuchpkg.mod:fn", 3, "no module named 'nosuchpkg' can be imported here", id="failing-script"),
+])
+def test_cli_capture_names_a_target_never_patched(bad, code, why, tmp_path):
+    """A --target patched in no process is named in one error line with why and what was expected; capture
+    exits 2 (the command's own code when it failed); the other target's dumps are still written."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target", bad,
+                          "--target", NAIVE, "--calls", "0", "--", sys.executable, str(script), str(code)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == (code or 2), res.stderr
+    assert len(res.stdout.splitlines()) == 2, res.stdout
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: --target {bad}: not patched in any process of the command: {why}; expected an "
+                      f"importable module that the command imports, with a module-level function of that name"]
+    summary = res.stderr.strip().splitlines()[-1]
+    assert summary.startswith("capture: 2 dumps") and f"--target {bad} never patched" in summary, summary
+    assert summary.endswith(f"the command exited with {code}" + ("; capture exits 2" if code == 0 else "")), summary
+
+
+def test_capture_lists_and_warns_of_a_target_never_patched(tmp_path):
+    said = []
+    with capture(tmp_path, targets=["nosuchpkg.mod:fn", NAIVE], on_log=said.append) as cap:
+        train_step(TinyModel("naive"), batch(T=4))
+    assert [(u["target"], u["why"]) for u in cap.unresolved] == [
+        ("nosuchpkg.mod:fn", "no module named 'nosuchpkg' can be imported here")]
+    assert "capture target nosuchpkg.mod:fn: no module named 'nosuchpkg' can be imported here" in said
+    assert len(cap.written) == 2
+    said.clear()
+    with capture(tmp_path / "defaults", on_log=said.append):   # fla, ours: not requested, so not warned of
+        pass
+    assert said == []
+
+
+def test_cli_capture_target_patched_in_a_child_process_only(tmp_path):
+    """A launcher (like torchrun) that never imports the target is no error when its worker patched it."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    launcher = f"import subprocess, sys; sys.exit(subprocess.call([sys.executable, {str(script)!r}, '0']))"
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target",
+                          NAIVE, "--calls", "0", "--", sys.executable, "-c", launcher],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and "error" not in res.stderr, res.stderr
+    assert len(list((tmp_path / "dumps").glob("manifest-*.json"))) == 2 and len(res.stdout.splitlines()) == 2

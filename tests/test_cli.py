@@ -271,3 +271,17 @@ def test_main_prints_one_red_line(monkeypatch, capsys, tmp_path):
 def test_python_dash_m_help():
     r = subprocess.run([sys.executable, "-m", "kdadbg", "--help"], capture_output=True, text=True, cwd=REPO)
     assert r.returncode == 0 and all(c in r.stdout for c in ("gen", "inspect", "taps"))
+
+
+@pytest.mark.parametrize("command, extra", [pytest.param("run", [], id="run"),
+                                            pytest.param("diff", ["--taps", "none", "--window", "0"], id="diff")])
+def test_json_help_names_the_schema_written(command, extra, tmp_path):
+    """--help's "--json ... (schema N)" is the schema the command writes."""
+    import re
+
+    helps = re.sub(r"[\s│]+", " ", runner.invoke(cli.app, [command, "--help"]).stdout)   # lines unwrapped
+    quoted = re.findall(r"JSON \(schema (\d+)\)", helps)
+    out = tmp_path / "r.json"
+    r = kdadbg(command, REPO / "sample_inputs" / "basic.safetensors", "--impl", "reference", *extra, "--json", out)
+    assert r.exit_code == 0, r.output
+    assert quoted == [str(json.loads(out.read_text())["schema"])], helps

@@ -589,3 +589,42 @@ def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision
         with monkeypatch.context() as mp:
             mp.setenv(f"KDADBG_{knob_name}", value)
             assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))
+
+
+CPU_CALL = """\
+import os, sys
+import torch
+{before}
+import kdadbg_kernels
+from kdadbg_kernels.chunk import kda_forward_backward
+
+q, k, v, g = (torch.randn(1, 16, 1, 16) for _ in range(4))
+beta, do = torch.rand(1, 16, 1), torch.randn(1, 16, 1, 16)
+for call in (lambda: kdadbg_kernels.chunk_kda(q, k, v, g, beta), lambda: kda_forward_backward(q, k, v, g, beta, do, scale=0.25)):
+    try:
+        call()
+    except RuntimeError as e:
+        print(type(e).__name__, "|", e)
+"""
+
+
+@pytest.mark.parametrize("before, why", [
+    pytest.param("", "Triton was imported without TRITON_INTERPRET=1", id="compiled"),
+    pytest.param("import triton\nos.environ['TRITON_INTERPRET'] = '1'", "triton was imported before TRITON_INTERPRET=1",
+                 id="interpreter-set-after-triton"),
+])
+def test_op_on_cpu_without_the_interpreter_says_what_to_do(before, why):
+    """CPU tensors where Triton's interpreter is not on: one line naming the device and the fix, from the op and
+    from kda_forward_backward, before any launch (not Triton's '0 active drivers' or InterpreterError)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    r = subprocess.run([sys.executable, "-c", CPU_CALL.format(before=before)], capture_output=True, text=True,
+                       env=env, timeout=300)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and len(lines) == 2, (r.stdout, r.stderr)
+    for line in lines:
+        assert line.startswith("DeviceError | kdadbg_kernels: q is on device cpu, but " + why), line
+        assert "set TRITON_INTERPRET=1 before importing triton or kdadbg_kernels" in line and "CUDA tensors" in line

@@ -143,3 +143,27 @@ def test_missing_matplotlib_is_one_error_line(tmp_path, no_matplotlib):
         assert r.exit_code == 2, r.output
         assert r.stderr.strip() == f"error: {MISSING}"
         assert not (tmp_path / "p.png").exists()
+
+
+@pytest.mark.parametrize("command", ["run", "diff"])
+@pytest.mark.parametrize("name, found", [pytest.param("out.jpg", "the suffix '.jpg'", id="jpg"),
+                                         pytest.param("out.txt", "the suffix '.txt'", id="txt"),
+                                         pytest.param("out", "no suffix", id="no-suffix")])
+def test_plot_refuses_a_name_not_ending_in_png(command, name, found, tmp_path):
+    """A --plot name that is not .png is refused in one line before any compute, and nothing is written."""
+    from conftest import REPO
+
+    r = CliRunner().invoke(cli.app, [command, str(REPO / "sample_inputs" / "basic.safetensors"), "--impl",
+                                     "reference", "--plot", str(tmp_path / name), "--json", str(tmp_path / "r.json")])
+    assert r.exit_code == 2, r.output
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: --plot ") and "expected a file name ending in .png" in \
+        lines[0] and found in lines[0], r.stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_plot_accepts_png_in_any_case(tmp_path):
+    from kdadbg.render.plot import check_plot
+
+    for name in ("a.png", "a.PNG", "a.Png"):
+        check_plot(tmp_path / name)

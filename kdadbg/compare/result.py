@@ -1,5 +1,5 @@
 """``DiffResult``: the cells of one comparison and the questions asked of them (first divergence, first
-BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema 3)."""
+BUG, first NaN/Inf, per head, grid, minimum tolerances), plus the JSON document (schema ``DIFF_JSON``)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import torch
 from .. import noise
 from ..config import KDAConfig
 from .cells import Cells
+from ..schema import DIFF_JSON
 from .metrics import not_compared_reason
 from .quantities import ORDER, QUANTITIES, ChunkInfo, dataflow_key
 
-SCHEMA = 3    # 3: NOT_COMPARED cells, verdict not_compared, compared.not_compared, min_tolerance.not_compared
 MAX_JSON_CELLS = 200_000          # beyond this, --json lists only the cells over tolerance
 NOT_COMPARED = "NOT_COMPARED"     # the label of a cell with no element compared (count 0): never OK, never a pass
 
@@ -261,7 +261,7 @@ class DiffResult:
         return out
 
     def as_json(self) -> dict:
-        """The ``--json`` document (schema 2; README, section "kdadbg diff")."""
+        """The ``--json`` document (schema ``DIFF_JSON``; README, section "kdadbg diff")."""
         first = self.first_divergence
         if first is not None:
             first = {**first, "origin": (self.origin or {}).get("verdict")}
@@ -292,7 +292,7 @@ class DiffResult:
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
                                  else {})})
         return {
-            "schema": SCHEMA, "verdict": self.verdict, "mode": self.mode,
+            "schema": DIFF_JSON, "verdict": self.verdict, "mode": self.mode,
             "impl": self.impl, "sources": {"candidate": self.sources[0], "reference": self.sources[1]},
             "dump": self.dump, "files": self.files, "precision": self.precision, "device": self.device,
             "config": None if self.config is None else self.config.as_dict(),

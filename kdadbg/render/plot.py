@@ -50,6 +50,17 @@ def require_matplotlib() -> None:
     _matplotlib()
 
 
+def check_plot(path) -> None:
+    """Before any compute: refuse a ``--plot`` path not named ``.png`` (any case; the figures are PNG
+    only, and another suffix would hold PNG bytes under a misleading name), then a missing matplotlib."""
+    suffix = Path(path).suffix
+    if suffix.lower() != ".png":
+        found = f"the suffix {suffix!r}" if suffix else "no suffix"
+        raise KdadbgError(f"--plot {path}: expected a file name ending in .png (the figure is written as a PNG "
+                          f"only), found {found}")
+    _matplotlib()
+
+
 def _target(path) -> Path:
     path = Path(path)
     if path.is_dir() or not (path.parent if str(path.parent) else Path(".")).is_dir():

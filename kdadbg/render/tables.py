@@ -238,8 +238,9 @@ def run_verdict_line(result) -> str:
     return f"[bold green]PASS[/bold green]: {what} ({escape(counts)})"
 
 
-def render_captured(console: Console, err: Console, result: dict) -> None:
-    """``kdadbg capture``: one stdout line per dump written; the summary on stderr."""
+def render_captured(console: Console, err: Console, result: dict, status: int) -> None:
+    """``kdadbg capture``: one stdout line per dump written; the summary on stderr, ending with the
+    command's exit code and, where it differs, capture's own (``status``)."""
     for d in result["dumps"]:
         where = f"step {d['step']} call {d['call']}" + (f" module {d['module']}" if d["module"] else "") + (
             f" rank {d['rank']}" if d["rank"] is not None else "")
@@ -248,11 +249,23 @@ def render_captured(console: Console, err: Console, result: dict) -> None:
                       highlight=False)
     for e in result["errors"]:
         print_error(err, e)
+    for u in result["unresolved"]:
+        name = u["target"] if u["target"] == u["name"] else f"{u['target']} ({u['name']})"
+        print_error(err, f"--target {name}: not patched in any process of the command: {u['why']}; expected an "
+                         f"importable module that the command imports, with a module-level function of that name")
     reasons = sorted({s["why"] for s in result["skipped"]})
     skipped = f"; {len(result['skipped'])} not captured ({'; '.join(reasons)})" if reasons else ""
+    refused, failed = result["refused"], len(result["errors"]) - result["refused"]
+    why = ([f"{refused} refused: their files exist and are never overwritten; --force replaces them, or use "
+            f"another --out"] if refused else []) + (
+        [f"{failed} could not be written (errors above)"] if failed else [])
+    unwritten = f"; {len(result['errors'])} not written ({'; '.join(why)})" if why else ""
+    missed = f"; --target {', '.join(u['target'] for u in result['unresolved'])} never patched" \
+        if result["unresolved"] else ""
+    ends = f"the command exited with {result['exit_code']}" + (
+        f"; capture exits {status}" if status != result["exit_code"] else "")
     if not result["manifests"]:
         err.print("capture: no manifest came back: was the command a Python process with site enabled "
                   "(not python -S or -I)?", soft_wrap=True, highlight=False)
     err.print(escape(f"capture: {len(result['dumps'])} dumps in {result['out']} from {result['calls_seen']} KDA "
-                     f"calls{skipped}; the command exited with {result['exit_code']}"), soft_wrap=True,
-              highlight=False)
+                     f"calls{skipped}{unwritten}{missed}; {ends}"), soft_wrap=True, highlight=False)
