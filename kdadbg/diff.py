@@ -145,9 +145,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         t = run.taps.get(n)
         if t is None:
             missing["taps"].append(n)
-        elif all_nan(t) and not all_nan(ref_taps[n]):   # (NaN inputs can make both sides NaN: compared)
-            missing["not_written"].append(n)
         else:
+            # all NaN where the reference is not: a buffer no kernel wrote (they start NaN-filled so that it
+            # shows), or NaN written; either way compared, so that its cells fail as non-finite, and named
+            if all_nan(t) and not all_nan(ref_taps[n]):   # (NaN inputs can make both sides NaN)
+                missing["not_written"].append(n)
             cand[n] = t.detach()
     tap_rows, tap_heads = [c for c in chunk_list if c in run.tap_chunks], [h for h in head_list if h in run.tap_heads]
     if cand and impl.provides_taps:

@@ -752,3 +752,33 @@ def test_a_reduced_gradient_carried_in_from_dg_is_drift_and_a_wrong_sum_is_a_bug
     wrong = diff_dump(inputs, cfg, _CarriedDg(1e-3, 1.5), device=kernel_device, window=0)
     assert int(wrong.cells["dA_log"].label[0, 1]) == BUG and not wrong.passed
     assert wrong.first_bug["tap"] == "dA_log" and not any("carried in from dg" in n for n in wrong.notes)
+
+
+def test_a_tap_all_nan_is_compared_and_fails(tmp_path):
+    """A tap all NaN where the reference is finite (a buffer no kernel wrote: they start NaN-filled so that
+    it shows) fails the diff as non-finite cells and is named; before, it was only listed as 'not written'
+    and left out, and the diff passed having compared none of it."""
+    import json
+
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    from test_cli import kdadbg
+
+    dump, taps = tmp_path / "d.safetensors", tmp_path / "t.safetensors"
+    assert kdadbg("gen", dump).exit_code == 0
+    assert kdadbg("taps", dump, "--impl", "reference", "--taps", "gc,U,dS", "-o", taps).exit_code == 0
+    with safe_open(str(taps), "pt") as f:
+        meta = f.metadata()
+    t = load_file(str(taps))
+    t["tap.U"] = torch.full_like(t["tap.U"], float("nan"))
+    bad = tmp_path / "bad.safetensors"
+    save_file(t, str(bad), metadata=meta)
+    js = tmp_path / "d.json"
+    r = kdadbg("diff", dump, "--against", bad, "--taps", "gc,U,dS", "--json", js)
+    assert r.exit_code == 1, r.output
+    doc = json.loads(js.read_text())
+    assert doc["verdict"] == "fail" and doc["missing"]["not_written"] == ["U"]
+    u = [c for c in doc["cells"] if c["tap"] == "U"]
+    assert u and all(c["label"] == "BUG" and c["nonfinite"] > 0 for c in u)
+    assert "taps all NaN where the reference is finite" in r.stdout

@@ -265,7 +265,7 @@ def render_nonfinite(console: Console, res) -> None:
 def render_missing(console: Console, res) -> None:
     m = res.missing or {}
     labels = {"taps": "taps it does not provide", "chunks": "chunks missing from its taps",
-              "heads": "heads missing from its taps", "not_written": "taps it did not write (all NaN)",
+              "heads": "heads missing from its taps", "not_written": "taps all NaN where the reference is finite (not written, or NaN written; compared)",
               "not_in_reference_file": "taps missing from the reference file"}
     for key, label in labels.items():
         if m.get(key):
