@@ -392,7 +392,7 @@ def run(
     """Run an implementation (--impl, default our kernels) forward + backward and the float64 reference
     on a dump, and compare.
 
-    One row per output and gradient: shape, max abs error and where, fla's ratio
+    One row per output and gradient: shape, elements compared, max abs error and where, fla's ratio
     RMS(ref-x)/(RMS(ref)+1e-8 x scale), cosine, NaN/Inf count, tolerance, verdict.
     A tensor passes when ratio <= tol or max abs error <= 1e-6 x its scale (the RMS of its
     reference), and has no NaN/Inf; one with no element compared (NaN/Inf on both sides everywhere) is

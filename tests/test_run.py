@@ -168,3 +168,20 @@ def test_small_gradients_are_judged_at_their_own_scale(tmp_path):
     assert {c["tap"] for c in doc["cells"] if c["label"] == "BUG"} == {"dq", "dk"}
     assert kdadbg("run", tiny, "--impl", good).exit_code == 0
     assert kdadbg("diff", tiny, "--against", good).exit_code == 0
+
+
+def test_the_table_says_how_many_elements_each_row_compared(tmp_path):
+    """A window run compares part of each tensor: the table's "compared" column gives each row's count (the
+    JSON's), fewer than its shape holds; a row not provided shows 0."""
+    import math
+
+    src, js = tmp_path / "my.safetensors", tmp_path / "r.json"
+    assert kdadbg("gen", src).exit_code == 0
+    r = kdadbg("run", src, "--impl", "reference", "--chunks", "0:2", "--json", js)
+    assert r.exit_code == 0, r.output
+    rows = {t["name"]: t for t in json.loads(js.read_text())["tensors"]}
+    lines = {line.split("│")[1].strip(): line.split("│") for line in r.stdout.splitlines() if line.startswith("│ ")}
+    for name in ("o", "dq", "dh0"):
+        assert 0 < rows[name]["count"] < math.prod(rows[name]["shape"])
+        assert int(lines[name][3]) == rows[name]["count"], lines[name]
+    assert lines["ht"][3].strip() == "0" and "not provided" in lines["ht"][-2]

@@ -162,20 +162,20 @@ def render_run(console: Console, result) -> None:
     cfg = result.config
     t = Table(title=f"{escape(result.dump)}: --impl {escape(result.impl.get('name', '?'))} ({result.precision}, "
                     f"{result.device}) vs float64 reference", title_justify="left")
-    for col in ("tensor", "shape", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
+    for col in ("tensor", "shape", "compared", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
         t.add_column(col, justify="left" if col in ("tensor", "shape", "at", "verdict") else "right")
     for r in result.tensors:
         if not r.compared:   # nothing compared: no figure is a measurement, and no verdict
-            t.add_row(r.name, _shape(r.shape), "—", "—", "—", "—", str(r.nonfinite), _num(r.tol),
+            t.add_row(r.name, _shape(r.shape), "0", "—", "—", "—", "—", str(r.nonfinite), _num(r.tol),
                       "[yellow]not compared[/yellow]" + (" (NaN/Inf on both sides)" if r.nonfinite == 0 and
                                                           math.prod(r.shape) else ""))
             continue
         verdict = "[green]pass[/green]" if r.passed else "[magenta]UNREP[/magenta]" if r.unrep else \
             "[bold red]FAIL[/bold red]"
-        t.add_row(r.name, _shape(r.shape), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
+        t.add_row(r.name, _shape(r.shape), str(r.count), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
                   f"{r.cosine:.8f}" if r.cosine_defined else "—", str(r.nonfinite), _num(r.tol), verdict)
     for name, why in result.not_provided.items():
-        t.add_row(name, "-", "-", "-", "-", "-", "-", "-", f"[yellow]not provided[/yellow] ({escape(why)})")
+        t.add_row(name, "-", "0", "-", "-", "-", "-", "-", "-", f"[yellow]not provided[/yellow] ({escape(why)})")
     console.print(t)
     for note in result.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
