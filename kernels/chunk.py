@@ -30,9 +30,9 @@ class DeviceError(RuntimeError):
 
 
 def _cpu_refusal() -> str | None:
-    """Why CPU tensors cannot run in this process, None when they can. Decided once, at import: Triton
-    picks compiler or interpreter as ``@triton.jit`` decorates, ours here and ``triton.language``'s own
-    functions (``tl.sum``, ...) when ``triton`` was first imported."""
+    """Why CPU tensors cannot run in this process, None when they can: Triton picks compiler or interpreter
+    as ``@triton.jit`` decorates, ours here and ``triton.language``'s own functions (``tl.sum``, ...) when
+    ``triton`` was first imported."""
     import triton.language as tl
 
     if type(kda_fwd_token_kernel).__name__ != "InterpretedFunction":
@@ -42,13 +42,28 @@ def _cpu_refusal() -> str | None:
     return None
 
 
-_CPU_REFUSAL = _cpu_refusal()
+def _device_errors(fn):
+    """``fn`` (an entry point whose first argument is ``q``) with Triton's failure on CPU tensors where its
+    interpreter is not on (``0 active drivers``, or its ``InterpreterError``) turned into one line saying
+    what to do. Nothing is checked before the call: tools that run the op on CPU tensors with the launches
+    intercepted (``benchmarks/kernel_resources.py``) keep working, and a call on the GPU pays one frame."""
 
+    @functools.wraps(fn)
+    def entry(q, *args, **kwargs):
+        try:
+            return fn(q, *args, **kwargs)
+        except Exception as e:
+            driver = isinstance(e, RuntimeError) and "active drivers" in str(e)
+            if not (driver or type(e).__name__ == "InterpreterError") or not getattr(q, "is_cpu", False):
+                raise
+            why = _cpu_refusal()
+            if why is None:
+                raise
+            raise DeviceError(f"kdadbg_kernels: q is on device cpu, but {why}; set TRITON_INTERPRET=1 before "
+                              f"importing triton or kdadbg_kernels (the CPU runs them under Triton's interpreter), "
+                              f"or pass CUDA tensors") from None
 
-def _refuse_cpu() -> None:
-    raise DeviceError(f"kdadbg_kernels: q is on device cpu, but {_CPU_REFUSAL}; set TRITON_INTERPRET=1 before "
-                      f"importing triton or kdadbg_kernels (the CPU runs them under Triton's interpreter), or pass "
-                      f"CUDA tensors")
+    return entry
 
 
 def bwd_fwd_operands(precision: str) -> int:
@@ -75,8 +90,6 @@ def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_s
                  cu_seqlens_cpu=None):
     """Validate shapes, dtypes and options; returns ``(B, T, H, K, V, N, cu)`` with ``cu`` the varlen
     offsets on the host (``cu_seqlens_cpu`` when given, else read back from ``cu_seqlens``) or None."""
-    if _CPU_REFUSAL is not None and q.is_cpu:
-        _refuse_cpu()
     _expect(q.dim() == 4, "q", "shape [B, T, H, K]", tuple(q.shape))
     B, T, H, K = q.shape
     _expect(v.dim() == 4 and tuple(v.shape[:3]) == (B, T, H), "v", f"shape [{B}, {T}, {H}, V]", tuple(v.shape))
@@ -119,6 +132,7 @@ def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_s
     return B, T, H, K, V, N, cu
 
 
+@_device_errors
 def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bound=-5.0, qk_l2norm=True,
                 beta_sigmoid=True, A_log=None, dt_bias=None, h0=None, cu_seqlens=None, precision="fp32",
                 tap_plan: TapPlan | None = None, out_dtype=torch.float32, cu_seqlens_cpu=None, keep_state=True):
@@ -238,6 +252,7 @@ def _from_math(state, layout: str):
     return state.transpose(-1, -2).contiguous() if layout == "vk" else state
 
 
+@_device_errors
 def kda_forward_backward(q, k, v, g, beta, do, *, dht=None, h0=None, state_layout="vk", cu_seqlens=None,
                          cu_seqlens_cpu=None, A_log=None, dt_bias=None, scale, chunk_size=16, gate="none",
                          lower_bound=-5.0, qk_l2norm=True, beta_sigmoid=True, precision="fp32", taps: TapSelection | None = None):
@@ -324,6 +339,7 @@ class ChunkKDAFunction(torch.autograd.Function):
                 grads.get("dh0"), None, None, None, None)
 
 
+@_device_errors
 def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, cu_seqlens=None,
               chunk_size=16, use_qk_l2norm_in_kernel=False, use_gate_in_kernel=False,
               use_beta_sigmoid_in_kernel=False, lower_bound=None, A_log=None, dt_bias=None, state_v_first=False,
@@ -363,8 +379,6 @@ def chunk_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
         >>> o, ht = chunk_kda(q, k, v, g, beta, output_final_state=True, chunk_size=64)
         >>> o.sum().backward()
     """
-    if _CPU_REFUSAL is not None and q.is_cpu:   # a flag and a device test: nothing more on the hot path
-        _refuse_cpu()
     B, T, _, K = q.shape
     H = v.shape[2] if v.dim() == 4 else q.shape[2]   # the value heads (GVA: a multiple of q's)
     V = v.shape[-1]

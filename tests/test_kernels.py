@@ -615,7 +615,7 @@ for call in (lambda: kdadbg_kernels.chunk_kda(q, k, v, g, beta), lambda: kda_for
 ])
 def test_op_on_cpu_without_the_interpreter_says_what_to_do(before, why):
     """CPU tensors where Triton's interpreter is not on: one line naming the device and the fix, from the op and
-    from kda_forward_backward, before any launch (not Triton's '0 active drivers' or InterpreterError)."""
+    from kda_forward_backward, in place of Triton's '0 active drivers' or InterpreterError at the first launch."""
     import os
     import subprocess
     import sys
