@@ -439,6 +439,21 @@ def is_taps_file(path) -> bool:
     return meta.get("format") == FORMAT
 
 
+def same_problem(paths, ma: dict, mb: dict) -> None:
+    """Two taps files must come from the same inputs and config: both digests (``inputs_sha256``) equal where
+    both have one, and the config keys they both record equal; else one line naming both."""
+    from .tapsfile import config_differences
+
+    da, db = ma.get("inputs_sha256"), mb.get("inputs_sha256")
+    if da is not None and db is not None and da != db:
+        raise KdadbgError(f"{paths[0]}, {paths[1]}: made from different inputs (inputs_sha256 {da[:12]}… of dump "
+                          f"{ma.get('dump')!r}, {db[:12]}… of dump {mb.get('dump')!r}): compare two files of one dump")
+    diffs = config_differences(ma, mb)
+    if diffs:
+        raise KdadbgError(f"{paths[0]}, {paths[1]}: made with different configs (A / B: {'; '.join(diffs)}): compare "
+                          f"two files of one dump and config")
+
+
 def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides: dict | None = None,
                device: str = "auto", precision: str = "fp32", names: tuple[str, ...] = TAP_NAMES,
                chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
@@ -468,6 +483,7 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
             if not is_taps_file(p):
                 raise KdadbgError(f"{p}: not a taps file (kdadbg taps writes them); diff A B compares two taps files")
         a, b = read_taps_file(paths[0]), read_taps_file(paths[1], spec.state_layout)
+        same_problem(paths, a["metadata"], b["metadata"])
         lo_hi = None
         if chunks is not None:
             lo_hi = (chunks[0] or 0, chunks[1] if chunks[1] is not None else 1 << 62)

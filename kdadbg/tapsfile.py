@@ -81,9 +81,10 @@ def chunk_rows(chunks: ChunkTable, lo: int, hi: int) -> dict[str, torch.Tensor]:
 
 
 def inputs_fingerprint(inputs) -> str:
-    """A digest of a dump's inputs (every tensor of ``KDAInputs.TENSORS`` present: name, dtype, shape and
-    bytes), written into what is made from them (``inputs_sha256``), so that a taps or outputs file
-    compared against another dump is refused instead of reported as a bug in every cell."""
+    """A digest of a dump's inputs (every tensor of ``KDAInputs.TENSORS`` present: its name, shape and
+    values, floats as float64 and integers as int64, so that a float32 copy of a bf16 dump, the same
+    problem, has the same digest), written into what is made from them (``inputs_sha256``), so that a taps
+    or outputs file compared against another dump is refused instead of reported as a bug in every cell."""
     import hashlib
 
     h = hashlib.sha256()
@@ -91,10 +92,36 @@ def inputs_fingerprint(inputs) -> str:
         t = getattr(inputs, name)
         if t is None:
             continue
-        t = t.detach().to("cpu").contiguous()
-        h.update(f"{name}:{t.dtype}:{list(t.shape)};".encode())
-        h.update(t.view(-1).view(torch.uint8).numpy().tobytes() if t.numel() else b"")
+        t = t.detach().to("cpu").reshape(-1)
+        wide = torch.float64 if t.is_floating_point() else torch.int64
+        h.update(f"{name}:{list(getattr(inputs, name).shape)};".encode())
+        step = 1 << 22   # slices, so that a large dump is not copied whole in 8 bytes per value
+        for i in range(0, t.numel(), step):
+            h.update(t[i:i + step].to(wide).contiguous().view(torch.uint8).numpy().tobytes())
     return h.hexdigest()
+
+
+CONFIG_KEYS = ("scale", "gate", "lower_bound", "qk_l2norm", "beta_sigmoid")   # the math (chunk_size: its own check)
+
+
+def config_differences(meta: dict, config_meta: dict) -> list[str]:
+    """The config keys (``CONFIG_KEYS``) whose values differ between a file's metadata and a dump's config
+    (``KDAConfig.to_metadata()``, or another file's metadata), as ``key file-value / other-value``; keys
+    absent on either side are not compared, nor ``lower_bound`` unless the gate is ``lower_bound``."""
+    out = []
+    for key in CONFIG_KEYS:
+        a, b = meta.get(key), config_meta.get(key)
+        if a is None or b is None:
+            continue
+        if key == "lower_bound" and config_meta.get("gate") != "lower_bound":
+            continue
+        try:
+            same = float(a) == float(b) if key in ("scale", "lower_bound") else str(a).strip() == str(b).strip()
+        except ValueError:
+            same = str(a).strip() == str(b).strip()
+        if not same:
+            out.append(f"{key} {a} / {b}")
+    return out
 
 
 def taps_metadata(source: str, dump, config: KDAConfig, precision: str | None = None, inputs=None) -> dict[str, str]:

@@ -131,3 +131,35 @@ def test_a_file_made_from_other_inputs_is_refused(tmp_path):
     save_file(load_file(str(ta)), str(bare), metadata=meta)
     r = kdadbg("diff", b, "--against", bare)
     assert r.exit_code == 1 and "BUG" in r.stdout, r.output
+
+
+def test_files_of_another_config_or_of_two_dumps_are_refused_and_a_float32_copy_accepted(tmp_path):
+    """A file made with another scale (the dump's metadata, or a --scale override) is refused in one line;
+    two taps files of different dumps (diff A B) too; a float32 copy of a bf16 dump (the same values, the
+    same problem) keeps the digest and is accepted."""
+    from safetensors import safe_open
+
+    from test_cli import assert_one_error_line, kdadbg
+
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    assert kdadbg("gen", a).exit_code == 0 and kdadbg("gen", b, "--seed", "5").exit_code == 0
+    ta, tb = tmp_path / "a.taps.safetensors", tmp_path / "b.taps.safetensors"
+    for d, t in ((a, ta), (b, tb)):
+        assert kdadbg("taps", d, "--impl", "reference", "-o", t).exit_code == 0
+    with safe_open(str(a), "pt") as f:
+        meta = dict(f.metadata())
+    x = load_file(str(a))
+    scaled = tmp_path / "scaled.safetensors"
+    save_file(x, str(scaled), metadata={**meta, "scale": str(2 * float(meta["scale"]))})
+    assert_one_error_line(kdadbg("diff", scaled, "--against", ta), "made with another config than this dump's", "scale")
+    assert_one_error_line(kdadbg("diff", a, "--against", ta, "--scale", "0.5"), "made with another config")
+    assert_one_error_line(kdadbg("diff", ta, tb), "made from different inputs", "'a.safetensors'", "'b.safetensors'")
+    assert kdadbg("diff", ta, ta).exit_code == 0
+    bf, bf32 = tmp_path / "bf.safetensors", tmp_path / "bf32.safetensors"
+    save_file({k: v.bfloat16() if v.is_floating_point() else v for k, v in x.items()}, str(bf), metadata=meta)
+    save_file({k: v.bfloat16().float() if v.is_floating_point() else v for k, v in x.items()}, str(bf32),
+              metadata=meta)
+    tbf = tmp_path / "bf.taps.safetensors"
+    assert kdadbg("taps", bf, "--impl", "reference", "-o", tbf).exit_code == 0
+    r = kdadbg("diff", bf32, "--against", tbf)
+    assert r.exit_code == 0, r.output

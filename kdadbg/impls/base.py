@@ -188,7 +188,7 @@ def check_supported(impl: Implementation, inputs: KDAInputs, config: KDAConfig, 
         raise KdadbgError(f"{where + ': ' if where else ''}--impl {impl.name}: cannot run this dump: {why}")
     check = getattr(impl, "check_inputs", None)   # a file of results: made from these inputs?
     if check is not None:
-        check(inputs)
+        check(inputs, config)
 
 
 def select_taps(taps: dict[str, torch.Tensor], have_chunks: list[int], have_heads: list[int],

@@ -85,7 +85,7 @@ class TapsFile(Implementation):
     def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
         f = self.read()
         if self._inputs_checked is not inputs:
-            self.check_inputs(inputs)
+            self.check_inputs(inputs, config)
         B, T, _, K, V = inputs.shape
         H = inputs.HV   # taps are per value head
         ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
@@ -110,15 +110,21 @@ class TapsFile(Implementation):
                                     list(taps.head_list(H)))
         return ImplRun(outputs, sel, rows, hs)
 
-    def check_inputs(self, inputs: KDAInputs) -> None:
+    def check_inputs(self, inputs: KDAInputs, config: KDAConfig | None = None) -> None:
         """A file that records its inputs' digest (``inputs_sha256``: ``kdadbg taps``, ``run --save``,
         ``capture``) must have been made from this dump's inputs; one without it (an older kdadbg's, or
         another tool's) is taken on trust. Called by ``check_supported``, before any work."""
-        from ..tapsfile import inputs_fingerprint
+        from ..tapsfile import config_differences, inputs_fingerprint
 
         f = self.read()
+        if config is not None:
+            diffs = config_differences(f["metadata"], config.to_metadata())
+            if diffs:
+                raise KdadbgError(f"{self.path}: made with another config than this dump's (file / dump: "
+                                  f"{'; '.join(diffs)}): compare a file with the dump and config it was made from")
         want = f["metadata"].get("inputs_sha256")
         if want is None:
+            self._inputs_checked = inputs
             return
         have = inputs_fingerprint(inputs)
         if want != have:
