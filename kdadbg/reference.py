@@ -88,9 +88,18 @@ def activate(inputs: KDAInputs, cfg: KDAConfig, dtype, device) -> tuple[dict, di
     else:
         a = torch.exp(leaves["A_log"])[:, None]
         x = g + leaves["dt_bias"]
-        gam = cfg.lower_bound * torch.sigmoid(a * x) if cfg.gate == "lower_bound" else -a * F.softplus(x)
-    b = torch.sigmoid(beta) if cfg.beta_sigmoid else beta
+        gam = cfg.lower_bound * _sigmoid(a * x) if cfg.gate == "lower_bound" else -a * F.softplus(x)
+    b = _sigmoid(beta) if cfg.beta_sigmoid else beta
     return leaves, {"qn": q, "kn": k, "gam": gam, "b": b}
+
+
+def _sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """σ(x) as ``exp(logsigmoid(x))``: the same values, and autograd's derivative is σ(x) σ(-x), formed from
+    ``exp(-|x|)``, where ``torch.sigmoid``'s is σ (1 - σ), which is 0 once σ rounds to 1 (x > 17 in float32).
+    The float32 run of the reference is the noise floor (``kdadbg.noise``): with a saturated gate or beta its
+    gradients would be 0, the floor ratio 1, and any gate gradient, a negated one too, would pass as the
+    precision's limit, while float32 holds σ(-x) (e^-30 = 9e-14) well."""
+    return torch.exp(F.logsigmoid(x))
 
 
 def _to_chunks(x: torch.Tensor, idx: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
