@@ -499,7 +499,7 @@ def diff(
     Cells over tolerance are DRIFT (within 10x the float32 or bf16 reference's own error) or BUG.
     The first divergence is rerun on a window seeded from the reference: introduced there, or inherited.
     A cell with no element compared (NaN/Inf on both sides) is "not compared", never OK.
-    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input or when no cell compared anything.
+    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input or when no cell compared anything, 3 (partial) when nothing failed but an output or gradient was not provided (a forward-only implementation): not a full pass.
 
     Example: kdadbg diff sample_inputs/basic.safetensors --precision bf16 --json diff.json --plot diff.png
     """
@@ -532,7 +532,7 @@ def diff(
     diffreport.render(out, result)
     if plotted is not None:
         diffreport.render_plot(out, {**plotted, "path": str(plot)})
-    code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT}[result.verdict]
+    code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
     if code:
         raise typer.Exit(code)
 

@@ -308,11 +308,12 @@ def test_help_names_impl():
 
 def test_readme_example_implementation_passes(tmp_path):
     text = (REPO / "README.md").read_text()
-    code = text.split("A 17-line implementation")[1].split("```python")[1].split("```")[0]
+    code = text.split("A 20-line implementation")[1].split("```python")[1].split("```")[0]
     (tmp_path / "mine.py").write_text(code)
-    inputs, config = case_inputs("basic")
-    res = check(inputs, config, impl=resolve_impl(f"{tmp_path / 'mine.py'}:chunk_kda"))
-    assert res.passed and not res.not_provided
+    for case in ("basic", "strong_gates", "beta_high"):   # sigma at 1: its gradient must keep its digits
+        inputs, config = case_inputs(case)
+        res = check(inputs, config, impl=resolve_impl(f"{tmp_path / 'mine.py'}:chunk_kda"))
+        assert res.passed and not res.not_provided, case
     vin, vcfg = case_inputs("varlen_short")
     with pytest.raises(KdadbgError, match="needs cu_seqlens"):
         check(vin, vcfg, impl=resolve_impl(f"{tmp_path / 'mine.py'}:chunk_kda"))

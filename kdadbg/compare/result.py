@@ -128,14 +128,26 @@ class DiffResult:
     @property
     def verdict(self) -> str:
         """``fail`` (a failing cell, or NaN/Inf inputs where the sides disagree), ``not_compared`` (no
-        cell compared any element: every one NaN/Inf on both sides; never a pass), else ``pass``."""
+        cell compared any element: every one NaN/Inf on both sides; never a pass), ``partial`` (nothing
+        failed, but an output or gradient was not provided, e.g. by a forward-only implementation: exit 3,
+        not a full pass, as in ``run``; what a ``--chunks`` window leaves out by itself does not count), else
+        ``pass``."""
         if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
             return "fail"
         if any(bool(self._fails(c).any()) for c in self.cells.values()):
             return "fail"
         if not any(bool((c.count > 0).any()) for c in self.cells.values()):
             return "not_compared"
+        if self.missing_outputs:
+            return "partial"
         return "pass"
+
+    @property
+    def missing_outputs(self) -> dict[str, str]:
+        """Outputs and gradients not provided, less what a ``--chunks`` window leaves out by itself."""
+        from ..window import OUTSIDE_WINDOW
+
+        return {n: why for n, why in (self.not_provided or {}).items() if why not in OUTSIDE_WINDOW}
 
     @property
     def passed(self) -> bool:

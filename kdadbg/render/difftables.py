@@ -55,7 +55,10 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
     n = res.counts()
     console.print(compared_line(n), soft_wrap=True, highlight=False)
+    missing = ", ".join(res.missing_outputs)
     verdict = {"pass": "[green]pass[/green]", "fail": "[bold red]fail[/bold red]",
+               "partial": f"[bold yellow]partial[/bold yellow]: nothing failed, but {escape(missing)} not provided: "
+                          f"not a full pass",
                "not_compared": "[bold yellow]not compared[/bold yellow]: no cell compared any element (every one "
                                "NaN/Inf on both sides); nothing was checked"}[res.verdict]
     console.print(f"verdict: {verdict}", highlight=False, soft_wrap=True)

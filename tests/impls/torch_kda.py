@@ -82,7 +82,7 @@ def _gate(g, A_log, dt_bias, lower_bound, H, K):
     a = torch.ones(H, 1, dtype=g.dtype) if A_log is None else A_log.to(g.dtype).exp()[:, None]
     x = g if dt_bias is None else g + dt_bias.to(g.dtype).reshape(H, K)
     if lower_bound is not None:
-        return lower_bound * torch.sigmoid(a * x)
+        return lower_bound * torch.exp(F.logsigmoid(a * x))   # sigmoid whose derivative keeps its digits
     return -a * (torch.clamp(x, min=0) + torch.log1p(torch.exp(-x.abs())))  # -a * softplus(x), stable
 
 
@@ -115,7 +115,7 @@ def _kda(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
         kf = kf * torch.rsqrt(kf.pow(2).sum(-1, keepdim=True) + 1e-6)
     gam = _gate(gf, A_log, dt_bias, lower_bound, H, K) if use_gate_in_kernel else gf
     alpha = gam.exp()
-    b = torch.sigmoid(bf) if use_beta_sigmoid_in_kernel else bf
+    b = torch.exp(F.logsigmoid(bf)) if use_beta_sigmoid_in_kernel else bf   # (as the gate's)
 
     state_shape = (N, H, V, K) if state_v_first else (N, H, K, V)
     if initial_state is None:
