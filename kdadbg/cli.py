@@ -393,7 +393,7 @@ def run(
     on a dump, and compare.
 
     One row per output and gradient: shape, elements compared, max abs error and where, fla's ratio
-    RMS(ref-x)/(RMS(ref)+1e-8 x scale), cosine, NaN/Inf count, tolerance, verdict.
+    RMS(ref-x)/(RMS(ref)+1e-8 x scale), cosine, NaN/Inf count (elements NaN/Inf on one side only: those NaN/Inf on both sides are left out, of compared too), tolerance, verdict.
     A tensor passes when ratio <= tol or max abs error <= 1e-6 x its scale (the RMS of its
     reference), and has no NaN/Inf; one with no element compared (NaN/Inf on both sides everywhere) is
     "not compared", never a pass.
@@ -551,8 +551,8 @@ class Steps(str, Enum):
 def capture_(
     cmd: Annotated[list[str], typer.Argument(metavar="COMMAND", help="The command to run and its arguments, after --.",
                                              show_default=False)],
-    out: Annotated[Path, typer.Option("--out", "-o", help="Folder for the dumps (created if missing).",
-                                      show_default=False)],
+    out: Annotated[Path, typer.Option("--out", "-o", metavar="DIR", help="Folder for the dumps (created if "
+                                      "missing).", show_default=False)],
     when: Annotated[When, typer.Option("--when", help="Write every selected call (always) or only one with a "
                                        "NaN/Inf in an input, output or gradient (nonfinite).")] = When.always,
     calls: Annotated[Optional[str], typer.Option("--calls", help="Comma-separated call indices within a step, "

@@ -111,7 +111,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     head_list = list(range(inputs.HV)) if heads is None else list(heads)
     chunk_list = list(range(lo, hi))
     sel = TapSelection(names=tuple(names), chunks=(lo, hi), heads=tuple(head_list))
-    missing = {"taps": [], "chunks": [], "heads": [], "not_written": []}
+    missing = {"taps": [], "chunks": [], "heads": [], "not_written": [], "not_in_reference_file": []}
     step = _stages(progress)
 
     step("reference")
@@ -311,9 +311,12 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     missing = {"taps": [n for n in names if n in a["taps"] and n not in b["taps"]],
                "chunks": [c for c in want_chunks if c not in b_ids],
                "heads": [h for h in want_heads if h not in hs],
+               "not_written": [],
                "not_in_reference_file": [n for n in names if n not in a["taps"]]}
     pick_a = {n: a["taps"][n] for n in names if n in a["taps"] and n in b["taps"]}
     cand = convert_taps({n: b["taps"][n] for n in pick_a}, spec)
+    # all NaN in B where A is not: compared (its cells fail as non-finite) and named, as diff DUMP --against names it
+    missing["not_written"] = [n for n in cand if all_nan(cand[n]) and not all_nan(pick_a[n])]
 
     # outputs and gradients: those both files hold, per chunk row (as diff DUMP --against B compares them)
     not_provided = {n: f"not in {b['path']}" for n in OUTPUT_NAMES if n in a["outputs"] and n not in b["outputs"]}

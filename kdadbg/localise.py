@@ -14,7 +14,8 @@ from .chunks import chunk_table
 from .compare import ChunkInfo, DiffResult, compare_cells, output_rows
 from .compare.quantities import TAP_ORDER, dataflow_key
 from .config import KDAConfig, KDAInputs
-from .impls.base import Implementation, ImplRun
+from .errors import KdadbgError
+from .impls.base import Implementation, ImplError, ImplRun
 from .noise import EXP_LIMIT_FP32
 
 
@@ -102,15 +103,24 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     w_in = window_inputs(inputs, config, ref_taps, info, start, last)
     wref = run_reference(w_in, config, taps=TAP_ORDER, device=device)
     nwc = last - start + 1
-    wrun = impl.run(w_in, config, device=device, taps=TapSelection(names=TAP_ORDER, chunks=(0, nwc),
-                                                                    heads=tuple(heads)))
-    wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
-    winfo = ChunkInfo.from_table(wct)
-    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), heads, tols, w_in.group)
     d = {"window": [start, last], "seq": n, "head": head, **({"value_heads": heads} if "value_heads" in first else {}),
          "seeded": {
         "h0": f"reference S[{start}]",
         "dht": "the dump's dht" if last == seq_chunks[-1] else f"reference dS[{last + 1}]"}}
+    try:   # the window is a dump of its own (one sequence, B = 1, seeded h0): the implementation may fail on it
+        wrun = impl.run(w_in, config, device=device, taps=TapSelection(names=TAP_ORDER, chunks=(0, nwc),
+                                                                        heads=tuple(heads)))
+    except ImplError as e:
+        return {**d, "verdict": None, "reason": f"not available (the implementation raised on the window rerun: "
+                                                 f"{_one_line(e)})"}
+    except KdadbgError as e:
+        return {**d, "verdict": None, "reason": f"not available (the window rerun failed: {_one_line(e)})"}
+    except Exception as e:   # an Implementation subclass's own exception, not converted to ImplError
+        return {**d, "verdict": None, "reason": f"not available (the implementation raised on the window rerun: "
+                                                 f"{type(e).__name__}: {_one_line(e)})"}
+    wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
+    winfo = ChunkInfo.from_table(wct)
+    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), heads, tols, w_in.group)
     if name not in wcells:
         return {**d, "verdict": None, "reason": f"--impl {impl.name} gave no {name} in the window"}
     c = wcells[name]
@@ -127,6 +137,10 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
             "ratios": {k: [float(x) for x in v.ratio[:, v.column(heads[0])]] for k, v in wcells.items()
                        if v.quantity.kind != "head"},
             "first_in_window": wfirst}
+
+
+def _one_line(e: BaseException) -> str:
+    return " ".join(str(e).split()) or type(e).__name__
 
 
 def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chunks: list[int], heads: list[int],

@@ -95,7 +95,8 @@ class RunResult:
                          "ratio": finite_or_none(t.ratio) if t.compared else None,
                          "cosine": finite_or_none(t.cosine) if t.cosine_defined else None, "count": t.count,
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
-                         "scale": t.scale, "abs_floor": t.abs_floor, **({"reason": t.reason} if t.reason else {})}
+                         "scale": t.scale if t.compared else None,
+                         "abs_floor": t.abs_floor if t.compared else None, **({"reason": t.reason} if t.reason else {})}
                         for t in self.tensors],
             "compared": {"tensors": sum(t.compared for t in self.tensors), "elements": self.elements,
                          "not_compared": [t.name for t in self.not_compared]},

@@ -334,6 +334,8 @@ def test_capture_help_explains():
     for text in ("Run a training command unchanged", "theirs.safetensors", "exit code", "Example: kdadbg capture",
                  "--when", "--calls", "--modules", "--target", "--max-bytes"):
         assert text in res.output, text
+    out = next(line for line in res.output.splitlines() if "Folder for the dumps" in line)
+    assert "DIR" in out and "FILE" not in out     # a folder
 
 
 def test_gva_call_captured_and_replayed(tmp_path):

@@ -782,6 +782,14 @@ def test_a_tap_all_nan_is_compared_and_fails(tmp_path):
     u = [c for c in doc["cells"] if c["tap"] == "U"]
     assert u and all(c["label"] == "BUG" and c["nonfinite"] > 0 for c in u)
     assert "taps all NaN where the reference is finite" in r.stdout
+    # two taps files: the same tap all NaN in B, A finite, named under the same key; missing's keys are the same
+    js2 = tmp_path / "ab.json"
+    r = kdadbg("diff", taps, bad, "--taps", "gc,U,dS", "--json", js2)
+    assert r.exit_code == 1, r.output
+    doc2 = json.loads(js2.read_text())
+    assert doc2["verdict"] == "fail" and doc2["missing"]["not_written"] == ["U"]
+    assert list(doc2["missing"]) == list(doc["missing"])
+    assert "taps all NaN where the reference is finite" in r.stdout
 
 
 def test_a_saturated_gate_keeps_its_gradient_judged(tmp_path):

@@ -165,5 +165,5 @@ def test_plot_refuses_a_name_not_ending_in_png(command, name, found, tmp_path):
 def test_plot_accepts_png_in_any_case(tmp_path):
     from kdadbg.render.plot import check_plot
 
-    for name in ("a.png", "a.PNG", "a.Png"):
+    for name in ("a.png", "a.PNG", "a.Png", ".png"):   # '.png': a hidden file, no suffix for pathlib
         check_plot(tmp_path / name)

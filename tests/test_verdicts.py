@@ -234,3 +234,85 @@ def test_two_varlen_taps_files_compare_outputs_or_say_why_not(tmp_path):
     res = diff_taps_files(read_taps_file(part_a), read_taps_file(part_b))
     assert "o" not in res.cells and "not placed in chunks" in res.not_provided["o"]
     assert any("outputs and gradients not compared" in n for n in res.notes)
+
+
+# --- 7. display and JSON of undefined and non-finite figures -------------------------------------------
+
+
+class OneBadElement(Implementation):
+    """The float64 reference, with one element of ``o`` replaced (NaN, Inf, or o all zeros)."""
+    name = kind = "one-bad-element"
+
+    def __init__(self, value):
+        self.value = value
+
+    def run(self, inputs, config, *, device, taps=None):
+        outs = dict(run_reference(inputs, config, taps=()).outputs)
+        o = outs["o"].clone()
+        if self.value == "zeros":
+            o.zero_()
+        else:
+            o[0, 5, 0, 3] = self.value
+        outs["o"] = o
+        return ImplRun(outs)
+
+
+def test_nothing_compared_has_no_scale():
+    inputs, config = nan_inputs()        # v all NaN: o NaN on both sides, dv compared
+    doc = check(inputs, config, impl=resolve_impl("reference")).as_json()
+    rows = {t["name"]: t for t in doc["tensors"]}
+    assert rows["o"]["count"] == 0 and rows["o"]["scale"] is None and rows["o"]["abs_floor"] is None
+    assert rows["dv"]["scale"] > 0 and rows["dv"]["abs_floor"] > 0
+    inputs, config = make_inputs(get_case("masked_gates"))
+    scales = diff_dump(inputs, config, resolve_impl("reference"), window=0).as_json()["scales"]
+    assert scales["dqd"] == {"scale": None, "abs_floor": None}
+    assert scales["o"]["scale"] > 0
+
+
+def test_a_nan_figure_is_not_shown_as_inf():
+    inputs, config = make_inputs(get_case("basic"))
+    for value, shown in ((float("nan"), "NaN"), (float("inf"), "inf")):
+        res = check(inputs, config, impl=OneBadElement(value))
+        o = res.as_json()["tensors"][0]
+        assert o["ratio"] is None and o["max_abs"] is None and o["nonfinite"] == 1
+        text = rendered(tables.render_run, res)
+        assert "NaN/Inf one side" in text
+        o_line = next(line for line in text.splitlines() if line.startswith("│ o "))
+        assert "inf" not in o_line and o_line.count("—") == 2 and "FAIL" in o_line
+        d = diff_dump(inputs, config, OneBadElement(value), names=(), window=0)
+        text = rendered(difftables.render, d)
+        assert "inf " not in text.replace(f"one-bad-element {shown}", "") and "ratio inf" not in text
+        assert "1 element NaN/Inf on one side (no finite ratio" in text
+        assert f"one-bad-element {shown}, reference" in text and "|diff| —" in text
+        o_row = next(line for line in text.splitlines() if line.startswith("o "))
+        assert "—" in o_row and "inf" not in o_row
+
+
+def test_cosine_is_undefined_where_a_side_is_zero():
+    from kdadbg.compare.metrics import compare
+
+    z, one = torch.zeros(4, dtype=torch.float64), torch.ones(4, dtype=torch.float64)
+    for x, ref in ((z, z), (z, one), (one, z)):
+        c = compare("t", x, ref)
+        assert c.count == 4 and c.cosine != c.cosine        # NaN: undefined
+    inputs, config = make_inputs(get_case("basic"))
+    res = check(inputs, config, impl=OneBadElement("zeros"))
+    assert res.as_json()["tensors"][0]["cosine"] is None
+    o_line = next(line for line in rendered(tables.render_run, res).splitlines() if line.startswith("│ o "))
+    assert "0.00000000" not in o_line and "—" in o_line
+    d = diff_dump(inputs, config, OneBadElement("zeros"), names=(), window=0)
+    assert all(c["cosine"] is None for c in d.as_json()["cells"] if c["tap"] == "o")
+    assert d.first_divergence["cosine"] is None
+
+
+def test_counts_of_one_are_singular():
+    n = {"cells": 1, "elements": 1, "unrep": 1, "not_compared": 1, "ok": 0, "drift": 0, "bug": 0,
+         "tap_cells": 1, "row_cells": 0}
+    line = difftables.no_divergence(n, markup=False)
+    assert "(1 cell over it" in line and "(1 cell, 1 element; 1 cell not compared)" in line
+    assert "compared 1 cell (" in difftables.compared_line(n) and "; 1 cell not compared" in difftables.compared_line(n)
+    assert "(0 cells not compared)" in difftables.no_divergence({**n, "cells": 0, "not_compared": 0}, markup=False)
+    inputs, config = make_inputs(get_case("basic"))
+    res = check(inputs, config, impl=resolve_impl("reference"))
+    res.tensors = res.tensors[:1]
+    assert "1 tensor within tolerance" in tables.run_verdict_line(res)

@@ -2,6 +2,7 @@
 progress that ticks against it (issue: real-size dumps without a GPU)."""
 
 import dataclasses
+import json
 import time
 
 import pytest
@@ -244,3 +245,32 @@ def test_the_interpreter_skip_keeps_every_bit(monkeypatch):
         for n in a:
             assert torch.equal(a[n].view(torch.int32), b[n].view(torch.int32)) if a[n].dtype == torch.float32 \
                 else torch.equal(a[n], b[n]), n
+
+
+def test_an_implementation_that_raises_on_the_window_rerun_keeps_the_report(tmp_path):
+    # the window rerun is a B = 1 dump: a function that indexes batch row 1 raises there only
+    mine = tmp_path / "mine.py"
+    mine.write_text(f"""import functools, importlib.util
+_s = importlib.util.spec_from_file_location("torch_kda_w", {IMPL!r})
+tk = importlib.util.module_from_spec(_s)
+_s.loader.exec_module(tk)
+
+
+@functools.wraps(tk.fwd_fault)
+def fn(q, *a, **kw):
+    q[1]   # IndexError when B == 1
+    return tk.fwd_fault(q, *a, **kw)
+""")
+    inputs, config = marked("basic", 1, 1)                      # B=2: the whole run works, and diverges
+    dump = save_dump(tmp_path / "d.safetensors", inputs, config)
+    out = tmp_path / "d.json"
+    r = runner.invoke(cli.app, ["diff", str(dump), "--impl", f"{mine}:fn", "--device", "cpu", "--json", str(out)])
+    assert r.exit_code == 1, r.output
+    assert "first divergence" in r.stdout and "verdict: fail" in r.stdout
+    assert "origin: not available (the implementation raised on the window rerun: " in r.stdout
+    assert "IndexError" in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "fail" and doc["first_divergence"]["chunk"] == 1
+    assert doc["origin"]["verdict"] is None and doc["origin"]["window"] == [1, 2]
+    assert doc["origin"]["reason"].startswith("not available (the implementation raised on the window rerun: ")
+    assert "IndexError" in doc["origin"]["reason"]

@@ -77,9 +77,8 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict
     arg = score.argmax(-1) if score.shape[-1] else torch.zeros((R, Hs), dtype=torch.long, device=dev)
     pick = (lambda t: t.gather(-1, arg[..., None])[..., 0]) if score.shape[-1] else (lambda t: zero.expand(R, Hs))
     max_abs = pick(err.abs())
-    den = x0.norm(dim=-1) * r0.norm(dim=-1)
-    same = (x0.norm(dim=-1) == r0.norm(dim=-1)).to(torch.float64)
-    cosine = torch.where(den > 0, (x0 * r0).sum(-1) / torch.where(den > 0, den, 1.0), same)
+    den = x0.norm(dim=-1) * r0.norm(dim=-1)   # a side all zero has no direction: cosine undefined (NaN)
+    cosine = torch.where(den > 0, (x0 * r0).sum(-1) / torch.where(den > 0, den, 1.0), float("nan"))
     out = {"ratio": torch.where(nonfinite > 0, inf, ratio), "max_abs": torch.where(nonfinite > 0, inf, max_abs),
            "index": arg, "cosine": cosine, "nonfinite": nonfinite, "count": count,
            "kernel": pick(xf), "reference": pick(rf)}

@@ -178,8 +178,8 @@ class DiffResult:
             d.update(ratio=None, max_abs=None, cosine=None, kernel=None, reference=None, index=None, row=None,
                      token=None, reason=not_compared_reason(math.prod(cells.dims)))
             return d
-        if d["count"] <= d["nonfinite"]:   # no element finite on both sides: no cosine
-            d["cosine"] = None
+        if d["count"] <= d["nonfinite"] or not math.isfinite(d["cosine"]):   # no element finite on both
+            d["cosine"] = None                                                 # sides, or a side all 0: no cosine
         for axis, sym in enumerate(q.shape):
             if sym in ("K", "V"):
                 d[sym.lower()] = index[axis]
@@ -315,7 +315,8 @@ class DiffResult:
             "first_nonfinite": jsonable(self.first_nonfinite),
             "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
-            "scales": {n: {"scale": c.scale, "abs_floor": c.abs_floor} for n, c in self.cells.items()},
+            "scales": {n: ({"scale": c.scale, "abs_floor": c.abs_floor} if bool((c.count > 0).any())
+                           else {"scale": None, "abs_floor": None}) for n, c in self.cells.items()},
             "exponents": jsonable(self.exponents), "repeat": jsonable(self.repeat), "notes": self.notes,
             "knobs": self.knobs,
             "noise": {"k": noise.K_DRIFT, "abs": noise.DRIFT_ABS}, "cells_truncated": truncated, "cells": cells,

@@ -17,15 +17,14 @@ STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta"
 
 
 def short(x: float | None) -> str:
-    """A ratio in at most 5 characters: ``3e-7``, ``0``, ``inf``."""
+    """A ratio in at most 5 characters: ``3e-7``, ``0``; ``—`` where it is not finite (NaN/Inf on one side:
+    the JSON's null; the NaN/Inf count says how many)."""
     if x is None:
         return "-"
     if isinstance(x, str):
         return x
-    if math.isnan(x):
-        return "nan"
-    if math.isinf(x):
-        return "inf"
+    if not math.isfinite(x):
+        return "—"
     if x == 0:
         return "0"
     m, e = f"{x:.0e}".split("e")
@@ -33,11 +32,26 @@ def short(x: float | None) -> str:
 
 
 def num(x) -> str:
+    """A value (an element of either side): ``NaN``, ``inf``, ``-inf`` as they are."""
     if x is None:
         return "-"
     if isinstance(x, str):
         return x
+    if math.isnan(x):
+        return "NaN"
     return f"{x:.4g}"
+
+
+def fig(x) -> str:
+    """A measured figure (ratio, max |err|, floor): ``—`` where it is undefined or not finite (NaN/Inf on one
+    side: the JSON's null), never ``inf`` made up from a NaN."""
+    if x is None or not math.isfinite(x):
+        return "—"
+    return f"{x:.4g}"
+
+
+def plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
 
 
 def render(console: Console, res, max_columns: int | None = None) -> None:
@@ -68,8 +82,8 @@ def compared_line(n: dict) -> str:
     """``compared N cells (T tap, R output/gradient row; E elements): ...``, with the cells not compared."""
     labels = ", ".join(f"{n[k.lower()]} {k}" for k in ("OK", "DRIFT", "BUG", "UNREP") if n[k.lower()])
     nc = n.get("not_compared", 0)
-    extra = f"; {nc} cells not compared (every element NaN/Inf on both sides)" if nc else ""
-    return (f"compared {n['cells']} cells ({n['tap_cells']} tap, {n['row_cells']} output/gradient row; "
+    extra = f"; {plural(nc, 'cell')} not compared (every element NaN/Inf on both sides)" if nc else ""
+    return (f"compared {plural(n['cells'], 'cell')} ({n['tap_cells']} tap, {n['row_cells']} output/gradient row; "
             f"{n['elements']} elements): {labels or 'none'}{extra}")
 
 
@@ -119,6 +133,7 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
         name = row["tap"] if row["kind"] == "tap" else f"[italic]{row['tap']}[/italic]"
         t.add_row(name, *cells, "  " + short(m["tol"]),
                   Text(" —", style=STYLE["NOT_COMPARED"]) if m["min_tol"] is None else
+                  Text(" —", style=STYLE[worst]) if not math.isfinite(m["min_tol"]) else
                   Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
     console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare; [italic]italic[/italic]: "
@@ -126,8 +141,9 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
                   "first); [green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
                   "[bold red]BUG[/bold red] beyond it, [magenta]unrep[/magenta] a value the compared precision cannot "
                   "hold, or not to its tolerance (not a divergence), · not compared (not provided or not selected), — not "
-                  "compared (every element NaN/Inf on both sides); min tol: the smallest tolerance every compared cell "
-                  "but the UNREP ones would pass (their worst ratio; — where no such cell)",
+                  "compared (every element NaN/Inf on both sides), or in a label's colour no finite ratio (NaN/Inf on "
+                  "one side); min tol: the smallest tolerance every compared cell but the UNREP ones would pass "
+                  "(their worst ratio; — where no such cell, or where no finite one)",
                   soft_wrap=True, highlight=False)
 
 
@@ -171,6 +187,14 @@ def _where(d: dict) -> str:
     return ", ".join(parts)
 
 
+def _over(d: dict) -> str:
+    """``ratio 0.01 > tol 1e-5``, or where NaN/Inf on one side leave no finite ratio, how many."""
+    r = d["ratio"]
+    if r is None or not math.isfinite(r):
+        return f"{plural(d['nonfinite'], 'element')} NaN/Inf on one side (no finite ratio; tol {short(d['tol'])})"
+    return f"ratio {fig(r)} > tol {short(d['tol'])}"
+
+
 def _head(d: dict) -> str:
     """``head 3``, or for dq/dk under GVA ``q/k head 1 (value heads 2-3)``."""
     vh = d.get("value_heads")
@@ -182,14 +206,14 @@ def no_divergence(n: dict, markup: bool = True) -> str:
     precision cannot judge them, never a failure) and cells with nothing compared were not judged at all."""
     if n["cells"] == 0:
         head = "[yellow]no divergence found[/yellow]" if markup else "no divergence found"
-        return f"{head}: no cell compared any element ({n.get('not_compared', 0)} cells not compared)"
+        return f"{head}: no cell compared any element ({plural(n.get('not_compared', 0), 'cell')} not compared)"
     head = "[green]no divergence[/green]" if markup else "no divergence"
     within = "every compared cell within its tolerance"
     if n["unrep"]:
-        within += f" or UNREP ({n['unrep']} cells over it that the precision cannot judge)"
+        within += f" or UNREP ({plural(n['unrep'], 'cell')} over it that the precision cannot judge)"
     nc = n.get("not_compared", 0)
-    return (f"{head}: {within} ({n['cells']} cells, {n['elements']} elements"
-            f"{f'; {nc} cells not compared' if nc else ''})")
+    extra = f"; {plural(nc, 'cell')} not compared" if nc else ""
+    return f"{head}: {within} ({plural(n['cells'], 'cell')}, {plural(n['elements'], 'element')}{extra})"
 
 
 def render_first(console: Console, res) -> None:
@@ -200,16 +224,16 @@ def render_first(console: Console, res) -> None:
         return
     style = STYLE[first["label"]]
     where = "every chunk" if first["chunk"] is None else f"chunk {first['chunk']}"
-    carried = (f", carried in from dg: its exact sum is {num(first['carried_in_from_dg'])} off"
+    carried = (f", carried in from dg: its exact sum is {fig(first['carried_in_from_dg'])} off"
                if "carried_in_from_dg" in first else "")
     console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) {where}"
-                  f", {_head(first)}: ratio {num(first['ratio'])} > tol {short(first['tol'])}"
+                  f", {_head(first)}: {_over(first)}"
                   f" ([{style}]{first['label']}[/{style}]"
                   f"{carried}"
-                  f"{', noise floor ' + num(first['floor']) if first['floor'] is not None else ''})",
+                  f"{', noise floor ' + fig(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
     console.print(f"  worst element {first['index']}: {_where(first)}: {kname} {num(first['kernel'])}, "
-                  f"{rname} {num(first['reference'])}, |diff| {num(first['max_abs'])}"
+                  f"{rname} {num(first['reference'])}, |diff| {fig(first['max_abs'])}"
                   f"{', ' + str(first['nonfinite']) + ' NaN/Inf' if first['nonfinite'] else ''}",
                   soft_wrap=True, highlight=False)
     o = res.origin
@@ -221,10 +245,10 @@ def render_first(console: Console, res) -> None:
                f"{o['seeded']['dht']}")
         if o["verdict"] == "introduced":
             console.print(f"  [bold red]introduced here[/bold red]: rerun on {how}: {o['tap']} at chunk {o['chunk']} "
-                          f"still diverges (ratio {num(o['ratio'])})", soft_wrap=True, highlight=False)
+                          f"still diverges (ratio {fig(o['ratio'])})", soft_wrap=True, highlight=False)
         elif o["verdict"] == "inherited":
             console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is within "
-                          f"tolerance (ratio {num(o['ratio'])}); the error was carried in (or is tied to absolute token "
+                          f"tolerance (ratio {fig(o['ratio'])}); the error was carried in (or is tied to absolute token "
                           f"positions, which the window's rerun starts afresh)", soft_wrap=True,
                           highlight=False)
         else:
@@ -240,7 +264,7 @@ def render_first(console: Console, res) -> None:
     bug = res.first_bug
     if bug is not None and (bug["tap"], bug["chunk"], bug["head"]) != (first["tap"], first["chunk"], first["head"]):
         console.print(f"[bold]first BUG[/bold]: [bold red]{bug['tap']}[/bold red] chunk {bug['chunk']}, "
-                      f"{_head(bug)}: ratio {num(bug['ratio'])} (floor {num(bug['floor'])}); {_where(bug)}",
+                      f"{_head(bug)}: ratio {fig(bug['ratio'])} (floor {fig(bug['floor'])}); {_where(bug)}",
                       soft_wrap=True, highlight=False)
 
 

@@ -17,6 +17,16 @@ def _num(x) -> str:
     return "-" if x is None else f"{x:.4g}"
 
 
+def _fig(x) -> str:
+    """A measured figure (max |err|, ratio, cosine): ``—`` where it is undefined or not finite (NaN/Inf on
+    one side; the JSON's null), never ``inf`` made up from a NaN."""
+    return "—" if x is None or not math.isfinite(x) else f"{x:.4g}"
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" + ("" if n == 1 else "s")
+
+
 def _count(n) -> str:
     return "-" if n is None else str(n)
 
@@ -162,7 +172,8 @@ def render_run(console: Console, result) -> None:
     cfg = result.config
     t = Table(title=f"{escape(result.dump)}: --impl {escape(result.impl.get('name', '?'))} ({result.precision}, "
                     f"{result.device}) vs float64 reference", title_justify="left")
-    for col in ("tensor", "shape", "compared", "max |err|", "at", "ratio", "cosine", "NaN/Inf", "tol", "verdict"):
+    for col in ("tensor", "shape", "compared", "max |err|", "at", "ratio", "cosine", "NaN/Inf one side", "tol",
+                "verdict"):
         t.add_column(col, justify="left" if col in ("tensor", "shape", "at", "verdict") else "right")
     for r in result.tensors:
         if not r.compared:   # nothing compared: no figure is a measurement, and no verdict
@@ -172,8 +183,9 @@ def render_run(console: Console, result) -> None:
             continue
         verdict = "[green]pass[/green]" if r.passed else "[magenta]UNREP[/magenta]" if r.unrep else \
             "[bold red]FAIL[/bold red]"
-        t.add_row(r.name, _shape(r.shape), str(r.count), _num(r.max_abs), _shape(r.max_index), _num(r.ratio),
-                  f"{r.cosine:.8f}" if r.cosine_defined else "—", str(r.nonfinite), _num(r.tol), verdict)
+        t.add_row(r.name, _shape(r.shape), str(r.count), _fig(r.max_abs), _shape(r.max_index), _fig(r.ratio),
+                  f"{r.cosine:.8f}" if r.cosine_defined and math.isfinite(r.cosine) else "—", str(r.nonfinite),
+                  _num(r.tol), verdict)
     for name, why in result.not_provided.items():
         t.add_row(name, "-", "0", "-", "-", "-", "-", "-", "-", f"[yellow]not provided[/yellow] ({escape(why)})")
     console.print(t)
@@ -230,7 +242,7 @@ def run_verdict_line(result) -> str:
         return (f"[bold yellow]NOT COMPARED[/bold yellow]: no element was compared: every element of every "
                 f"tensor is NaN/Inf on both sides; nothing was checked ({escape(counts)})")
     judged = sum(bool(r.passed) for r in result.tensors)
-    what = f"{judged} tensors within tolerance" + (f", {len(unrep)} UNREP ({', '.join(r.name for r in unrep)})"
+    what = f"{_plural(judged, 'tensor')} within tolerance" + (f", {len(unrep)} UNREP ({', '.join(r.name for r in unrep)})"
                                                     if unrep else "")
     if verdict == "partial":
         return (f"[bold yellow]PARTIAL[/bold yellow]: {what}, but not every output and gradient was compared: "
