@@ -176,12 +176,16 @@ def test_forward_only_reports_gradients_not_provided(tmp_path):
     assert res.verdict == "partial" and not res.passed and [t.name for t in res.tensors] == ["o", "ht"]
     assert set(res.not_provided) == {"dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"}
     d = diff_dump(inputs, config, impl("forward_only"), window=0)
-    assert d.passed and set(d.cells) == {"o", "ht"} and "dq" in d.not_provided
+    assert d.verdict == "partial" and not d.passed and set(d.cells) == {"o", "ht"} and "dq" in d.not_provided
+    assert d.first_divergence is None
     path = tmp_path / "d.safetensors"
     save_dump(path, inputs, config)
     r = runner.invoke(cli.app, ["run", str(path), "--impl", f"{IMPL}:forward_only"])
     assert r.exit_code == 3, r.output            # PARTIAL: not a full pass
     assert "not provided" in r.output and "PARTIAL" in r.output and "PASS" not in r.output
+    r = runner.invoke(cli.app, ["diff", str(path), "--impl", f"{IMPL}:forward_only", "--window", "0"])
+    assert r.exit_code == 3, r.output            # diff too: verdict partial
+    assert "verdict: partial" in r.output and "dq" in r.output
 
 
 def test_reference_against_itself_is_exact():
