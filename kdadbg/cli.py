@@ -39,7 +39,7 @@ app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion
                        "float64 reference (run), find the first chunk and stage where it diverges (diff), "
                        "export per-chunk taps (taps), capture dumps from training (capture), and make or "
                        "check dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input or nothing "
-                       "compared, 3 partial (run: not everything compared, not a full pass).")
+                       "compared, 3 partial (run, diff: not everything provided or compared, not a full pass).")
 
 
 def _out() -> Console:
