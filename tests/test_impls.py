@@ -178,6 +178,8 @@ def test_forward_only_reports_gradients_not_provided(tmp_path):
     d = diff_dump(inputs, config, impl("forward_only"), window=0)
     assert d.verdict == "partial" and not d.passed and set(d.cells) == {"o", "ht"} and "dq" in d.not_provided
     assert d.first_divergence is None
+    from kdadbg.render.plot import diff_plot_data
+    assert "PARTIAL (not a full pass): dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias not provided" in diff_plot_data(d)["no_divergence"]
     path = tmp_path / "d.safetensors"
     save_dump(path, inputs, config)
     r = runner.invoke(cli.app, ["run", str(path), "--impl", f"{IMPL}:forward_only"])

@@ -299,8 +299,11 @@ def diff_plot_data(res) -> dict:
     title = f"kdadbg diff: {source}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
     from .difftables import no_divergence
 
+    subtitle = no_divergence(res.counts(), markup=False)
+    if res.verdict == "partial":   # nothing failed, but not a full pass: the picture says so too
+        subtitle += f"\nPARTIAL (not a full pass): {', '.join(res.missing_outputs)} not provided"
     return {"title": title, "rows": rows, "chunks": chunks, "log10_ratio": values, "status": status, "first": first,
-            "no_divergence": no_divergence(res.counts(), markup=False)}
+            "no_divergence": subtitle}
 
 
 # the run bars
