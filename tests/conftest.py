@@ -35,3 +35,18 @@ def png_size(data: bytes) -> tuple[int, int]:
 @pytest.fixture
 def kernel_device():
     return "cuda" if HAS_GPU else "cpu"
+
+
+def resave(src, dst, edit=None, **metadata) -> dict:
+    """Copy the safetensors file ``src`` to ``dst`` with its metadata (``metadata`` keys replaced), after
+    ``edit(tensors)`` changes the tensors in place; returns the tensors written."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(src), "pt") as f:
+        meta = {**(f.metadata() or {}), **metadata}
+    tensors = load_file(str(src))
+    if edit is not None:
+        edit(tensors)
+    save_file(tensors, str(dst), metadata=meta)
+    return tensors

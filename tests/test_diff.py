@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from conftest import png_size
+from conftest import png_size, resave
 from kernel_faults import FAULTS, faulty_module, plant
 from kdadbg.cases import get_case, make_inputs
 from kdadbg.chunks import chunk_table
@@ -797,29 +797,17 @@ def test_a_saturated_gate_keeps_its_gradient_judged(tmp_path):
     reference's float32 run (the noise floor) took sigma's derivative as sigma (1 - sigma) = 0, a floor ratio
     of 1 on dg, and a negated dg passed diff as the precision's limit (UNREP). The reference forms sigma(x)
     sigma(-x), which float32 holds: the negated dg is a BUG, in run a FAIL, and the true one passes both."""
-    import json
-
-    from safetensors import safe_open
-    from safetensors.torch import load_file, save_file
-
+    from kdadbg.dump import load_dump
     from test_cli import kdadbg
 
     src, sat = tmp_path / "d.safetensors", tmp_path / "sat.safetensors"
     assert kdadbg("gen", src, "--T", "64").exit_code == 0
-    with safe_open(str(src), "pt") as f:
-        meta = f.metadata()
-    assert meta["gate"] == "lower_bound"
-    t = load_file(str(src))
-    t["dt_bias"] = torch.full_like(t["dt_bias"], 30.0)
-    save_file(t, str(sat), metadata=meta)
+    resave(src, sat, lambda t: t.update(dt_bias=torch.full_like(t["dt_bias"], 30.0)))
+    assert load_dump(sat)[1].gate == "lower_bound"
     good, bad = tmp_path / "good.safetensors", tmp_path / "bad.safetensors"
     assert kdadbg("run", sat, "--impl", "reference", "--save", good).exit_code == 0
-    with safe_open(str(good), "pt") as f:
-        gmeta = f.metadata()
-    out = load_file(str(good))
+    out = resave(good, bad, lambda t: t.update(dg=-t["dg"]))
     assert 0 < out["dg"].abs().max() < 1e-8   # tiny, and not 0
-    out["dg"] = -out["dg"]
-    save_file(out, str(bad), metadata=gmeta)
     js = tmp_path / "d.json"
     r = kdadbg("diff", sat, "--against", bad, "--json", js)
     assert r.exit_code == 1, r.output

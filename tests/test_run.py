@@ -7,7 +7,7 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from conftest import HAS_GPU
+from conftest import HAS_GPU, resave
 from kdadbg.dump import load_dump
 from kdadbg.reference import run_reference
 from kdadbg.tapsfile import read_taps_file
@@ -135,25 +135,15 @@ def test_small_gradients_are_judged_at_their_own_scale(tmp_path):
     that negates dq and scales dk by 1.5 (the reference's own outputs, edited). The rule's constants are
     relative to each quantity's scale: run fails dq and dk (ratio 2 and 0.5) and passes the rest, diff calls
     them BUG; the unedited outputs pass both."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
     src, tiny = tmp_path / "my.safetensors", tmp_path / "tiny.safetensors"
     assert kdadbg("gen", src).exit_code == 0
-    with safe_open(str(src), "pt") as f:
-        meta = f.metadata()
-    t = load_file(str(src))
-    t["do"], t["dht"] = t["do"] * 1e-6, t["dht"] * 1e-6
-    save_file(t, str(tiny), metadata=meta)
+    resave(src, tiny, lambda t: t.update(do=t["do"] * 1e-6, dht=t["dht"] * 1e-6))
     good, bad = tmp_path / "good.safetensors", tmp_path / "bad.safetensors"
     assert kdadbg("run", tiny, "--impl", "reference", "--save", good).exit_code == 0
-    with safe_open(str(good), "pt") as f:
-        meta = f.metadata()
     out = load_file(str(good))
     # the edits' errors are within fla's fixed 1e-6: its rule as is would pass them
     assert 2 * out["dq"].abs().max() < 1e-6 and 0.5 * out["dk"].abs().max() < 1e-6
-    out["dq"], out["dk"] = -out["dq"], out["dk"] * 1.5
-    save_file(out, str(bad), metadata=meta)
+    resave(good, bad, lambda t: t.update(dq=-t["dq"], dk=t["dk"] * 1.5))
     js = tmp_path / "r.json"
     r = kdadbg("run", tiny, "--impl", bad, "--json", js)
     assert r.exit_code == 1, r.output
