@@ -80,8 +80,9 @@ def parse_args(argv=None):
                    help="also time ours with these knob overrides (repeatable: one variant each)")
     p.add_argument("--ab-settings", default="softplus,lower_bound",
                    help="settings the --ab variants run in (default: the in-kernel ones)")
-    p.add_argument("--taps-at", nargs="*", default=DEFAULT_TAPS_AT, metavar="SETTING:SHAPE",
-                   help="configurations that also time the taps-on ratio")
+    p.add_argument("--taps-at", nargs="*", default=None, metavar="SETTING:SHAPE",
+                   help="configurations that also time the taps-on ratio, each among --settings x --shapes "
+                        f"(default: those of {' '.join(DEFAULT_TAPS_AT)} that are; none with a bare --taps-at)")
     p.add_argument("--taps-window", type=int, default=64, help="chunks of the taps-on timing")
     p.add_argument("--taps-repeats", type=int, default=3, help="separate taps-off/taps-on pairs")
     p.add_argument("--warmup", type=float, default=25.0)
@@ -116,10 +117,15 @@ def parse_args(argv=None):
         if shape is None:
             p.error(f"--shapes: expected dense_H<H>_T<T> or varlen_mixed6_H<H>, found {name!r}")
         a.shape_list.append(shape)
+    if a.taps_at is None:  # the default pairs that this run's configurations include
+        a.taps_at = [t for t in DEFAULT_TAPS_AT if t.partition(":")[0] in a.settings and t.partition(":")[2] in a.shapes]
     for t in a.taps_at:
         setting, _, shape = t.partition(":")
         if setting not in SETTING_NAMES or parse_shape(shape) is None:
             p.error(f"--taps-at: expected SETTING:SHAPE (e.g. pregated:dense_H16_T16384), found {t!r}")
+        if setting not in a.settings or shape not in a.shapes:
+            p.error(f"--taps-at {t}: not among the configurations timed (--settings {','.join(a.settings)}, "
+                    f"--shapes {' '.join(a.shapes)}); add the setting and the shape, or pass --taps-at with none")
     return a
 
 

@@ -525,3 +525,23 @@ def test_gpu_scripts_say_in_one_line_that_they_need_a_gpu(tmp_path, command, cpu
     assert p.returncode == 2 and len(lines) == 1, p.stderr[-2000:]
     assert lines[0].startswith(f"{script}: needs a CUDA GPU, and torch ") and ("; or " in lines[0]) == cpu
     assert list(tmp_path.iterdir()) == []
+
+
+def test_bench_taps_at_outside_the_timed_configurations_is_refused_not_dropped():
+    """benchmarks/bench.py: a --taps-at pair whose setting or shape is not timed was once left out without a
+    word; now it is refused in one line (exit 2), and the default pairs follow --settings and --shapes."""
+    import subprocess
+    import sys
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "bench.py"
+
+    def dry(*args):
+        return subprocess.run([sys.executable, str(script), "--dry-run", *args], capture_output=True, text=True)
+
+    r = dry("--settings", "pregated", "--shapes", "dense_H16_T8192", "--taps-at", "lower_bound:dense_H32_T16384")
+    assert r.returncode == 2 and "--taps-at lower_bound:dense_H32_T16384: not among the configurations" in r.stderr
+    r = dry("--settings", "lower_bound", "--shapes", "dense_H32_T16384", "--taps-at", "lower_bound:dense_H32_T16384")
+    assert r.returncode == 0 and "lower_bound_dense_H32_T16384" in r.stdout and "taps x3" in r.stdout
+    r = dry("--settings", "pregated,lower_bound", "--shapes", "dense_H16_T8192")  # no default pair timed here
+    assert r.returncode == 0 and "taps" not in r.stdout, r.stdout
+    r = dry("--settings", "pregated", "--shapes", "dense_H16_T16384")  # the default pair that is
+    assert r.returncode == 0 and "taps x3" in r.stdout
