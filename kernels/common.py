@@ -405,6 +405,35 @@ def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, 
     return [p for p in parts if p[1] > p[0]]
 
 
+@functools.lru_cache(maxsize=None)
+def _side_stream(device: torch.device) -> "torch.cuda.Stream":
+    return torch.cuda.Stream(device)
+
+
+def side_by_side(parts: list[tuple[int, int, bool]], device: torch.device):
+    """Iterate over ``chunk_launches``' parts; with knob ``TAPS_STREAMS`` on CUDA, where a tap window's part
+    lies beside others, the caller's launches for the window's part go to a side stream, which first waits
+    for everything the current stream has enqueued, and the current stream waits for the side stream once
+    all are issued: the window's programs run beside the other launch's instead of after them (their tails
+    overlap). The parts write disjoint chunks, so the bits are the same; no tensor is made or freed between
+    the two waits (the caching allocator's blocks belong to the current stream)."""
+    if len(parts) < 2 or device.type != "cuda" or not knob("TAPS_STREAMS", 0):
+        yield from parts
+        return
+    main = torch.cuda.current_stream(device)
+    side = _side_stream(device)
+    side.wait_stream(main)
+    try:
+        for part in parts:
+            if part[2]:
+                with torch.cuda.stream(side):
+                    yield part
+            else:
+                yield part
+    finally:
+        main.wait_stream(side)
+
+
 def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor, chunks: KernelChunks):
     """Kernel arguments for one stage's taps: ``(buffers, head_slot, lo, hi, n_sel, store, present)``.
 

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, dot_mode
+from .common import LAUNCH, chunk_launches, dot_mode, side_by_side
 from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob
@@ -681,7 +681,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     fill = tap_plan.take_unfilled() if tap_plan is not None else None
     launches = chunk_launches(tap_plan, NC)
     launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    if fill is not None and not any(not w for _, _, w in launches):
+    streams = len(launches) > 1 and dev.type == "cuda" and knob("TAPS_STREAMS", 0)
+    if fill is not None and (streams or not any(not w for _, _, w in launches)):
         fill.fill_(float("nan"))
         fill = None
     plan = _plan_args(tap_plan, chunks)
@@ -694,7 +695,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     # the V pass's V tile: 64 columns in bf16 mode at chunk 64 (fewer, wider steps: 1.675 -> 1.585 ms at
     # H32 T16384 on the H200, though it spills), else up to 32 (fp32 mode's ieee products at 64 spill 15 KB)
     bv = knob("DQKGV_BV", block_size(V, hi=64 if DOT != 0 and C == 64 else 32))
-    for c0, c1, in_window in launches:
+    for c0, c1, in_window in side_by_side(launches, dev):
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
         chunk_bwd_dqkg_v_kernel[(cdiv(K, BK), c1 - c0, H)](

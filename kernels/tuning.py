@@ -146,6 +146,9 @@ KNOBS: dict[str, Knob] = {
                             "again into tap buffers", False),
     "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
                                  "tap buffers; 0: filled up front", False),
+    "TAPS_STREAMS": Knob("0", "CUDA, taps on: 1 issues each kernel's launch over the tap window on a side stream "
+                              "beside its launch over the other chunks (common.side_by_side; the backward's tap "
+                              "buffers then NaN-filled up front); 0: one after the other", False),
 }
 
 

@@ -93,6 +93,19 @@ def test_taps_do_not_change_bits_and_runs_repeat(precision):
         assert torch.equal(t, everything[key]), f"{key}: all taps change the bits"
     for key, t in taps.items():
         assert t.shape[0] == 64 and not torch.isnan(t[:, :, ...]).all(), key
+    # the window's launches on a side stream beside the others' (launch-only): the same bits, taps too
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("KDADBG_TAPS_STREAMS", "1")
+        beside, taps_beside, _ = run_kernels(inputs, cfg, precision, "cuda", taps=TapSelection(chunks=(100, 164)))
+    assert set(beside) == set(plain) and set(taps_beside) == set(taps) and len(taps) >= 20
+    for key, t in plain.items():
+        assert torch.equal(t, beside[key]), f"{key}: the taps' side stream changes the bits"
+    for key, t in taps.items():
+        a, b = t.contiguous(), taps_beside[key].contiguous()
+        nan = torch.isnan(a)  # unwritten (padding) elements: NaN in both, of whichever NaN's bits
+        assert torch.equal(nan, torch.isnan(b)), f"tap {key}: the side stream changes what is written"
+        assert torch.equal(a.masked_fill(nan, 0).view(torch.int32), b.masked_fill(nan, 0).view(torch.int32)), \
+            f"tap {key}: the side stream changes its bits"
 
 
 # bf16 mode with unnormalised keys (l2norm off): dA_log [H] and ddt_bias [H, K] are sums over every
