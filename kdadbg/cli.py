@@ -131,9 +131,10 @@ def config_options(func):
     return wrapper
 
 
-IMPL_HELP = ("Implementation under test: ours (our Triton kernels, default), reference (the float64 "
+IMPL_HELP = ("Implementation under test: ours (our Triton kernels, default), fla (flash-linear-attention's "
+             "chunk_kda, when installed), flashkda (FlashKDA, when built; CUDA), reference (the float64 "
              "reference: a self-check), PATH.py:FUNCTION or MODULE:FUNCTION (fla's chunk_kda calling "
-             "convention; README, 'Debugging your own kernel').")
+             "convention; README, 'Debugging your own kernel'), or a taps file.")
 ImplOption = Annotated[Optional[str], typer.Option("--impl", help=IMPL_HELP, show_default=False)]
 DEFAULT_MAX_INTERPRETER_S = 300.0
 MaxInterpreterOption = Annotated[float, typer.Option("--max-interpreter-s", help="Without a GPU, refuse up front a "

@@ -37,6 +37,8 @@ from .localise import all_nan, amplification, exponent_ranges, repeat_report, se
 from .tapsfile import OUTPUT_NAMES
 from .tolerances import tap_tolerances, tolerances
 
+LOW_DTYPES = (torch.bfloat16, torch.float16)
+
 Progress = Callable[[str, int, int], None]
 
 
@@ -205,9 +207,15 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                               tols, G) if noise_floor and not seeded else {}
     carried_notes = {}
 
+    # rows returned in 16 bits and judged at fp32's tolerances: as `run` judges such a tensor, a cell its floor
+    # puts out of reach is UNREP only within bf16 mode's tolerance (compare.cells.judge)
+    tols16 = cell_tolerances("bf16", tol_overrides)
+    storage_tols = {n: tols16[n] for n in mine if run.outputs[n].dtype in LOW_DTYPES} if precision == "fp32" else {}
+
     def judged():
         out = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep)
-        out.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows, group=G))
+        out.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows, group=G,
+                                 storage_tols=storage_tols))
         carried_notes.clear()
         carried_notes.update(carried_in(out, carried))
         return out
@@ -232,6 +240,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "
                          f"dg's rows are judged on their own")
+    res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
+                                  {n: run.outputs[n].dtype for n in mine},
+                                  {n for n, (_, ok) in carried.items() if bool(ok.all())})
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:
         res.notes.append(hint)
@@ -250,9 +261,42 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         res.amplification = amplification(res, first)
         if window > 0:
             step("window rerun")
-            res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails)
+            res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails,
+                                      precision if noise_floor else None, storage_tols)
     step(None)
     return res
+
+
+def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,
+                    dtypes: dict, carried: set) -> dict:
+    """Each output and gradient over the compared rows as one tensor, judged by ``run``'s rule
+    (``run.judged``: fla's ratio over its valid elements; one returned in 16 bits at fp32's tolerance whose
+    rounding alone is over it, at bf16 mode's: ``tol`` is then that one, ``storage`` the dtype): ``{name:
+    {"ratio", "max_abs", "tol", "storage", "elements", "passed", "unrep", "carried_in_from_dg"}}``. A diff whose cells are all within their noise floor (DRIFT) can still
+    hold a tensor that ``run`` fails: ``DiffResult.verdict`` then fails too, so that the two commands agree. A
+    ``dA_log``/``ddt_bias`` whose error is carried in from ``dg`` (``carried``: the implementation's value is
+    within tolerance of the exact sum of its own ``dg`` at every head, ``compare.carried``) does not fail
+    here: ``dg``'s rows are judged on their own."""
+    from .compare.metrics import compare
+    from .compare.quantities import valid_mask
+
+    out = {}
+    for n, x in mine.items():
+        ref = theirs[n]
+        lengths = torch.tensor([info.length[c] if c is not None else 0 for c in row_ids[n]], dtype=torch.long)
+        mask = valid_mask(n, lengths, tuple(x.shape[2:])) if x.ndim > 2 else None
+        row = compare(n, x, ref, mask).judge(tols[n])
+        dt = dtypes.get(n)
+        if tols16 is not None and row.passed is False and dt in LOW_DTYPES:
+            row.judge_storage(dt, compare(n, ref.to(dt).to(ref.dtype), ref, mask).ratio, tols16[n])
+        failed = row.passed is False and row.unrep is None and n not in carried
+        # the tolerance the verdict was taken at: bf16 mode's where the storage's rounding alone is over fp32's
+        tol = tols16[n] if row.floor is not None and row.floor > row.tol else row.tol
+        out[n] = {"ratio": row.ratio if row.compared else None, "max_abs": row.max_abs if row.compared else None,
+                  "tol": tol, "storage": row.storage if tol != row.tol else None, "elements": int(row.count),
+                  "passed": None if row.passed is None else not failed, "unrep": row.unrep,
+                  "carried_in_from_dg": n in carried and row.passed is False}
+    return out
 
 
 def precision_hint(precision: str, cells: dict, dtypes: dict, name: str) -> str | None:

@@ -166,8 +166,16 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
 
     for name in REQUIRED:
         if name not in specs:
+            from .tapsfile import FORMAT
+
+            if meta.get("format") == FORMAT:   # a taps file said "q missing (found: none)" of its 39 tensors
+                raise KdadbgError(f"{where}: is a taps file ({FORMAT}: taps and outputs of one run, made by "
+                                  f"`kdadbg taps` or `run --save`), not a dump of inputs; pass the dump it came "
+                                  f"from (a taps file goes to `diff DUMP --against FILE` or `diff A B`)")
             found = ", ".join(n for n in KNOWN if n in specs) or "none"
-            raise err(name, f"missing; a dump needs {', '.join(REQUIRED)} (found: {found})")
+            unknown = [n for n in specs if n not in KNOWN]
+            extra = f"; it holds {len(unknown)} other tensor(s): {', '.join(unknown[:8])}" if unknown else ""
+            raise err(name, f"missing; a dump needs {', '.join(REQUIRED)} (found: {found}{extra})")
     for name in KNOWN:
         if name not in specs:
             continue

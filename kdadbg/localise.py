@@ -77,14 +77,17 @@ def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Ch
 
 def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: dict,
                  impl: Implementation, device: str, tols: dict[str, float], window: int = 3,
-                 drift_fails: bool = False) -> dict:
+                 drift_fails: bool = False, precision: str | None = None,
+                 storage_tols: dict[str, float] | None = None) -> dict:
     """Rerun the implementation under test on a window starting at the diverging chunk, seeded from
     the reference.
 
     The window holds ``window`` chunks from the producer of the diverging quantity (``S[c]``: chunk
     ``c-1``) or to the end of its sequence. If the diverging cell still fails there, its error was
     ``introduced`` by that chunk; if it passes, it was ``inherited`` from earlier chunks (forward) or
-    later chunks (backward).
+    later chunks (backward). With ``precision`` the window's cells are labelled against the noise floor of
+    the window at that precision as the diff's own are (a value stored in 16 bits including its rounding;
+    ``storage_tols`` as in ``compare_cells``), so that a cell at its floor does not read as "still diverges".
     """
     from .reference import run_reference
 
@@ -120,7 +123,13 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
                                                  f"{type(e).__name__}: {_one_line(e)})"}
     wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
     winfo = ChunkInfo.from_table(wct)
-    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), heads, tols, w_in.group)
+    floor = None
+    if precision is not None:
+        from .noise import floor_reference
+
+        floor = floor_reference(w_in, config, precision, TAP_ORDER, device)
+    wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), heads, tols, w_in.group, floor,
+                          storage_tols)
     if name not in wcells:
         return {**d, "verdict": None, "reason": f"--impl {impl.name} gave no {name} in the window"}
     c = wcells[name]
@@ -132,8 +141,11 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     wfirst = wres.first_divergence
     if wfirst is not None:
         wfirst = {**wfirst, "chunk": wfirst["chunk"] + start if wfirst["chunk"] is not None else None}
+    from .noise import LABELS
+
     return {**d, "verdict": "introduced" if failing else "inherited", "tap": name, "chunk": chunk,
-            "ratio": float(c.ratio[j, col]), "tol": c.tol,
+            "ratio": float(c.ratio[j, col]), "tol": c.tol, "label": LABELS[int(c.label[j, col])],
+            "floor": None if c.floor is None else float(c.floor[j, col]),
             "ratios": {k: [float(x) for x in v.ratio[:, v.column(heads[0])]] for k, v in wcells.items()
                        if v.quantity.kind != "head"},
             "first_in_window": wfirst}
@@ -144,9 +156,15 @@ def _one_line(e: BaseException) -> str:
 
 
 def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chunks: list[int], heads: list[int],
-                 tols: dict[str, float], group: int = 1) -> dict:
-    """Taps and output rows of a window run against the window's reference (no noise floor); ``heads``
-    are value heads (``group``: value heads per q/k head, for the dq/dk rows)."""
+                 tols: dict[str, float], group: int = 1, floor: tuple | None = None,
+                 storage_tols: dict[str, float] | None = None) -> dict:
+    """Taps and output rows of a window run against the window's reference; ``heads`` are value heads
+    (``group``: value heads per q/k head, for the dq/dk rows). ``floor``: ``(outputs, taps)`` of the noise
+    floor's run on the window (``noise.floor_reference``), each value stored as the implementation stores
+    it; None: no floor (every cell over its tolerance a BUG)."""
+    from .impls.base import stored_as
+
+    fl_out, fl_taps = floor if floor is not None else (None, None)
     cand = {k: v.detach() for k, v in run.taps.items() if k in ref.taps and not all_nan(v)}
     rows = [c for c in chunks if c in run.tap_chunks]
     cells = {}
@@ -155,13 +173,20 @@ def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chun
         hi = [run.tap_heads.index(h) for h in heads if h in run.tap_heads]
         if hi:
             cand = select(cand, ri, hi)
-            refs = select({k: ref.taps[k] for k in cand}, rows, [h for h in heads if h in run.tap_heads])
-            cells.update(compare_cells(cand, refs, {k: rows for k in cand}, [h for h in heads if h in run.tap_heads],
-                                       info, tols))
+            th = [h for h in heads if h in run.tap_heads]
+            refs = select({k: ref.taps[k] for k in cand}, rows, th)
+            ftaps = None if fl_taps is None else \
+                select({k: stored_as(fl_taps[k], run.tap_storage.get(k)) for k in cand if k in fl_taps}, rows, th)
+            cells.update(compare_cells(cand, refs, {k: rows for k in cand}, th, info, tols, ftaps))
     mine, ids = output_rows({k: v for k, v in run.outputs.items() if k in ref.outputs}, ct, config.state_layout,
                             chunks, heads, group)
     theirs, _ = output_rows({k: ref.outputs[k] for k in mine}, ct, config.state_layout, chunks, heads, group)
-    cells.update(compare_cells(mine, theirs, ids, heads, info, tols, group=group))
+    frows = None
+    if fl_out is not None:
+        frows, _ = output_rows({k: stored_as(fl_out[k], run.outputs[k].dtype) for k in mine if k in fl_out}, ct,
+                               config.state_layout, chunks, heads, group)
+    cells.update(compare_cells(mine, theirs, ids, heads, info, tols, frows, group=group,
+                               storage_tols={k: v for k, v in (storage_tols or {}).items() if k in mine}))
     return cells
 
 

@@ -181,7 +181,9 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
         if config.gate != "none":
             not_provided[n] = WINDOW_NOT_COMPARABLE
     notes.append(f"chunks {lo}:{hi}: {impl.name} ran on {len(windows)} window(s) only, seeded with the float64 "
-                 f"reference's S entering and dS leaving each")
+                 f"reference's S entering and dS leaving each, each window a sequence of its own: an error tied to "
+                 f"absolute token positions (an offset or padding bug) or carried in from outside the window is "
+                 f"not in this run; a whole run (no --chunks, or diff --full-run) has it")
     run = ImplRun(outputs, stitched_taps, list(range(lo, hi)) if stitched_taps else [],
                   tap_heads if stitched_taps else [], not_provided, notes)
     return run, {"tokens": tok_mask, "ht": ht_mask, "dh0": dh0_mask}

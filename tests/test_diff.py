@@ -317,7 +317,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 3 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 4 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -343,9 +343,10 @@ def test_kernels_pass(kernel_device, name, precision):
     assert res.cells["dS"].heads == list(range(inputs.HV)) and res.cells["dq"].heads == list(range(inputs.shape[2]))
 
 
-def _drifting():
-    """Our kernels in bf16 mode with dq given a relative error of 1.2e-2: over dq's 8e-3 tolerance, within ten
-    times its bf16 floor (about 2.5e-3), the floor itself under the tolerance: what DRIFT means."""
+def _drifting(tokens=slice(None)):
+    """Our kernels in bf16 mode with dq given a relative error of 1.2e-2 on ``tokens``: over dq's 8e-3
+    tolerance, within ten times its bf16 floor (about 2.5e-3), the floor itself under the tolerance: what
+    DRIFT means."""
     impl = ours("bf16")
     run0 = impl.run
 
@@ -353,7 +354,9 @@ def _drifting():
         r = run0(inputs, config, device=device, taps=taps)
         dq = r.outputs["dq"]
         noise = torch.randn(dq.shape, generator=torch.Generator().manual_seed(0)).to(dq.device, dq.dtype)
-        r.outputs["dq"] = dq + 1.2e-2 * dq.pow(2).mean().sqrt() * noise
+        out = dq + 1.2e-2 * dq.pow(2).mean().sqrt() * noise
+        r.outputs["dq"] = dq.clone()
+        r.outputs["dq"][:, tokens] = out[:, tokens]
         return r
 
     impl.run = run
@@ -362,14 +365,24 @@ def _drifting():
 
 def test_kernels_bf16_drift_is_not_a_bug(kernel_device):
     """A cell over its tolerance but within ten times its floor, the floor under the tolerance, is DRIFT: not a
-    bug, and a failure only with drift_fails (a cell whose floor is over its tolerance is UNREP, tested beside)."""
+    bug, and a failure only with drift_fails (a cell whose floor is over its tolerance is UNREP, tested beside),
+    or where its tensor as a whole fails as `run` judges it (then the diff fails too: the two commands agree)."""
     inputs, cfg = inputs_for("basic")
-    res = diff_dump(inputs, cfg, _drifting(), device=kernel_device, window=0)
+    one_chunk = slice(16, 32)   # chunk 1: its cells drift; dq as a whole stays within 8e-3
+    res = diff_dump(inputs, cfg, _drifting(one_chunk), device=kernel_device, window=0)
     c = res.cells["dq"]
     assert bool((c.label == DRIFT).any()) and bool((c.floor < c.tol).all()), (c.ratio, c.floor)
     assert res.first_divergence is not None and res.first_divergence["label"] == "DRIFT"
+    assert res.first_divergence["chunk"] == 1
+    assert res.tensors["dq"]["passed"] and res.tensors["dq"]["elements"] == inputs.q.numel()
     assert res.first_bug is None and res.passed
-    assert not diff_dump(inputs, cfg, _drifting(), device=kernel_device, window=0, drift_fails=True).passed
+    assert not diff_dump(inputs, cfg, _drifting(one_chunk), device=kernel_device, window=0, drift_fails=True).passed
+    # the error on every chunk: each cell still DRIFT, but dq fails as `run` judges it, and so does the diff
+    res = diff_dump(inputs, cfg, _drifting(), device=kernel_device, window=0)
+    assert res.first_bug is None and res.first_divergence["label"] == "DRIFT"
+    t = res.tensors["dq"]
+    assert t["passed"] is False and t["ratio"] > t["tol"] == 8e-3 and res.tensors_failing == ["dq"]
+    assert res.verdict == "fail" and res.as_json()["tensors"]["dq"]["passed"] is False
 
 
 def test_a_drift_whose_floor_is_over_its_tolerance_is_unrep():
@@ -816,3 +829,50 @@ def test_a_saturated_gate_keeps_its_gradient_judged(tmp_path):
     assert kdadbg("run", sat, "--impl", bad).exit_code == 1
     assert kdadbg("diff", sat, "--against", good).exit_code == 0
     assert kdadbg("run", sat, "--impl", good).exit_code == 0
+
+
+def _bf16_state_bug(factor):
+    """A user function: our kernels in fp32 mode on bf16 inputs (so o and every gradient come back in bf16),
+    the sequence run as two calls, the state handed from the first 16 tokens to the rest off by ``factor``
+    (a carried-in error)."""
+    import kdadbg_kernels
+
+    def fn(q, k, v, g, beta, *, initial_state=None, output_final_state=False, chunk_size=16, **kw):
+        kw = {n: x for n, x in kw.items() if n != "cu_seqlens"}
+        call = dict(chunk_size=chunk_size, precision="fp32", **kw)
+        if q.shape[1] <= 16:
+            return kdadbg_kernels.chunk_kda(q, k, v, g, beta, initial_state=initial_state,
+                                           output_final_state=output_final_state, **call)
+        a, s = slice(0, 16), slice(16, None)
+        o1, h1 = kdadbg_kernels.chunk_kda(q[:, a], k[:, a], v[:, a], g[:, a], beta[:, a],
+                                          initial_state=initial_state, output_final_state=True, **call)
+        o2, ht = kdadbg_kernels.chunk_kda(q[:, s], k[:, s], v[:, s], g[:, s], beta[:, s],
+                                          initial_state=h1 * factor, output_final_state=output_final_state, **call)
+        return torch.cat([o1, o2], 1), ht
+
+    return fn
+
+
+def test_outputs_returned_in_bf16_are_judged_at_bf16s_tolerance_and_the_rerun_at_its_floor(kernel_device):
+    """A function returning o in bf16, judged at --precision fp32 (user trial, round 36): its cells at their
+    bf16 rounding are UNREP, but a cell over bf16 mode's tolerance is not (it was: a 1% state error showed
+    as UNREP everywhere and the first divergence fell on ht twelve chunks later), and the window rerun
+    labels its cells against the window's noise floor (it had none: a cell at its rounding "still diverged",
+    so a carried-in error read as introduced)."""
+    from kdadbg.impls.function import Function
+
+    # B 2, T 40, chunk 16, bf16 inputs: the state handed over at token 16 (chunk 1)
+    inputs, cfg = inputs_for("basic", dtype="bfloat16")
+    clean = diff_dump(inputs, cfg, Function(_bf16_state_bug(1.0), "clean"), device=kernel_device)
+    o = clean.cells["o"]
+    assert bool((o.label == UNREP).all()) and clean.first_divergence is None, o.ratio
+    assert clean.tensors["o"]["passed"] and clean.verdict == "pass"
+    res = diff_dump(inputs, cfg, Function(_bf16_state_bug(1.05), "state_bug"), device=kernel_device)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"]) == ("o", 1) and first["label"] in ("DRIFT", "BUG"), first
+    assert first["ratio"] > 5e-3   # over bf16 mode's tolerance of o
+    assert res.verdict == "fail" and res.first_bug is not None
+    assert res.tensors["o"]["elements"] == inputs.v.numel() and res.tensors["o"]["tol"] in (1e-5, 5e-3)
+    origin = res.origin
+    assert origin["verdict"] == "inherited" and origin["label"] in ("OK", "UNREP"), origin
+    assert origin["floor"] is not None and origin["ratio"] <= 10 * origin["floor"]

@@ -71,9 +71,13 @@ class Cells:
         return (self.label == noise.DRIFT) | (self.label == noise.BUG)
 
 
-def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = None) -> Cells:
+def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = None,
+          storage_tol: float | None = None) -> Cells:
     """Label every cell OK / DRIFT / BUG against the noise floor's metrics of the same cells (``floor``),
-    and UNREP where ``unrep`` ([R, Hs] bool) says the compared precision cannot hold the value."""
+    and UNREP where ``unrep`` ([R, Hs] bool) says the compared precision cannot hold the value.
+    ``storage_tol``: the quantity was returned in 16 bits and is judged at fp32's tolerance; as ``run`` does
+    (``run.judged``), a cell its floor puts out of reach is UNREP only within this tolerance (bf16 mode's):
+    over it, it stays DRIFT or BUG."""
     passed = passes(cells.ratio, cells.max_abs, cells.nonfinite, cells.tol, cells.abs_floor)
     if floor is not None:
         cells.floor = floor["ratio"]
@@ -88,6 +92,8 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
         exp_tap = cells.name in noise.EXP_NEG_GC_TAPS
         limited = (floor["ratio"] > cells.tol) | (~torch.isfinite(floor["ratio"]) if exp_tap else False)
         limited = limited & ((label != noise.OK) if exp_tap else (label == noise.DRIFT))
+        if storage_tol is not None:
+            limited = limited & passes(cells.ratio, cells.max_abs, cells.nonfinite, storage_tol, cells.abs_floor)
         if bool(limited.any()):
             reasons = list(cells.unrep_reason) if cells.unrep_reason else [None] * label.shape[0]
             for r in range(label.shape[0]):
@@ -95,7 +101,9 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
                 if reasons[r] is None and bool(hit.any()):
                     worst = float(floor["ratio"][r][hit].max())
                     reasons[r] = (f"the compared precision cannot hold it to its tolerance: the noise floor (the "
-                                  f"reference at that precision) is {worst:.3g} > tol {cells.tol:g}")
+                                  f"reference at that precision) is {worst:.3g} > tol {cells.tol:g}" +
+                                  ("" if storage_tol is None else
+                                   f"; returned in 16 bits, within bf16 mode's tol {storage_tol:g}"))
             cells.unrep_reason = reasons
             unrep = limited if unrep is None else (unrep | limited)
     if unrep is not None:
@@ -120,12 +128,13 @@ def robust_floor(ratio: torch.Tensor) -> torch.Tensor:
 def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], chunks: dict[str, list],
                   heads: list[int], info: ChunkInfo, tols: dict[str, float],
                   floor: dict[str, torch.Tensor] | None = None, unrep: dict | None = None,
-                  group: int = 1) -> dict[str, Cells]:
+                  group: int = 1, storage_tols: dict[str, float] | None = None) -> dict[str, Cells]:
     """Cells of every quantity present in both sides, in dataflow order; each side
     ``[len(chunks[name]), len(heads), *shape]`` over the value heads ``heads``; a ``floor`` value may be a
     tuple of samples, each cell's floor then the largest (``dq``/``dk`` with GVA,
     ``group > 1``: over their q/k heads, as :func:`output_rows` cuts them). ``unrep``: name -> ([R, Hs]
-    bool, [R] reasons)."""
+    bool, [R] reasons). ``storage_tols``: name -> bf16 mode's tolerance, for the quantities returned in 16 bits
+    and judged at fp32's (:func:`judge`)."""
     out = {}
     for name in ORDER:
         if name not in cand or name not in ref:
@@ -150,7 +159,7 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
         u = None
         if unrep is not None and name in unrep:
             u, cells.unrep_reason = unrep[name]
-        out[name] = judge(cells, fl, u)
+        out[name] = judge(cells, fl, u, (storage_tols or {}).get(name))
     return out
 
 

@@ -113,6 +113,15 @@ class Compare:
     floor: float | None = None  # judge_storage: the ratio of the reference rounded to the storage dtype
     storage: str | None = None  # judge_storage: that dtype's name
     reason: str | None = None   # why ``passed`` is None: nothing was compared
+    # dA_log/ddt_bias over tol whose own sum is right (run.carry_from_dg): the exact sum of the implementation's
+    # own dg against the reference (the error carried in), and the implementation's value against that sum
+    carried: float | None = None
+    carried_own: float | None = None
+
+    @property
+    def failed(self) -> bool:
+        """Over its tolerance, neither UNREP nor carried in from ``dg``: a failure."""
+        return self.passed is False and not self.unrep and self.carried is None
 
     def judge(self, tol: float) -> "Compare":
         self.tol = tol

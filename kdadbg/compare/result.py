@@ -57,6 +57,9 @@ class DiffResult:
     files: dict = field(default_factory=dict)
     nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
     knobs: dict = field(default_factory=lambda: knob_overrides())  # KDADBG_* knob overrides in effect
+    # each output and gradient over the compared rows as one tensor, judged as `run` judges it
+    # (diff.tensor_verdicts): {name: {ratio, max_abs, tol, elements, passed, unrep, carried_in_from_dg}}
+    tensors: dict = field(default_factory=dict)
 
     # -- counting ---------------------------------------------------------------------------------
 
@@ -127,7 +130,8 @@ class DiffResult:
 
     @property
     def verdict(self) -> str:
-        """``fail`` (a failing cell, or NaN/Inf inputs where the sides disagree), ``not_compared`` (no
+        """``fail`` (a failing cell, an output or gradient that fails as a whole tensor as ``run`` judges it:
+        ``tensors_failing``, or NaN/Inf inputs where the sides disagree), ``not_compared`` (no
         cell compared any element: every one NaN/Inf on both sides; never a pass), ``partial`` (nothing
         failed, but an output or gradient was not provided, e.g. by a forward-only implementation: exit 3,
         not a full pass, as in ``run``; what a ``--chunks`` window leaves out by itself does not count), else
@@ -136,11 +140,18 @@ class DiffResult:
             return "fail"
         if any(bool(self._fails(c).any()) for c in self.cells.values()):
             return "fail"
+        if self.tensors_failing:
+            return "fail"
         if not any(bool((c.count > 0).any()) for c in self.cells.values()):
             return "not_compared"
         if self.missing_outputs:
             return "partial"
         return "pass"
+
+    @property
+    def tensors_failing(self) -> list[str]:
+        """Outputs and gradients that fail as whole tensors (over the compared rows) by ``run``'s rule."""
+        return [n for n, t in self.tensors.items() if t.get("passed") is False]
 
     @property
     def missing_outputs(self) -> dict[str, str]:
@@ -312,7 +323,7 @@ class DiffResult:
             "compared": self.counts(), "not_provided": self.not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
             "first_divergence": jsonable(first), "first_bug": jsonable(self.first_bug),
-            "first_nonfinite": jsonable(self.first_nonfinite),
+            "first_nonfinite": jsonable(self.first_nonfinite), "tensors": jsonable(self.tensors),
             "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
             "scales": {n: ({"scale": c.scale, "abs_floor": c.abs_floor} if bool((c.count > 0).any())

@@ -72,6 +72,9 @@ def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec 
             return obj
         return Function(obj, spec, precision)
     if Path(spec).is_file():
+        if spec.endswith(".py"):   # a Python file read as a taps file said "not a readable safetensors file"
+            raise KdadbgError(f"--impl {spec}: a Python file needs the function to call after a colon, "
+                              f"PATH.py:FUNCTION (e.g. {spec}:chunk_kda)")
         return TapsFile(spec, taps_spec or TapsSpec(), precision)
     known = ", ".join(REGISTRY)
     raise KdadbgError(f"--impl {spec}: expected one of {known}, PATH.py:FUNCTION, MODULE:FUNCTION or a taps file; "

@@ -69,6 +69,7 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
     n = res.counts()
     console.print(compared_line(n), soft_wrap=True, highlight=False)
+    render_tensors(console, res)
     missing = ", ".join(res.missing_outputs)
     verdict = {"pass": "[green]pass[/green]", "fail": "[bold red]fail[/bold red]",
                "partial": f"[bold yellow]partial[/bold yellow]: nothing failed, but {escape(missing)} not provided: "
@@ -76,6 +77,22 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
                "not_compared": "[bold yellow]not compared[/bold yellow]: no cell compared any element (every one "
                                "NaN/Inf on both sides); nothing was checked"}[res.verdict]
     console.print(f"verdict: {verdict}", highlight=False, soft_wrap=True)
+
+
+def render_tensors(console: Console, res) -> None:
+    """The outputs and gradients that fail as whole tensors (``run``'s rule over the compared rows), where
+    no BUG cell says so already: the diff fails with them, and its first divergence leads to them."""
+    failing = res.tensors_failing
+    if not failing:
+        return
+    t = res.tensors
+    what = "; ".join(f"{n} ratio {fig(t[n]['ratio'])} > tol {t[n]['tol']:g}"
+                     f"{' (returned in ' + t[n]['storage'] + ': bf16 mode' + chr(39) + 's tol)' if t[n]['storage'] else ''}"
+                     f" over {t[n]['elements']} elements" for n in failing)
+    drift = "" if res.first_bug is not None else \
+        "; their cells over tolerance are within 10x their noise floor (DRIFT), which alone would not fail"
+    console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over the "
+                  f"compared rows): {what}{drift}", soft_wrap=True, highlight=False)
 
 
 def compared_line(n: dict) -> str:
@@ -244,11 +261,15 @@ def render_first(console: Console, res) -> None:
         how = (f"window chunks {lo}..{hi} of seq {o['seq']}, seeded with {o['seeded']['h0']} and "
                f"{o['seeded']['dht']}")
         if o["verdict"] == "introduced":
+            floor = f", {o['label']}, noise floor {fig(o['floor'])}" if o.get("floor") is not None else ""
             console.print(f"  [bold red]introduced here[/bold red]: rerun on {how}: {o['tap']} at chunk {o['chunk']} "
-                          f"still diverges (ratio {fig(o['ratio'])})", soft_wrap=True, highlight=False)
+                          f"still diverges (ratio {fig(o['ratio'])}{floor})", soft_wrap=True, highlight=False)
         elif o["verdict"] == "inherited":
-            console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is within "
-                          f"tolerance (ratio {fig(o['ratio'])}); the error was carried in (or is tied to absolute token "
+            within = ("within what the compared precision holds (UNREP: ratio " + fig(o['ratio']) + ", noise floor "
+                      + fig(o.get('floor')) + ")") if o.get("label") == "UNREP" else \
+                f"within tolerance (ratio {fig(o['ratio'])})"
+            console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
+                          f"; the error was carried in (or is tied to absolute token "
                           f"positions, which the window's rerun starts afresh)", soft_wrap=True,
                           highlight=False)
         else:

@@ -342,13 +342,13 @@ def plot_run(path, data: dict) -> Path:
             continue
         bad = t["ratio"] is None or t.get("nonfinite", 0) > 0
         ratio = hi if bad else max(t["ratio"], lo)
-        unrep = not t["passed"] and t.get("unrep", False)
+        unrep = not t["passed"] and (t.get("unrep", False) or t.get("carried", False))
         colour = NONFINITE if bad else PASS if t["passed"] else UNREP_BAR if unrep else FAIL
         ax.barh(y, ratio - lo, left=lo, height=0.62, color=colour)
         if t.get("tol"):
             ax.plot([t["tol"]] * 2, [y - 0.42, y + 0.42], color="black", lw=2.2)
         text = f"NaN/Inf ({t.get('nonfinite', 0)})" if bad else f"{t['ratio']:.2g}"
-        verdict = "pass" if t["passed"] else "UNREP" if unrep else "FAIL"
+        verdict = "pass" if t["passed"] else "carried (dg)" if t.get("carried") else "UNREP" if unrep else "FAIL"
         ax.text(hi * 1.15, y, f"{text}  {verdict}", va="center", ha="left", fontsize=8,
                 color="black" if t["passed"] or unrep else FAIL)
     ax.set_xlim(lo, hi)
@@ -362,6 +362,8 @@ def plot_run(path, data: dict) -> Path:
                Line2D([], [], color="black", lw=2.2, label="tolerance")]
     if any(t["ratio"] is None or t.get("nonfinite", 0) > 0 for t in tensors):
         handles.insert(2, Patch(color=NONFINITE, label="NaN/Inf"))
+    if any(t["passed"] is False and t.get("carried", False) for t in tensors):
+        handles.insert(2, Patch(color=UNREP_BAR, label="carried in from dg (its own sum right)"))
     if any(t["passed"] is False and t.get("unrep", False) for t in tensors):
         handles.insert(2, Patch(color=UNREP_BAR, label="UNREP (16-bit storage, within bf16 mode's tol)"))
     if any(t["passed"] is None for t in tensors):
@@ -374,7 +376,7 @@ def run_plot_data(result) -> dict:
     """The :func:`plot_run` data of a ``kdadbg.run.RunResult``."""
     tensors = [{"name": t.name, "ratio": t.ratio if math.isfinite(t.ratio) and t.compared else None, "tol": t.tol,
                 "passed": None if t.passed is None else bool(t.passed), "nonfinite": t.nonfinite,
-                "unrep": bool(t.unrep)} for t in result.tensors]
+                "unrep": bool(t.unrep), "carried": t.carried is not None} for t in result.tensors]
     who = result.impl.get("name", "kernels") if result.impl else "kernels"
     done = sum(t.compared for t in result.tensors)
     extra = "".join(f", {len(x)} {what}" for x, what in ((result.not_compared, "not compared"),

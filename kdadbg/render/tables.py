@@ -182,7 +182,7 @@ def render_run(console: Console, result) -> None:
                                                           math.prod(r.shape) else ""))
             continue
         verdict = "[green]pass[/green]" if r.passed else "[magenta]UNREP[/magenta]" if r.unrep else \
-            "[bold red]FAIL[/bold red]"
+            "[yellow]carried[/yellow]" if r.carried is not None else "[bold red]FAIL[/bold red]"
         t.add_row(r.name, _shape(r.shape), str(r.count), _fig(r.max_abs), _shape(r.max_index), _fig(r.ratio),
                   f"{r.cosine:.8f}" if r.cosine_defined and math.isfinite(r.cosine) else "—", str(r.nonfinite),
                   _num(r.tol), verdict)
@@ -203,6 +203,12 @@ def render_run(console: Console, result) -> None:
                       f"alone is ratio {lo:.2g}{'' if hi == lo else f' to {hi:.2g}'} against tol "
                       f"{', '.join(f'{t:g}' for t in tols)}: within bf16 mode's tolerances, which "
                       f"--precision bf16 applies to every tensor", soft_wrap=True, highlight=False)
+    for r in result.tensors:
+        if r.carried is not None:
+            console.print(f"carried: {r.name} over its tolerance, carried in from dg (not a failure): the exact sum "
+                          f"of the implementation's own dg is {r.carried:.3g} from the reference, and its {r.name} "
+                          f"{r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its own row",
+                          soft_wrap=True, highlight=False)
     console.print(run_verdict_line(result), soft_wrap=True, highlight=False)
 
 
@@ -231,7 +237,7 @@ def run_verdict_line(result) -> str:
     verdict = result.verdict
     unrep = [r for r in result.tensors if r.passed is False and r.unrep]
     if verdict == "fail":
-        failed = [r.name for r in result.tensors if r.passed is False and not r.unrep]
+        failed = [r.name for r in result.tensors if r.failed]
         low = "; it returns tensors in 16 bits: if it computes in bf16 too, --precision bf16 is the mode to " \
               "judge it in" if unrep and result.precision == "fp32" else ""
         what = f"{', '.join(failed)} over tolerance" if failed else \
@@ -242,8 +248,10 @@ def run_verdict_line(result) -> str:
         return (f"[bold yellow]NOT COMPARED[/bold yellow]: no element was compared: every element of every "
                 f"tensor is NaN/Inf on both sides; nothing was checked ({escape(counts)})")
     judged = sum(bool(r.passed) for r in result.tensors)
+    carried = [r.name for r in result.tensors if r.passed is False and r.carried is not None]
     what = f"{_plural(judged, 'tensor')} within tolerance" + (f", {len(unrep)} UNREP ({', '.join(r.name for r in unrep)})"
-                                                    if unrep else "")
+                                                    if unrep else "") + \
+        (f", {len(carried)} carried in from dg ({', '.join(carried)})" if carried else "")
     if verdict == "partial":
         return (f"[bold yellow]PARTIAL[/bold yellow]: {what}, but not every output and gradient was compared: "
                 f"not a full pass (exit 3) ({escape(counts)})")
