@@ -403,7 +403,7 @@ def run(
 
     Example: kdadbg run sample_inputs/basic.safetensors --precision bf16 --json run.json --plot run.png
     """
-    from .dump import kernel_precheck, load_dump
+    from .dump import extra_tensors_note, kernel_precheck, load_dump
     from .export import resolve_device
     from .fileio import atomic_write_text
     from .impls import resolve_impl
@@ -424,6 +424,9 @@ def run(
             result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
                            progress=progress, save=None if staged is None else str(staged),
                            chunks=_chunk_window(chunks, inputs, config), max_interpreter_s=max_interpreter_s)
+        extra = extra_tensors_note(dump)
+        if extra:
+            result.notes.append(extra)
         plotted = render_plot.plot_run(outs.stage("--plot"), render_plot.run_plot_data(result)) \
             if plot is not None else None
         if json_file is not None:

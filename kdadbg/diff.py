@@ -562,7 +562,13 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
         if repeat > 1:
             raise KdadbgError("--repeat: reruns the implementation; a taps file cannot be rerun")
     dev = resolve_device(device)
-    return diff_dump(inputs, config, implementation, dump=str(path), device=dev, names=sel.names,
-                     chunks=sel.chunks, heads=sel.heads, tol_overrides=tol_overrides, noise_floor=noise_floor,
-                     window=window, repeat=repeat, drift_fails=drift_fails, seeded=seeded,
-                     max_interpreter_s=max_interpreter_s, progress=progress)
+    res = diff_dump(inputs, config, implementation, dump=str(path), device=dev, names=sel.names,
+                    chunks=sel.chunks, heads=sel.heads, tol_overrides=tol_overrides, noise_floor=noise_floor,
+                    window=window, repeat=repeat, drift_fails=drift_fails, seeded=seeded,
+                    max_interpreter_s=max_interpreter_s, progress=progress)
+    from .dump import extra_tensors_note
+
+    note = extra_tensors_note(path)
+    if note:
+        res.notes.append(note)
+    return res

@@ -55,6 +55,22 @@ def load_dump(path, overrides: dict | None = None, allow_nonfinite: bool = False
     return _inputs(tensors), config
 
 
+def extra_tensors_note(path) -> str | None:
+    """A note naming the tensors of dump ``path`` that are not part of the format and so were not read (a
+    misspelt optional input, ``initial_state`` for ``h0``, would otherwise vanish without a word); None when
+    there are none."""
+    specs, _ = read_header(path)
+    extra = [n for n in specs if n not in KNOWN]
+    if not extra:
+        return None
+    absent = [n for n in KNOWN if n not in specs and n not in REQUIRED]
+    return (f"{path}: holds {len(extra)} tensor(s) that are not dump inputs, not read: {', '.join(extra[:12])}"
+            f"{', ...' if len(extra) > 12 else ''} (the optional inputs are named {', '.join(absent)})"
+            if absent else
+            f"{path}: holds {len(extra)} tensor(s) that are not dump inputs, not read: {', '.join(extra[:12])}"
+            f"{', ...' if len(extra) > 12 else ''}")
+
+
 def kernel_precheck(path) -> str | None:
     """Before a command runs our kernels on the dump ``path``, from its header alone: refuse head
     dims over the kernels' limit; return a note when float64 inputs will run cast to float32

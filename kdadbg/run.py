@@ -276,6 +276,8 @@ def refuse_slow_interpreter(impl: Implementation, inputs: KDAInputs, config: KDA
                             n_chunks: int | None, max_s: float | None) -> None:
     """One line, before any work, when our kernels under the Triton interpreter would take more than
     ``max_s`` seconds by the measured rate (:func:`kdadbg.impls.ours.interpreter_estimate`)."""
+    if max_s is not None and not max_s >= 0:
+        raise KdadbgError(f"--max-interpreter-s: expected seconds, 0 or more, found {max_s:g}")
     if max_s is None or impl.kind != "ours" or device != "cpu":
         return
     from .impls.ours import interpreter_estimate

@@ -204,3 +204,23 @@ def test_dA_log_carried_in_from_dg_is_not_a_failure_but_a_wrong_sum_is():
     res = check(inputs, cfg, impl=impl)
     d = {t.name: t for t in res.tensors}["dA_log"]
     assert d.failed and d.carried is None and res.verdict == "fail"
+
+
+def test_tensors_a_dump_holds_beyond_its_inputs_are_named_not_dropped(dump, tmp_path):
+    """A misspelt optional input (h0 saved as initial_state) was read as no h0 and passed without a word; now
+    run and diff name the tensors they did not read, in the text and the JSON's notes."""
+    renamed = tmp_path / "renamed.safetensors"
+
+    def edit(t):
+        t["initial_state"] = t.pop("h0") if "h0" in t else torch.zeros(1)
+
+    resave(dump, renamed, edit)
+    js = tmp_path / "r.json"
+    r = kdadbg("run", renamed, "--impl", "reference", "--json", js)
+    assert r.exit_code == 0, r.output
+    assert "not dump inputs, not read: initial_state" in r.output
+    assert any("initial_state" in n for n in json.loads(js.read_text())["notes"])
+    r = kdadbg("diff", renamed, "--impl", "reference", "--window", "0")
+    assert r.exit_code == 0 and "not dump inputs, not read: initial_state" in r.output, r.output
+    r = kdadbg("run", dump, "--impl", "reference")
+    assert r.exit_code == 0 and "not dump inputs" not in r.output

@@ -83,6 +83,8 @@ def test_slow_interpreter_runs_are_refused_up_front_with_the_estimate(tmp_path):
     assert not (tmp_path / "t.safetensors").exists()
     r = runner.invoke(cli.app, ["run", str(dump), "--device", "cpu", "--max-interpreter-s", "5", "--chunks", "0:1"])
     assert r.exit_code == 0, r.output                            # one chunk x 2 heads fits
+    r = runner.invoke(cli.app, ["run", str(dump), "--device", "cpu", "--max-interpreter-s", "-5"])
+    assert r.exit_code == 2 and "--max-interpreter-s: expected seconds, 0 or more, found -5" in r.stderr, r.output
 
 
 def test_the_estimate_follows_the_measured_rate():

@@ -147,7 +147,8 @@ def plot_diff(path, data: dict) -> Path:
         data: ``{"title": str, "rows": [{"name", "stage", "tol"}] (dataflow order), "chunks": [global
             chunk id per column], "log10_ratio": [[float | None per column] per row] (worst head),
             "status": [[one of STATUSES per column] per row], "first": {"row": i, "col": j} | None,
-            "no_divergence": the subtitle when ``first`` is None (optional)}``.
+            "no_divergence": the subtitle when ``first`` is None (optional), "compared": what was compared,
+            under the first divergence (optional)}``.
     Example: ``plot_diff("d.png", diff_plot_data(res))``.
     """
     Figure, Canvas = _matplotlib()
@@ -222,8 +223,14 @@ def plot_diff(path, data: dict) -> Path:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", lw=1.0))
         status = data["status"][i][first["col"]]
         subtitle = (f"first divergence: {rows[i]['name']} ({rows[i]['stage']}) at chunk "
-                    f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}")
-    fig.suptitle(f"{data['title']}\n{subtitle}", fontsize=11)
+                    f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}"
+                    + (f"\n{data['compared']}" if data.get("compared") else ""))
+    # wrapped to the figure's width (about 11 characters an inch at this size): a long line was cut at both edges
+    import textwrap
+
+    per_line = max(40, int(width * 11))
+    lines = [w for line in f"{data['title']}\n{subtitle}".split("\n") for w in textwrap.wrap(line, per_line) or [""]]
+    fig.suptitle("\n".join(lines), fontsize=11)
 
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.05, fraction=0.035, aspect=30)
     ticks = list(range(int(vmin), int(vmax) + 1))
@@ -295,15 +302,21 @@ def diff_plot_data(res) -> dict:
     first = None
     if fd is not None and fd["tap"] in names and fd["chunk"] in chunks:
         first = {"row": names.index(fd["tap"]), "col": chunks.index(fd["chunk"])}
-    source = res.dump or " vs ".join(p for p in (res.files.get("theirs"), res.files.get("reference")) if p)
-    title = f"kdadbg diff: {source}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
-    from .difftables import no_divergence
+    if res.dump:
+        title = f"kdadbg diff: {res.dump}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
+    else:   # two taps files: the sources are the files (named once)
+        title = f"kdadbg diff: {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
+    from .difftables import compared_line, no_divergence
 
-    subtitle = no_divergence(res.counts(), markup=False)
+    n = res.counts()
+    subtitle = no_divergence(n, markup=False)
+    compared = compared_line(n)
+    if res.tensors_failing:   # DRIFT cells adding up to a tensor over its bar: the verdict fails with it
+        compared += f"; over tolerance as whole tensors: {', '.join(res.tensors_failing)}"
     if res.verdict == "partial":   # nothing failed, but not a full pass: the picture says so too
         subtitle += f"\nPARTIAL (not a full pass): {', '.join(res.missing_outputs)} not provided"
     return {"title": title, "rows": rows, "chunks": chunks, "log10_ratio": values, "status": status, "first": first,
-            "no_divergence": subtitle}
+            "no_divergence": subtitle, "compared": compared}
 
 
 # the run bars
