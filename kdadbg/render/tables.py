@@ -191,7 +191,8 @@ def render_run(console: Console, result) -> None:
     console.print(t)
     for note in result.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
-    console.print(f"config: chunk_size={cfg.chunk_size} gate={cfg.gate} lower_bound={cfg.lower_bound} "
+    lb = f" lower_bound={cfg.lower_bound}" if cfg.gate == "lower_bound" else ""   # the other gates have none
+    console.print(f"config: chunk_size={cfg.chunk_size} gate={cfg.gate}{lb} "
                   f"scale={cfg.scale:.6g} qk_l2norm={cfg.qk_l2norm} beta_sigmoid={cfg.beta_sigmoid} "
                   f"state_layout={cfg.state_layout}", soft_wrap=True, highlight=False)
     unrep = [r for r in result.tensors if r.passed is False and r.unrep]
