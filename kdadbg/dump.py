@@ -289,7 +289,8 @@ def check_values(where: str, name: str, t: torch.Tensor, T: int, allow_nonfinite
         n_nan = int(torch.isnan(t).sum())
         first = _fmt(torch.nonzero(bad)[0].tolist())
         raise _err(where, name, f"expected finite values, found {n_bad} NaN/Inf ({n_nan} NaN, {n_bad - n_nan} Inf), "
-                                f"first at {first} (allow_nonfinite / --allow-nonfinite loads it anyway)")
+                                f"first at {first} (run, diff and taps take it with --allow-nonfinite; "
+                                f"load_dump(..., allow_nonfinite=True))")
 
 
 def _stats(t: torch.Tensor) -> dict:
