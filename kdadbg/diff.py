@@ -242,7 +242,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                          f"dg's rows are judged on their own")
     res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
                                   {n: run.outputs[n].dtype for n in mine},
-                                  {n for n, (_, ok) in carried.items() if bool(ok.all())})
+                                  {n for n, (_, ok, _) in carried.items() if bool(ok.all())})
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:
         res.notes.append(hint)
@@ -272,7 +272,9 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
     """Each output and gradient over the compared rows as one tensor, judged by ``run``'s rule
     (``run.judged``: fla's ratio over its valid elements; one returned in 16 bits at fp32's tolerance whose
     rounding alone is over it, at bf16 mode's: ``tol`` is then that one, ``storage`` the dtype): ``{name:
-    {"ratio", "max_abs", "tol", "storage", "elements", "passed", "unrep", "carried_in_from_dg"}}``. A diff whose cells are all within their noise floor (DRIFT) can still
+    {"ratio", "max_abs", "tol", "storage", "elements", "pass", "unrep", "carried_in_from_dg", "failed"}}``,
+    ``pass`` as in ``run``'s JSON (within tolerance; None: nothing compared), ``failed`` whether it fails the
+    verdict (over tolerance, neither UNREP nor carried in). A diff whose cells are all within their noise floor (DRIFT) can still
     hold a tensor that ``run`` fails: ``DiffResult.verdict`` then fails too, so that the two commands agree. A
     ``dA_log``/``ddt_bias`` whose error is carried in from ``dg`` (``carried``: the implementation's value is
     within tolerance of the exact sum of its own ``dg`` at every head, ``compare.carried``) does not fail
@@ -294,8 +296,8 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
         tol = tols16[n] if row.floor is not None and row.floor > row.tol else row.tol
         out[n] = {"ratio": row.ratio if row.compared else None, "max_abs": row.max_abs if row.compared else None,
                   "tol": tol, "storage": row.storage if tol != row.tol else None, "elements": int(row.count),
-                  "passed": None if row.passed is None else not failed, "unrep": row.unrep,
-                  "carried_in_from_dg": n in carried and row.passed is False}
+                  "pass": row.passed, "unrep": row.unrep, "carried_in_from_dg": n in carried and row.passed is False,
+                  "failed": failed}
     return out
 
 
@@ -549,6 +551,20 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
         implementation = TapsFile(against, spec, precision)
     else:
         implementation = resolve_impl(impl, precision, spec)
+    file_note = None
+    if implementation.kind == "taps file":
+        # a file holds one run and cannot be rerun on seeded windows: a --chunks window is its rows of the whole
+        # run (the seeded path handed it the window's sub-dump, whose digest is not the file's: refused)
+        seeded = False
+        made = implementation.read()["metadata"].get("chunks")
+        if chunks is None and made:   # run --chunks A:B --save: only that window holds values (NaN elsewhere)
+            a_, _, b_ = str(made).partition(":")
+            try:
+                chunks = (int(a_), int(b_))
+                file_note = (f"{implementation.path}: holds the outputs of chunks {made} only (made with --chunks "
+                             f"{made}); comparing those chunks")
+            except ValueError:
+                pass
     inputs, config = load_dump(path, overrides, allow_nonfinite=allow_nonfinite)
     B, T = inputs.shape[:2]
     table = chunk_table(B, T, inputs.cu_seqlens, implementation.config_for(config)[0].chunk_size)
@@ -568,7 +584,7 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
                     max_interpreter_s=max_interpreter_s, progress=progress)
     from .dump import extra_tensors_note
 
-    note = extra_tensors_note(path)
-    if note:
-        res.notes.append(note)
+    for note in (file_note, extra_tensors_note(path)):
+        if note:
+            res.notes.append(note)
     return res

@@ -154,6 +154,10 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     B, T = inputs.shape[:2]
     ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
     window = None
+    if chunks is not None and impl.kind == "taps file":
+        raise KdadbgError(f"--chunks with the taps file {impl.name}: a file holds one whole run, which cannot be rerun "
+                          f"on a seeded window; `kdadbg diff DUMP --against FILE --chunks A:B` compares its rows of "
+                          f"those chunks, `run` without --chunks the whole file")
     if chunks is not None:
         window = (max(0, chunks[0]), min(ct.n_chunks, chunks[1]))
         if window[0] >= window[1]:
@@ -211,11 +215,19 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
                 **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata(),
                 "inputs_sha256": inputs_fingerprint(inputs)}
-        atomic_save({r.name: got.outputs[r.name].detach().float().cpu() for r in rows}, meta, save, force=force)
+        # a tensor returned in 16 bits keeps its dtype (its values exactly): `diff --against` the file then
+        # judges it as `run` did (as one returned in 16 bits), where float32 copies read as BUG at fp32
+        atomic_save({r.name: _saved(got.outputs[r.name]) for r in rows}, meta, save, force=force)
     return result
 
 
 LOW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def _saved(t: torch.Tensor) -> torch.Tensor:
+    """An output as ``run --save`` writes it: in its own dtype if 16 bits, else float32."""
+    t = t.detach().cpu()
+    return t if t.dtype in LOW_DTYPES else t.float()
 
 
 def judged(name: str, x: torch.Tensor, ref: torch.Tensor, mask, tol: float, tol16: float) -> Compare:

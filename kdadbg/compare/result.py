@@ -58,7 +58,8 @@ class DiffResult:
     nonfinite_inputs: dict | None = None    # {"tensors": {...}, "agree": bool} with --allow-nonfinite
     knobs: dict = field(default_factory=lambda: knob_overrides())  # KDADBG_* knob overrides in effect
     # each output and gradient over the compared rows as one tensor, judged as `run` judges it
-    # (diff.tensor_verdicts): {name: {ratio, max_abs, tol, elements, passed, unrep, carried_in_from_dg}}
+    # (diff.tensor_verdicts): {name: {ratio, max_abs, tol, storage, elements, pass, unrep, carried_in_from_dg,
+    # failed}}
     tensors: dict = field(default_factory=dict)
 
     # -- counting ---------------------------------------------------------------------------------
@@ -151,7 +152,7 @@ class DiffResult:
     @property
     def tensors_failing(self) -> list[str]:
         """Outputs and gradients that fail as whole tensors (over the compared rows) by ``run``'s rule."""
-        return [n for n, t in self.tensors.items() if t.get("passed") is False]
+        return [n for n, t in self.tensors.items() if t.get("failed")]
 
     @property
     def missing_outputs(self) -> dict[str, str]:

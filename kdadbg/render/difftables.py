@@ -90,7 +90,7 @@ def render_tensors(console: Console, res) -> None:
                      f"{' (returned in ' + t[n]['storage'] + ': bf16 mode' + chr(39) + 's tol)' if t[n]['storage'] else ''}"
                      f" over {t[n]['elements']} elements" for n in failing)
     drift = "" if res.first_bug is not None else \
-        "; their cells over tolerance are within 10x their noise floor (DRIFT), which alone would not fail"
+        "; no cell of theirs is a BUG (those over tolerance are DRIFT or UNREP), which alone would not fail"
     console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over the "
                   f"compared rows): {what}{drift}", soft_wrap=True, highlight=False)
 
