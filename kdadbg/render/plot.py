@@ -226,10 +226,13 @@ def plot_diff(path, data: dict) -> Path:
                     f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}"
                     + (f"\n{data['compared']}" if data.get("compared") else ""))
     # wrapped to the figure's width (about 11 characters an inch at this size): a long line was cut at both edges
+    import re
     import textwrap
 
     per_line = max(40, int(width * 11))
-    lines = [w for line in f"{data['title']}\n{subtitle}".split("\n") for w in textwrap.wrap(line, per_line) or [""]]
+    # a count stays with its label ("4 UNREP", "162 cells"): textwrap breaks at ASCII spaces only
+    text = re.sub(r"(\d) (?=[A-Za-z])", "\\1\u00a0", f"{data['title']}\n{subtitle}")
+    lines = [w for line in text.split("\n") for w in textwrap.wrap(line, per_line) or [""]]
     fig.suptitle("\n".join(lines), fontsize=11)
 
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.05, fraction=0.035, aspect=30)
