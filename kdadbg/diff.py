@@ -35,9 +35,8 @@ from .impls import Implementation, TapsSpec, check_supported, resolve_impl
 from .impls.base import convert_taps, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
 from .tapsfile import OUTPUT_NAMES
+from .run import LOW_DTYPES, judged as judged_tensor
 from .tolerances import tap_tolerances, tolerances
-
-LOW_DTYPES = (torch.bfloat16, torch.float16)
 
 Progress = Callable[[str, int, int], None]
 
@@ -279,21 +278,17 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
     ``dA_log``/``ddt_bias`` whose error is carried in from ``dg`` (``carried``: the implementation's value is
     within tolerance of the exact sum of its own ``dg`` at every head, ``compare.carried``) does not fail
     here: ``dg``'s rows are judged on their own."""
-    from .compare.metrics import compare
     from .compare.quantities import valid_mask
 
     out = {}
     for n, x in mine.items():
-        ref = theirs[n]
         lengths = torch.tensor([info.length[c] if c is not None else 0 for c in row_ids[n]], dtype=torch.long)
         mask = valid_mask(n, lengths, tuple(x.shape[2:])) if x.ndim > 2 else None
-        row = compare(n, x, ref, mask).judge(tols[n])
-        dt = dtypes.get(n)
-        if tols16 is not None and row.passed is False and dt in LOW_DTYPES:
-            row.judge_storage(dt, compare(n, ref.to(dt).to(ref.dtype), ref, mask).ratio, tols16[n])
+        # tols16 None (not fp32): the storage rule has no other tolerance to apply
+        row = judged_tensor(n, x, theirs[n], mask, tols[n], (tols16 or tols)[n], dtypes.get(n))
         failed = row.passed is False and row.unrep is None and n not in carried
         # the tolerance the verdict was taken at: bf16 mode's where the storage's rounding alone is over fp32's
-        tol = tols16[n] if row.floor is not None and row.floor > row.tol else row.tol
+        tol = (tols16 or tols)[n] if row.floor is not None and row.floor > row.tol else row.tol
         out[n] = {"ratio": row.ratio if row.compared else None, "max_abs": row.max_abs if row.compared else None,
                   "tol": tol, "storage": row.storage if tol != row.tol else None, "elements": int(row.count),
                   "pass": row.passed, "unrep": row.unrep, "carried_in_from_dg": n in carried and row.passed is False,

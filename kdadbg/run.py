@@ -230,13 +230,15 @@ def _saved(t: torch.Tensor) -> torch.Tensor:
     return t if t.dtype in LOW_DTYPES else t.float()
 
 
-def judged(name: str, x: torch.Tensor, ref: torch.Tensor, mask, tol: float, tol16: float) -> Compare:
-    """``x`` against ``ref`` at ``tol``; a tensor returned in 16 bits that fails where the reference rounded
-    to that dtype fails too is judged at bf16 mode's ``tol16`` instead, UNREP within it
-    (``Compare.judge_storage``)."""
+def judged(name: str, x: torch.Tensor, ref: torch.Tensor, mask, tol: float, tol16: float,
+           dtype: torch.dtype | None = None) -> Compare:
+    """``x`` against ``ref`` at ``tol``; a tensor returned in 16 bits (``dtype``, default ``x``'s own: ``diff``
+    passes its float64 rows' original dtype) that fails where the reference rounded to that dtype fails too is
+    judged at bf16 mode's ``tol16`` instead, UNREP within it (``Compare.judge_storage``)."""
+    dtype = x.dtype if dtype is None else dtype
     row = compare(name, x, ref, mask).judge(tol)
-    if not row.passed and x.dtype in LOW_DTYPES:
-        row.judge_storage(x.dtype, compare(name, ref.to(x.dtype), ref, mask).ratio, tol16)
+    if not row.passed and dtype in LOW_DTYPES:
+        row.judge_storage(dtype, compare(name, ref.to(dtype).to(ref.dtype), ref, mask).ratio, tol16)
     return row
 
 

@@ -50,3 +50,17 @@ def resave(src, dst, edit=None, **metadata) -> dict:
         edit(tensors)
     save_file(tensors, str(dst), metadata=meta)
     return tensors
+
+
+def scaled_output(impl, name: str, factor: float):
+    """``impl`` (an Implementation) with its output ``name`` multiplied by ``factor`` on every run: a planted
+    fault of one output (a wrong reduction, say) on top of a correct implementation. Returns ``impl``."""
+    run0 = impl.run
+
+    def run(inputs, config, *, device, taps=None):
+        r = run0(inputs, config, device=device, taps=taps)
+        r.outputs[name] = r.outputs[name] * factor
+        return r
+
+    impl.run = run
+    return impl

@@ -193,15 +193,9 @@ def test_dA_log_carried_in_from_dg_is_not_a_failure_but_a_wrong_sum_is():
     assert d.passed is False and d.ratio > d.tol and d.carried is not None and d.carried > d.tol, d
     assert d.carried_own <= d.tol and not d.failed and res.verdict == "pass"
     assert res.as_json()["tensors"][[t.name for t in res.tensors].index("dA_log")]["carried_in_from_dg"]["own"] <= 1e-2
-    run0 = impl.run
+    from conftest import scaled_output
 
-    def wrong_sum(inputs, config, *, device, taps=None):
-        r = run0(inputs, config, device=device, taps=taps)
-        r.outputs["dA_log"] = r.outputs["dA_log"] * 1.5
-        return r
-
-    impl.run = wrong_sum
-    res = check(inputs, cfg, impl=impl)
+    res = check(inputs, cfg, impl=scaled_output(impl, "dA_log", 1.5))
     d = {t.name: t for t in res.tensors}["dA_log"]
     assert d.failed and d.carried is None and res.verdict == "fail"
 
