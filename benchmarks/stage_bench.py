@@ -1,7 +1,7 @@
 """Time each stage of our forward and backward separately (``triton.testing.do_bench`` medians).
 
     python benchmarks/stage_bench.py [--H 16] [--T 16384] [--D 128] [--chunk-size 64] [--varlen] [--tag NAME]
-                                     [--json-lines FILE]
+                                     [--json-lines FILE] [--dqkg-gates lower_bound,softplus]
 
 Inputs as ``benchmarks/bench.py`` (bf16 q/k/v, fp32 log-decay, no in-kernel gate/l2norm/sigmoid),
 bf16 mode. One line per run: the stage times in ms and the ``KDADBG_*`` overrides in effect
@@ -28,6 +28,9 @@ def main(argv=None):
     ap.add_argument("--varlen", action="store_true", help="bench.py's six mixed-length sequences (T = 16384)")
     ap.add_argument("--tag", default="")
     ap.add_argument("--json-lines", default=None, help="append the result as one JSON line to this file")
+    ap.add_argument("--dqkg-gates", default="", help="also time the backward K and V passes with these gates' "
+                    "derivatives (comma-separated: lower_bound, softplus) on the same inputs, the raw gate in bf16 "
+                    "and dg written in bf16 as in those settings: what the gate's part of the K pass costs")
     a = ap.parse_args(argv)
     from devices import use_device
 
@@ -93,6 +96,15 @@ def main(argv=None):
 
     dq, dk, dv, dg, db_part, _, _ = dqkg()
     stages["bwd_dqkg"] = dqkg
+    g16 = g.to(torch.bfloat16)
+    A_log, dt_bias = torch.zeros(H, device=dev), torch.zeros(H, D, device=dev)
+    for gate in filter(None, a.dqkg_gates.split(",")):
+        def dqkg_gated(gate=gate):
+            return chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g16, A_log, dt_bias, chunks,
+                                  scale=scale, gate=gate, lower_bound=-5.0, precision=p,
+                                  out_dtypes=(q.dtype, k.dtype, v.dtype, g16.dtype))
+        dqkg_gated()
+        stages[f"bwd_dqkg[{gate}]"] = dqkg_gated
     stages["bwd_finish"] = lambda: chunk_bwd_finish(q, k, dq, dk, beta, db_part, chunks, qk_l2norm=False,
                                                     beta_sigmoid=False, precision=p,
                                                     out_dtypes=(q.dtype, k.dtype, beta.dtype))
@@ -100,7 +112,7 @@ def main(argv=None):
     compile_s = time.perf_counter() - t0
     res = {name: float(triton.testing.do_bench(fn, warmup=10, rep=50, return_mode="median"))
            for name, fn in stages.items()}
-    res["total"] = sum(res.values())
+    res["total"] = sum(v for k, v in res.items() if "[" not in k)
     knobs = {k: v for k, v in os.environ.items() if k.startswith("KDADBG_")}
     line = {"tag": a.tag, "H": H, "T": T, "D": D, "C": C, "varlen": a.varlen, "knobs": knobs,
             "first_call_s": round(compile_s, 2),

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, dot_mode, side_by_side
+from .common import LAUNCH, chunk_launches, dot_mode, fill_aside, side_by_side, tap_stream
 from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob
@@ -681,8 +681,11 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     fill = tap_plan.take_unfilled() if tap_plan is not None else None
     launches = chunk_launches(tap_plan, NC)
     launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    streams = len(launches) > 1 and dev.type == "cuda" and knob("TAPS_STREAMS", 0)
-    if fill is not None and (streams or not any(not w for _, _, w in launches)):
+    side = tap_stream(dev) if len(launches) > 1 else None
+    if fill is not None and side is not None:  # on the side stream, before the window's launches there
+        fill_aside(fill, side)
+        fill = None
+    elif fill is not None and not any(not w for _, _, w in launches):
         fill.fill_(float("nan"))
         fill = None
     plan = _plan_args(tap_plan, chunks)

@@ -147,8 +147,9 @@ KNOBS: dict[str, Knob] = {
     "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
                                  "tap buffers; 0: filled up front", False),
     "TAPS_STREAMS": Knob("0", "CUDA, taps on: 1 issues each kernel's launch over the tap window on a side stream "
-                              "beside its launch over the other chunks (common.side_by_side; the backward's tap "
-                              "buffers then NaN-filled up front); 0: one after the other", False),
+                              "beside its launch over the other chunks (common.side_by_side), and the tap "
+                              "buffers' NaN fills there too, beside the kernels before their first writer "
+                              "(common.tap_stream); 0: one after the other", False),
 }
 
 
