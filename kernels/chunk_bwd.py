@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, fill_aside, tap_stream
+from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
 from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
@@ -86,9 +86,6 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
           else getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
     rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
-    side = tap_stream(q.device) if tap_plan is not None else None
-    if side is not None:  # the K pass's tap buffers NaN-filled beside the next two stages (common.tap_stream)
-        fill_aside(tap_plan.take_unfilled(), side)
     # the forward's qd (and w) where it kept them (chunk.bwd_fwd_operands)
     fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "w") if getattr(saved, f) is not None}
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,

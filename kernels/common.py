@@ -262,8 +262,7 @@ class TapPlan:
         aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
         stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
         later = tuple(n for n in stored.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
-        bufs, flat = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, later,
-                                               fill_stream=tap_stream(device))
+        bufs, flat = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, later)
         return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat, aliased, (H, C, K, V))
 
     def has(self, name: str) -> bool:
@@ -404,61 +403,6 @@ def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, 
         return [(0, n_chunks, False)]
     parts = [(0, plan.lo, False), (plan.lo, plan.hi, True), (plan.hi, n_chunks, False)]
     return [p for p in parts if p[1] > p[0]]
-
-
-@functools.lru_cache(maxsize=None)
-def _side_stream(index: int) -> "torch.cuda.Stream":
-    return torch.cuda.Stream(torch.device("cuda", index))
-
-
-def tap_stream(device) -> "torch.cuda.Stream | None":
-    """With knob ``TAPS_STREAMS`` on a CUDA device: the side stream of that device (one per device) that
-    takes the tap window's launches (``side_by_side``) and the tap buffers' NaN fills, which then run
-    beside the current stream's kernels instead of between them; else None."""
-    device = torch.device(device)
-    if device.type != "cuda" or not knob("TAPS_STREAMS", 0):
-        return None
-    return _side_stream(torch.cuda.current_device() if device.index is None else device.index)
-
-
-def fill_aside(x: torch.Tensor | None, side) -> None:
-    """NaN-fill ``x`` on stream ``side`` (``tap_stream``) after everything the current stream has enqueued
-    (its memory may be a block freed there by work still running); nothing without ``x``."""
-    if x is None:
-        return
-    side.wait_stream(torch.cuda.current_stream(x.device))
-    with torch.cuda.stream(side):
-        x.fill_(float("nan"))
-
-
-def side_by_side(parts: list[tuple[int, int, bool]], device: torch.device):
-    """Iterate over ``chunk_launches``' parts; with knob ``TAPS_STREAMS`` on CUDA, where a tap window's part
-    lies beside others, the caller's launches for the window's part go to a side stream, which first waits
-    for everything the current stream has enqueued, and the current stream waits for the side stream once
-    all are issued: the window's programs run beside the other launch's instead of after them (their tails
-    overlap). The parts write disjoint chunks, so the bits are the same; no tensor is made or freed between
-    the two waits (the caching allocator's blocks belong to the current stream). The tap buffers' NaN fills
-    issued on the side stream (``TapPlan.build``, ``fill_aside``) thus come before the window's launches;
-    a window's launch with no other part beside it waits for them on the current stream."""
-    side = tap_stream(device) if any(p[2] for p in parts) else None
-    if side is None:
-        yield from parts
-        return
-    main = torch.cuda.current_stream(device)
-    if len(parts) < 2:
-        main.wait_stream(side)
-        yield from parts
-        return
-    side.wait_stream(main)
-    try:
-        for part in parts:
-            if part[2]:
-                with torch.cuda.stream(side):
-                    yield part
-            else:
-                yield part
-    finally:
-        main.wait_stream(side)
 
 
 def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor, chunks: KernelChunks):

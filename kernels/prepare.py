@@ -23,7 +23,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, side_by_side, tap_kernel_args
+from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, tap_kernel_args
 from .tuning import block_size, cdiv, knob
 from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
 
@@ -535,7 +535,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # slower, 0.367 -> 0.402
     unroll = knob("PREP_UNROLL", cdiv(K, bk) if wide else 0)
     ahead = knob("PREP_AHEAD", 1 if wide else 0)
-    for c0, c1, taps in side_by_side(chunk_launches(tap_plan, NC), q.device):
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[(c1 - c0, H)](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
@@ -555,7 +555,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
-    for c0, c1, taps in side_by_side(chunk_launches(tap_plan, NC), q.device):
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[(c1 - c0, H)](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,

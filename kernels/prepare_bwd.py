@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, dot_mode, fill_aside, side_by_side, tap_stream
+from .common import LAUNCH, chunk_launches, dot_mode
 from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob
@@ -166,14 +166,22 @@ def mm_x3(a, b, DOT: tl.constexpr, SPLIT: tl.constexpr):
     chunk 64 over 8 seeds (``benchmarks/bf16_margin.py``, docs/margin/) it matches SPLIT 3 on the L2-normalised cases, but with raw keys (``raw``) ddt_bias
     reaches 2.70x its bar (mean 1.58x) against 0.86x (0.51x). At chunk 32 `chunk32`'s dA_log reached
     1.06x (0.90x with SPLIT 3), hence SPLIT 3 there. Keeping a exact instead was far worse (ddt_bias
-    1.87x on `chunk64_varlen`). Under the interpreter (DOT 2) tf32 operands are truncated as the tensor
-    cores read them; tf32x3 is taken as IEEE."""
+    1.87x on `chunk64_varlen`). SPLIT 1, one tf32 MMA (as fla's backward), is not used: in the same
+    emulation over the chunk-64 cases (``docs/margin/chunk64_cases_split1.log`` against ``..._split2.log``)
+    it roughly doubled ddt_bias's error, which then missed its bar on `chunk64` (4.35x), `chunk64_varlen`
+    (1.95x) and `kimi_c64` (1.24x), and fla_layer's dA_log (1.43x), where SPLIT 2 stays under 0.95x and 0.53x.
+    Under the interpreter (DOT 2) tf32 operands are truncated as the tensor cores read them; tf32x3 is
+    taken as IEEE."""
     if DOT == 1:
-        if SPLIT == 2:
+        if SPLIT == 1:
+            return tl.dot(a, b, input_precision="tf32")
+        elif SPLIT == 2:
             hi = truncate_mantissa(b, 13)
             return tl.dot(a, hi, input_precision="tf32") + tl.dot(a, b - hi, input_precision="tf32")
         else:
             return tl.dot(a, b, input_precision="tf32x3")
+    elif DOT == 2 and SPLIT == 1:
+        return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), input_precision="ieee")
     elif DOT == 2 and SPLIT == 2:
         hi, at = truncate_mantissa(b, 13), truncate_mantissa(a, 13)
         return (tl.dot(at, hi, input_precision="ieee")
@@ -681,11 +689,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     fill = tap_plan.take_unfilled() if tap_plan is not None else None
     launches = chunk_launches(tap_plan, NC)
     launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    side = tap_stream(dev) if len(launches) > 1 else None
-    if fill is not None and side is not None:  # on the side stream, before the window's launches there
-        fill_aside(fill, side)
-        fill = None
-    elif fill is not None and not any(not w for _, _, w in launches):
+    if fill is not None and not any(not w for _, _, w in launches):
         fill.fill_(float("nan"))
         fill = None
     plan = _plan_args(tap_plan, chunks)
@@ -698,7 +702,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     # the V pass's V tile: 64 columns in bf16 mode at chunk 64 (fewer, wider steps: 1.675 -> 1.585 ms at
     # H32 T16384 on the H200, though it spills), else up to 32 (fp32 mode's ieee products at 64 spill 15 KB)
     bv = knob("DQKGV_BV", block_size(V, hi=64 if DOT != 0 and C == 64 else 32))
-    for c0, c1, in_window in side_by_side(launches, dev):
+    for c0, c1, in_window in launches:
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
         fill_here, fill = (fill, None) if not in_window else (None, fill)
         chunk_bwd_dqkg_v_kernel[(cdiv(K, BK), c1 - c0, H)](

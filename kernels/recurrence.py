@@ -24,8 +24,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, side_by_side, state_f64,
-                     state_grid, tap_kernel_args)
+from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
+                     tap_kernel_args)
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -320,7 +320,7 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
     # two stages 0.211, three 0.308
     NVB = knob("OUT_NVB", cdiv(V, BV))
-    for c0, c1, taps in side_by_side(chunk_launches(tap_plan, NC), o.device):
+    for c0, c1, taps in chunk_launches(tap_plan, NC):
         if taps_only and not (taps and store):
             continue
         on = {n: taps and present[n] for n in OUTPUT_TAPS}

@@ -114,22 +114,14 @@ def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K:
 
 
 def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                              device, group: tuple[str, ...], dtype=torch.float32, fill_stream=None):
+                              device, group: tuple[str, ...], dtype=torch.float32):
     """As ``alloc_tap_buffers``, but the selected taps named in ``group`` are views of one flat tensor
     left unfilled, for the caller to NaN-fill before any kernel writes them. Returns ``(buffers, flat)``,
     ``flat`` None when no selected tap is in ``group``. The other buffers are views of a second flat
     tensor, NaN-filled here by one fill rather than one per tap (each launch is host time the GPU can
-    wait on with taps on); with ``fill_stream`` (a CUDA stream) that fill is issued there, after
-    everything the current stream has enqueued, and every kernel that writes these buffers must follow it
-    on that stream or wait for it (``common.side_by_side``). Every view starts on a 256-byte boundary."""
+    wait on with taps on). Every view starts on a 256-byte boundary."""
     views, totals = _grouped_layout(sel, n_chunks, n_heads, C, K, V, tuple(group), dtype.itemsize)
-    if fill_stream is None:
-        filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
-    else:
-        filled = torch.empty(totals[0], dtype=dtype, device=device)
-        fill_stream.wait_stream(torch.cuda.current_stream(filled.device))
-        with torch.cuda.stream(fill_stream):
-            filled.fill_(float("nan"))
+    filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
     flat = torch.empty(totals[1], dtype=dtype, device=device) if totals[2] else None
     parts = (filled, flat)
     bufs = {n: parts[part][off:off + size].view(shape) for n, part, off, size, shape in views}

@@ -52,8 +52,8 @@ KNOBS: dict[str, Knob] = {
     "DQKGV_BV": Knob("V rounded up to a power of two, 16 to 64 in bf16 mode at chunk 64, else 16 to 32",
                      "V tile of the backward V pass's loop (its products add per tile)", True),
     "DQKG_SPLIT": Knob("2 at chunk 64, else 3",
-                       "bf16 modes: tf32 MMAs per gate-sensitive K pass product (2: a·hi(b) + a·lo(b); "
-                       "3: tf32x3)", True),
+                       "bf16 modes: tf32 MMAs per gate-sensitive K pass product (1: one, as fla; 2: a·hi(b) + "
+                       "a·lo(b); 3: tf32x3; prepare_bwd.mm_x3 says why not 1)", True),
     "DQKG_BLOCKED": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the K pass's intra-chunk products as [C, 16]·[16, BK] blocks; 0: masked "
                          "[C, C]·[C, BK] products", True),
@@ -146,10 +146,6 @@ KNOBS: dict[str, Knob] = {
                             "again into tap buffers", False),
     "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
                                  "tap buffers; 0: filled up front", False),
-    "TAPS_STREAMS": Knob("0", "CUDA, taps on: 1 issues each kernel's launch over the tap window on a side stream "
-                              "beside its launch over the other chunks (common.side_by_side), and the tap "
-                              "buffers' NaN fills there too, beside the kernels before their first writer "
-                              "(common.tap_stream); 0: one after the other", False),
 }
 
 

@@ -574,8 +574,7 @@ def test_finish_kernel_one_pass_and_two_passes_agree(name, precision, monkeypatc
 def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision, monkeypatch):
     """Launch-only knobs of the forward token, intra and w/u kernels (pipeline stages), of the backward
     precompute (warps, stages, K and V blocks of products over the chunk's rows alone), of the backward
-    state pass and the finish kernel (stages), the tap window's launches on a side stream (``TAPS_STREAMS``),
-    each against the default:
+    state pass and the finish kernel (stages), each against the default:
     every output, gradient and tap has the same bits. GPU only: the interpreter ignores warps and stages,
     and NumPy's BLAS rounds a product differently with its width (``kernels/tuning.py``)."""
     inputs, cfg = make_inputs(get_case(name))
@@ -586,7 +585,7 @@ def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision
                              ("PREP_WU_STAGES", "1"), ("PREP_WU_STAGES", "2"), ("BPREP_STAGES", "1"),
                              ("BPREP_STAGES", "2"), ("FINISH_STAGES", "1"), ("RECB_STAGES", "3"),
                              ("RECB_STAGES", "1"), ("PREP_AHEAD", "1"), ("PREP_UNROLL", "8"),
-                             ("DQKG_PREFETCH", "0"), ("TAPS_STREAMS", "1")):
+                             ("DQKG_PREFETCH", "0")):
         with monkeypatch.context() as mp:
             mp.setenv(f"KDADBG_{knob_name}", value)
             assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))
