@@ -259,7 +259,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     if first is not None:
         res.amplification = amplification(res, first)
         if window > 0:
-            step("window rerun")
+            if impl.takes_initial_state and first["chunk"] is not None:  # else not run (window_rerun says why)
+                step("window rerun")
             res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails,
                                       precision if noise_floor else None, storage_tols)
     step(None)
