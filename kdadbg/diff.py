@@ -405,6 +405,9 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                             "gate_units": spec.gate_units})
     res.notes.append("no dump: no noise floor (failing cells are BUG), no window rerun")
     res.notes += notes
+    if mine:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
+        res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, None,
+                                      {n: b["outputs"][n].dtype for n in mine}, set())
     first = res.first_divergence
     if first is not None:
         res.amplification = amplification(res, first)

@@ -311,6 +311,35 @@ def test_two_taps_files(tmp_path):
     assert res.missing["chunks"] == [5] and res.mode == "files" and not res.passed
     same = diff_taps_files(read_taps_file(a), read_taps_file(a))
     assert same.passed and same.first_divergence is None
+    # outputs and gradients judged as whole tensors too, as diff DUMP judges them (round 37 left files mode
+    # without them): every one both files hold, each over its compared elements
+    assert set(same.tensors) == {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"}
+    assert all(t["pass"] and not t["failed"] and t["elements"] > 0 for t in same.tensors.values()), same.tensors
+    res = diff_taps_files(read_taps_file(a), read_taps_file(b))
+    # B's chunks 0-4 of basic (2 x 40 tokens at chunk 16): 16 + 16 + 8 rows of sequence 0, 16 + 16 of 1, padding
+    # rows not counted; 2 heads, K = 16
+    assert all(t["pass"] for t in res.tensors.values()) and res.tensors["dk"]["elements"] == 72 * 2 * 16
+
+
+def test_two_taps_files_judge_an_output_as_a_whole_tensor(tmp_path):
+    """diff A B: an error in one output (dk x 1.05 on one chunk's rows) fails that tensor as `run` would,
+    with the number of elements it compared; the cell table says BUG at that chunk as before."""
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+
+    inputs, cfg = inputs_for("basic")
+    a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors")
+    with safe_open(str(a), "pt") as f:
+        meta = f.metadata()
+    d = load_file(str(a))
+    d["dk"] = d["dk"].clone()
+    d["dk"][0, 16:32] *= 1.05
+    save_file(d, str(tmp_path / "b.safetensors"), metadata=meta)
+    res = diff_taps_files(read_taps_file(a), read_taps_file(tmp_path / "b.safetensors"))
+    t = res.tensors["dk"]
+    assert t["pass"] is False and t["failed"] and t["ratio"] > t["tol"] and t["elements"] > 0, t
+    assert all(v["pass"] for n, v in res.tensors.items() if n != "dk"), res.tensors
+    assert res.first_divergence["tap"] == "dk" and not res.passed
 
 
 # --- output contract -------------------------------------------------------------------------------
