@@ -94,5 +94,5 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
     return {"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,
             "config": config.as_dict(), "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]
-            + [n for n in applies if n not in outs], "chunks": [lo, hi], "n_chunks": table.n_chunks, "heads": head_list,
+            + [n for n in applies if n not in outs], "chunks": list(range(lo, hi)), "n_chunks": table.n_chunks, "heads": head_list,
             "outputs": list(applies), "nonfinite": nonfinite, "bytes": path.stat().st_size}

@@ -125,7 +125,8 @@ def tap_table_markdown() -> str:
 
 
 def render_export(console: Console, info: dict) -> None:
-    lo, hi = info["chunks"]
+    ids = info["chunks"]
+    lo, hi = (ids[0], ids[-1] + 1) if ids else (0, 0)
     heads = ",".join(str(h) for h in info["heads"])
     console.print(f"wrote {escape(info['out'])} ({info['bytes']} bytes) from {info['source']} on {info['device']}: "
                   f"{len(info['taps'])} taps, chunks {lo}:{hi} of {info['n_chunks']}, heads {heads}; "
