@@ -427,11 +427,15 @@ def run(
         extra = extra_tensors_note(dump)
         if extra:
             result.notes.append(extra)
-        plotted = render_plot.plot_run(outs.stage("--plot"), render_plot.run_plot_data(result)) \
-            if plot is not None else None
-        if json_file is not None:
-            atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
-        outs.commit()
+        try:
+            plotted = render_plot.plot_run(outs.stage("--plot"), render_plot.run_plot_data(result)) \
+                if plot is not None else None
+            if json_file is not None:
+                atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
+            outs.commit()
+        except KdadbgError:  # a file that passed the check but could not be written: the result still shows
+            report.render_run(_out(), result)
+            raise
     report.render_run(_out(), result)
     if plotted is not None:
         _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
@@ -528,10 +532,14 @@ def diff(
                                 spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
                                 window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
                                 full_run=full_run, max_interpreter_s=max_interpreter_s, progress=progress)
-        plotted = write_plot(result, outs.stage("--plot")) if plot is not None else None
-        if json_file is not None:
-            atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
-        outs.commit()
+        try:
+            plotted = write_plot(result, outs.stage("--plot")) if plot is not None else None
+            if json_file is not None:
+                atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
+            outs.commit()
+        except KdadbgError:  # a file that passed the check but could not be written: the result still shows
+            diffreport.render(_out(), result)
+            raise
     out = _out()
     diffreport.render(out, result)
     if plotted is not None:

@@ -101,8 +101,13 @@ class OutputSet:
     def __enter__(self) -> "OutputSet":
         return self
 
-    def __exit__(self, *exc) -> None:
+    def __exit__(self, exc_type, exc, tb) -> None:
         self.discard()
+        if isinstance(exc, KdadbgError) and exc.args:  # a staged file named by its option and target instead
+            msg = str(exc.args[0])
+            for label, tmp in self._staged.items():
+                msg = msg.replace(str(tmp), f"{label} {self.targets[label]}")
+            exc.args = (msg, *exc.args[1:])
 
     def stage(self, label: str) -> Path | None:
         """A fresh temporary path beside ``label``'s target to write instead (None when not asked for)."""

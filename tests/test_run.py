@@ -9,6 +9,7 @@ from safetensors.torch import load_file
 
 from conftest import HAS_GPU, resave
 from kdadbg.dump import load_dump
+from kdadbg.errors import KdadbgError
 from kdadbg.reference import run_reference
 from kdadbg.tapsfile import read_taps_file
 from kdadbg.tolerances import TOLERANCES, tolerances
@@ -72,6 +73,28 @@ def test_run_refuses_to_overwrite(dump, tmp_path):
     js.write_text("keep me")
     assert_one_error_line(kdadbg("run", dump, "--device", DEV, "--json", js), "already exists")
     assert js.read_text() == "keep me"
+
+
+@pytest.mark.parametrize("command", ["run", "diff"])
+def test_a_file_that_cannot_be_written_after_the_computation_keeps_the_result(dump, tmp_path, monkeypatch,
+                                                                              command):
+    """A --json path that passes the up-front check but cannot be written at the end (a full disk; a path under
+    /proc did it, round 37): the result is still printed, then one error line naming the option and the file
+    the user gave (not the temporary file), exit 2, and nothing left behind."""
+    from kdadbg import fileio
+
+    def full_disk(text, path, force=False):
+        raise KdadbgError(f"{path}: cannot write (No space left on device)")
+
+    monkeypatch.setattr(fileio, "atomic_write_text", full_disk)
+    js = tmp_path / "r.json"
+    extra = ["--window", "0"] if command == "diff" else []
+    r = kdadbg(command, dump, "--device", DEV, "--json", js, *extra)
+    # progress lines, then the error as the last line of stderr
+    assert r.exit_code == 2 and r.stderr.strip().splitlines()[-1] == \
+        f"error: --json {js}: cannot write (No space left on device)", r.stderr
+    assert ("PASS:" if command == "run" else "verdict: pass") in r.stdout, r.stdout
+    assert list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("args, fragment", [
