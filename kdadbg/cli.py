@@ -420,10 +420,15 @@ def run(
             kernel_precheck(dump)   # refuses over-wide heads; the float64 note comes with the result's notes
         dev = resolve_device(device.value)
         staged = outs.stage("--save")
-        with report.progress_display(_err()) as progress:
-            result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
-                           progress=progress, save=None if staged is None else str(staged),
-                           chunks=_chunk_window(chunks, inputs, config), max_interpreter_s=max_interpreter_s)
+        try:
+            with report.progress_display(_err()) as progress:
+                result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
+                               progress=progress, save=None if staged is None else str(staged),
+                               chunks=_chunk_window(chunks, inputs, config), max_interpreter_s=max_interpreter_s)
+        except KdadbgError as e:  # --save could not be written: the result it comes from still shows
+            if getattr(e, "result", None) is not None:
+                report.render_run(_out(), e.result)
+            raise
         extra = extra_tensors_note(dump)
         if extra:
             result.notes.append(extra)

@@ -217,7 +217,11 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
                 "inputs_sha256": inputs_fingerprint(inputs)}
         # a tensor returned in 16 bits keeps its dtype (its values exactly): `diff --against` the file then
         # judges it as `run` did (as one returned in 16 bits), where float32 copies read as BUG at fp32
-        atomic_save({r.name: _saved(got.outputs[r.name]) for r in rows}, meta, save, force=force)
+        try:
+            atomic_save({r.name: _saved(got.outputs[r.name]) for r in rows}, meta, save, force=force)
+        except KdadbgError as e:  # the caller may still show the result (e.result) before the error
+            e.result = result
+            raise
     return result
 
 

@@ -97,6 +97,21 @@ def test_a_file_that_cannot_be_written_after_the_computation_keeps_the_result(du
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_save_file_that_cannot_be_written_keeps_the_result(dump, tmp_path, monkeypatch):
+    """run --save: the same for the kernel outputs' file, written at the end of the check."""
+    import kdadbg.run as run_module
+
+    def full_disk(tensors, meta, path, force=False):
+        raise KdadbgError(f"{path}: cannot write (No space left on device)")
+
+    monkeypatch.setattr(run_module, "atomic_save", full_disk)
+    saved = tmp_path / "k.safetensors"
+    r = kdadbg("run", dump, "--device", DEV, "--save", saved)
+    assert r.exit_code == 2 and r.stderr.strip().splitlines()[-1] == \
+        f"error: --save {saved}: cannot write (No space left on device)", r.stderr
+    assert "PASS:" in r.stdout and list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.parametrize("args, fragment", [
     pytest.param(["--tol", "nope=1"], "--tol", id="unknown-tol"),
     pytest.param(["--tol", "dq=abc"], "--tol dq", id="bad-tol-value"),
