@@ -303,8 +303,9 @@ def inspect_(
 @config_options
 def taps(
     dump: Annotated[Optional[Path], typer.Argument(help="Dump file to run.", show_default=False)] = None,
-    out: Annotated[Optional[Path], typer.Option("--out", "-o", help="Taps file to write.", show_default=False)]
-    = None,
+    out: Annotated[Optional[Path], typer.Argument(help="Taps file to write (or -o).", show_default=False)] = None,
+    out_option: Annotated[Optional[Path], typer.Option("--out", "-o", help="Taps file to write.",
+                                                       show_default=False)] = None,
     source: Annotated[str, typer.Option("--source", "--impl", help="What computes the taps: reference (the "
                                         "float64 reference, default), ours (our kernels; 'kernel' works too), "
                                         "PATH.py:FUNCTION or MODULE:FUNCTION (as --impl of run).")]
@@ -341,6 +342,9 @@ def taps(
     if list_:
         report.render_tap_list(_out())
         return
+    if out is not None and out_option is not None:
+        raise KdadbgError(f"taps: the file to write given twice, {out} and -o {out_option}: give one")
+    out = out_option if out_option is not None else out
     if dump is None or out is None:
         raise typer.BadParameter("needs a DUMP and -o OUT (or pass --list)", param_hint="DUMP / --out")
     check_outputs({"--out": out}, inputs=[dump], force=force)

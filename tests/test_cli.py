@@ -233,6 +233,17 @@ def test_taps_refuses_overwrite(tmp_path, basic):
     assert read_taps_file(out)["outputs"]
 
 
+def test_taps_takes_the_file_to_write_after_the_dump_too(tmp_path, basic):
+    """`kdadbg taps DUMP OUT` as `kdadbg gen OUT` takes its file (it was a usage error); OUT and -o together: one
+    line naming both, nothing written."""
+    out, other = tmp_path / "t.safetensors", tmp_path / "u.safetensors"
+    r = kdadbg("taps", basic, out, "--taps", "none")
+    assert r.exit_code == 0 and read_taps_file(out)["outputs"], r.output
+    assert_one_error_line(kdadbg("taps", basic, other, "-o", out, "--taps", "none", "--force"), "given twice",
+                          str(other), str(out))
+    assert not other.exists()
+
+
 def test_taps_nonfinite_inputs(tmp_path):
     dump, out = tmp_path / "d.safetensors", tmp_path / "t.safetensors"
     inputs, cfg = make_inputs(get_case("t16"))
