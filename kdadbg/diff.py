@@ -169,6 +169,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     # those whose last/first chunk is selected, the only ones output_rows compares
     mine, row_ids = output_rows(outs, ct, config.state_layout, chunk_list, head_list, G)
     theirs, _ = output_rows({n: ref.outputs[n] for n in mine}, ct, config.state_layout, chunk_list, head_list, G)
+    # what the selection compares (ht, dh0 only where it holds a sequence's last, first chunk): each one the
+    # implementation does not return is not provided, and the verdict then at best partial, as run's
+    expected = [n for n in output_rows(ref.outputs, ct, config.state_layout, chunk_list, head_list, G)[0]]
     if not cand and not mine:
         offered = ", ".join((*[n for n in ref.outputs], *names))
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {offered} for the selection "
@@ -234,7 +237,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
-                     not_provided=dict(run.not_provided), notes=[*([config_note] if config_note else []), *run.notes])
+                     not_provided={n: run.not_provided.get(n, "not returned") for n in expected
+                                   if n not in run.outputs},
+                     notes=[*([config_note] if config_note else []), *run.notes])
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "

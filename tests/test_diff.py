@@ -655,6 +655,31 @@ def test_cli_diff_taps_files(tmp_path, dump):
     assert "taps it does not provide" not in r.stdout
 
 
+def test_against_a_file_without_an_output_is_partial_not_a_pass(tmp_path, dump):
+    """User trial, round 38: `diff DUMP --against FILE` passed (exit 0) a file without dk, or without any output
+    or gradient, where `diff A B` and `run --impl FILE` said partial: now each output the selection compares
+    and the file lacks is not provided, and the verdict partial (exit 3)."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    inputs, cfg = inputs_for("basic")
+    full = write_reference_taps(tmp_path, inputs, cfg, "full.safetensors")
+    with safe_open(str(full), "pt") as f:
+        meta = f.metadata()
+    t = load_file(str(full))
+    save_file({k: v for k, v in t.items() if k != "dk"}, str(tmp_path / "nodk.safetensors"), metadata=meta)
+    save_file({k: v for k, v in t.items() if k.split(".")[0] in ("tap", "chunk", "head")},
+              str(tmp_path / "tapsonly.safetensors"), metadata=meta)
+    for name, lacking in (("nodk", ["dk"]), ("tapsonly", ["o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0",
+                                                         "dA_log", "ddt_bias"])):
+        js = tmp_path / f"{name}.json"
+        r = kdadbg("diff", dump, "--against", tmp_path / f"{name}.safetensors", "--window", "0", "--json", js)
+        doc = json.loads(js.read_text())
+        assert r.exit_code == 3 and doc["verdict"] == "partial", r.output
+        assert sorted(doc["not_provided"]) == sorted(lacking), doc["not_provided"]
+    assert kdadbg("diff", dump, "--against", full, "--window", "0").exit_code == 0
+
+
 @pytest.mark.parametrize("args,fragments", [
     pytest.param(["{a}"], ["is a taps file"], id="taps-file-alone"),
     pytest.param(["{dump}", "{dump}"], ["not a taps file"], id="two-dumps"),

@@ -91,9 +91,14 @@ class TapsFile(Implementation):
         ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
         if f["chunks"]:
             self._check_chunks(f, ct, config)
+        from ..window import WINDOW_NOT_COMPARABLE
+
         outputs = checked_outputs(self.path, f["outputs"], inputs, config)
+        # a file made on a window (run --chunks A:B --save) cannot hold the whole-head sums: not a shortfall
+        not_provided = {n: WINDOW_NOT_COMPARABLE for n in ("dA_log", "ddt_bias")
+                        if n not in outputs and f["metadata"].get("chunks")}
         if taps is None or not f["chunks"]:
-            return ImplRun(outputs)
+            return ImplRun(outputs, not_provided=not_provided)
         ids = [int(i) for i in f["chunks"]["index"]]
         heads = [int(h) for h in f["heads"]]
         theirs = {n: f["taps"][n] for n in taps.names if n in f["taps"]}
@@ -108,7 +113,7 @@ class TapsFile(Implementation):
         lo, hi = taps.chunk_range(ct.n_chunks)
         sel, rows, hs = select_taps(convert_taps(theirs, self.spec), ids, heads, list(range(lo, hi)),
                                     list(taps.head_list(H)))
-        return ImplRun(outputs, sel, rows, hs)
+        return ImplRun(outputs, sel, rows, hs, not_provided=not_provided)
 
     def check_inputs(self, inputs: KDAInputs, config: KDAConfig | None = None) -> None:
         """A file that records its inputs' digest (``inputs_sha256``: ``kdadbg taps``, ``run --save``,
