@@ -281,6 +281,37 @@ def test_function_that_raises_is_one_line_exit_1(tmp_path):
     assert r.exit_code == 2 and "has no 'nope'" in r.output
 
 
+def test_an_implementation_that_exits_or_fails_to_import(tmp_path):
+    """User trial, round 38: a function calling sys.exit(0) made run, diff and taps exit 0 with no verdict; a
+    module exiting at import gave its own code (3 read as partial); a file whose import raised was exit 1 (a
+    numerical failure) and a folder named as the file "no such file". Now: one line each, exit 1 for what the
+    function does when called, 2 for a file that cannot be imported; a module parsing its command line at
+    import sees none (it parsed kdadbg's)."""
+    (tmp_path / "fexit.py").write_text("import sys\ndef chunk_kda(q, k, v, g, beta, **kw):\n    sys.exit(0)\n")
+    (tmp_path / "modexit.py").write_text("import sys\nsys.exit(3)\n")
+    (tmp_path / "imperr.py").write_text("import nonexistent_module_of_a_user\n")
+    (tmp_path / "syn.py").write_text("def f(:\n")
+    (tmp_path / "argp.py").write_text("import argparse\np = argparse.ArgumentParser()\np.add_argument('--bs', "
+                                      "type=int, default=4)\nargs = p.parse_args()\n"
+                                      "def chunk_kda(q, k, v, g, beta, **kw):\n    raise RuntimeError('ran')\n")
+    (tmp_path / "adir.py").mkdir()
+    inputs, config = case_inputs("basic")
+    dump = tmp_path / "d.safetensors"
+    save_dump(dump, inputs, config)
+    for command in (["run"], ["diff"], ["taps", "-o", str(tmp_path / "t.safetensors")]):
+        r = runner.invoke(cli.app, [command[0], str(dump), *command[1:], "--impl" if command[0] != "taps" else
+                                    "--source", f"{tmp_path / 'fexit.py'}:chunk_kda"])
+        assert r.exit_code == 1 and "called sys.exit(0) instead of returning" in r.stderr, (command, r.output)
+    assert not (tmp_path / "t.safetensors").exists()
+    for name, code, fragment in (("modexit", 2, "importing"), ("imperr", 2, "raised ModuleNotFoundError"),
+                                 ("syn", 2, "raised SyntaxError"), ("argp", 1, "raised RuntimeError: ran"),
+                                 ("adir", 2, "is a folder, expected a Python file")):
+        r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{tmp_path / name}.py:chunk_kda"])
+        assert r.exit_code == code and fragment in r.stderr and "Traceback" not in r.output, (name, r.output)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{tmp_path / 'modexit.py'}:chunk_kda"])
+    assert "called sys.exit(3)" in r.stderr, r.output
+
+
 class _WithTaps(Implementation):
     """An implementation whose taps come in FlashKDA-like conventions ([V,K] states, log2 gates)."""
     name = "vk-log2"

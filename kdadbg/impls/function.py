@@ -33,12 +33,19 @@ from kdadbg_kernels.taps import TapSelection
 
 from ..chunks import chunk_table
 from ..config import KDAConfig, KDAInputs
-from ..errors import KdadbgError
+from ..errors import EXIT_BAD_INPUT, KdadbgError
 from .base import Implementation, ImplError, ImplRun, TapsSpec, check_tap_shapes, convert_taps, select_taps
 from .tapsfile import checked_outputs
 
 GRAD_OF = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial_state": "dh0",
            "A_log": "dA_log", "dt_bias": "ddt_bias"}
+
+
+class ImportFailed(ImplError):
+    """The implementation's file raised (or exited) while it was imported: bad input, exit 2, not a numerical
+    failure."""
+
+    exit_code = EXIT_BAD_INPUT
 
 
 def load_callable(spec: str):
@@ -52,24 +59,34 @@ def load_callable(spec: str):
     if target.endswith(".py"):
         path = Path(target)
         if not path.is_file():
-            raise KdadbgError(f"--impl {spec}: {target}: no such file")
+            raise KdadbgError(f"--impl {spec}: {target}: " + ("is a folder, expected a Python file" if path.is_dir()
+                                                             else "no such file"))
         name = f"kdadbg_user_impl_{abs(hash(str(path.resolve())))}"
         mod_spec = importlib.util.spec_from_file_location(name, path)
         module = importlib.util.module_from_spec(mod_spec)
         sys.modules[name] = module
         sys.path.insert(0, str(path.resolve().parent))
+        argv, sys.argv = sys.argv, [str(path)]   # a module that parses its command line at import sees none
         try:
             mod_spec.loader.exec_module(module)
+        except SystemExit as e:
+            raise ImportFailed(f"--impl {spec}: importing {target} called sys.exit({e.code!r})") from None
         except Exception as e:
-            raise ImplError(f"--impl {spec}: importing {target} raised {type(e).__name__}: {e}",
-                            detail=traceback.format_exc()) from None
+            raise ImportFailed(f"--impl {spec}: importing {target} raised {type(e).__name__}: {e}",
+                               detail=traceback.format_exc()) from None
         finally:
+            sys.argv = argv
             sys.path.remove(str(path.resolve().parent))
     else:
         try:
             module = importlib.import_module(target)
         except ImportError as e:
             raise KdadbgError(f"--impl {spec}: cannot import module {target!r}: {e}") from None
+        except SystemExit as e:
+            raise ImportFailed(f"--impl {spec}: importing {target} called sys.exit({e.code!r})") from None
+        except Exception as e:
+            raise ImportFailed(f"--impl {spec}: importing {target} raised {type(e).__name__}: {e}",
+                               detail=traceback.format_exc()) from None
     if not hasattr(module, attr):
         found = sorted(n for n in vars(module) if not n.startswith("_") and callable(getattr(module, n)))
         raise KdadbgError(f"--impl {spec}: {target} has no {attr!r} (it has: {', '.join(found) or 'nothing callable'})")
@@ -190,6 +207,9 @@ class Function(Implementation):
                 ret = self.fn(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"], **kwargs)
         except KdadbgError:
             raise
+        except SystemExit as e:
+            raise ImplError(f"--impl {self.name}: called sys.exit({e.code!r}) instead of returning (o, final_state)") \
+                from None
         except Exception as e:
             raise ImplError(f"--impl {self.name}: raised {type(e).__name__}: {e}", detail=traceback.format_exc()) \
                 from None
@@ -236,6 +256,8 @@ class Function(Implementation):
         wrt = {n: t for n, t in leaves.items() if GRAD_OF[n] in names}
         try:
             got = torch.autograd.grad(outs, list(wrt.values()), grads_in, allow_unused=True)
+        except SystemExit as e:
+            raise ImplError(f"--impl {self.name}: its backward called sys.exit({e.code!r})") from None
         except Exception as e:
             raise ImplError(f"--impl {self.name}: its backward raised {type(e).__name__}: {e}",
                             detail=traceback.format_exc()) from None
