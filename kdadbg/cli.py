@@ -44,11 +44,11 @@ app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion
 
 def _out() -> Console:
     """stdout; wide when piped so tables stay readable in files and logs."""
-    return Console(highlight=False, width=None if sys.stdout.isatty() else 160)
+    return Console(highlight=False, emoji=False, width=None if sys.stdout.isatty() else 160)
 
 
 def _err() -> Console:
-    return Console(stderr=True, highlight=False)
+    return Console(stderr=True, highlight=False, emoji=False)
 
 
 def _chunk_window(spec: str | None, inputs, config) -> tuple[int, int] | None:

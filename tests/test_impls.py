@@ -279,6 +279,10 @@ def test_function_that_raises_is_one_line_exit_1(tmp_path):
     assert r.exit_code == 2 and "use_gate_in_kernel=True" in r.output and "takes no such argument" in r.output
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:nope"])
     assert r.exit_code == 2 and "has no 'nope'" in r.output
+    # names that are emoji codes stay names (":x:" and ":three:" were drawn as emoji, round 38)
+    for name in ("x", "three"):
+        r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:{name}"])
+        assert r.exit_code == 2 and f"{mod}:{name}: " in r.stderr and f"has no '{name}'" in r.stderr, r.stderr
 
 
 def test_an_implementation_that_exits_or_fails_to_import(tmp_path):
