@@ -34,7 +34,8 @@ from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
 from .impls.base import convert_taps, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
-from .tapsfile import OUTPUT_NAMES
+from .dump import NO_UPSTREAM, no_upstream_gradient
+from .tapsfile import GRADIENTS, OUTPUT_NAMES
 from .run import LOW_DTYPES, judged as judged_tensor
 from .tolerances import tap_tolerances, tolerances
 
@@ -164,7 +165,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         missing["taps"] = []   # an implementation without taps: nothing is missing, there are none
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
-    outs = {n: t for n, t in run.outputs.items() if n in ref.outputs}
+    # no upstream gradient (do all zero, no nonzero dht): every gradient is 0 on both sides; not compared
+    blind = {n: NO_UPSTREAM for n in ref.outputs if n in GRADIENTS} if no_upstream_gradient(inputs) else {}
+    outs = {n: t for n, t in run.outputs.items() if n in ref.outputs and n not in blind}
     # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
     # those whose last/first chunk is selected, the only ones output_rows compares
     mine, row_ids = output_rows(outs, ct, config.state_layout, chunk_list, head_list, G)
@@ -237,8 +240,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
-                     not_provided={n: run.not_provided.get(n, "not returned") for n in expected
-                                   if n not in run.outputs},
+                     not_provided={n: blind.get(n) or run.not_provided.get(n, "not returned") for n in expected
+                                   if n not in run.outputs or n in blind},
                      notes=[*([config_note] if config_note else []), *run.notes])
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "

@@ -55,20 +55,57 @@ def load_dump(path, overrides: dict | None = None, allow_nonfinite: bool = False
     return _inputs(tensors), config
 
 
+# metadata keys a dump may hold besides the config (CONFIG_KEYS): gen's notes and capture's ``capture.*``
+NOTE_KEYS = ("preset", "seed", "format", "kdadbg")
+NOTE_PREFIXES = ("capture.", "size_")
+
+
+def unknown_metadata(meta: dict) -> list[str]:
+    """The metadata keys of a dump that kdadbg does not read, each with the config key it may be meant as
+    (``chunksize (chunk_size?)``): a misspelt config key otherwise falls back to its default without a word."""
+    import difflib
+
+    out = []
+    for key in meta:
+        if key in CONFIG_KEYS or key in NOTE_KEYS or key.startswith(NOTE_PREFIXES):
+            continue
+        norm = key.lower().replace("-", "_").replace(" ", "_")
+        near = [k for k in CONFIG_KEYS if k == norm or k.replace("_", "") == norm.replace("_", "")] or \
+            difflib.get_close_matches(norm, CONFIG_KEYS, n=1, cutoff=0.8)
+        out.append(f"{key} ({near[0]}?)" if near else key)
+    return out
+
+
 def extra_tensors_note(path) -> str | None:
-    """A note naming the tensors of dump ``path`` that are not part of the format and so were not read (a
-    misspelt optional input, ``initial_state`` for ``h0``, would otherwise vanish without a word); None when
-    there are none."""
-    specs, _ = read_header(path)
+    """A note naming the tensors of dump ``path`` that are not part of the format and the metadata keys that
+    are not read (a misspelt optional input, ``initial_state`` for ``h0``, or config key, ``chunksize``,
+    would otherwise vanish without a word); None when there are none."""
+    specs, meta = read_header(path)
     extra = [n for n in specs if n not in KNOWN]
-    if not extra:
-        return None
-    absent = [n for n in KNOWN if n not in specs and n not in REQUIRED]
-    return (f"{path}: holds {len(extra)} tensor(s) that are not dump inputs, not read: {', '.join(extra[:12])}"
-            f"{', ...' if len(extra) > 12 else ''} (the optional inputs are named {', '.join(absent)})"
-            if absent else
-            f"{path}: holds {len(extra)} tensor(s) that are not dump inputs, not read: {', '.join(extra[:12])}"
-            f"{', ...' if len(extra) > 12 else ''}")
+    keys = unknown_metadata(meta)
+    parts = []
+    if extra:
+        absent = [n for n in KNOWN if n not in specs and n not in REQUIRED]
+        parts.append(f"holds {len(extra)} tensor(s) that are not dump inputs, not read: {', '.join(extra[:12])}"
+                     f"{', ...' if len(extra) > 12 else ''}"
+                     + (f" (the optional inputs are named {', '.join(absent)})" if absent else ""))
+    if keys:
+        parts.append(f"metadata keys not read: {', '.join(keys[:12])}{', ...' if len(keys) > 12 else ''} (the "
+                     f"config keys are {', '.join(CONFIG_KEYS)})")
+    return f"{path}: {'; '.join(parts)}" if parts else None
+
+
+NO_UPSTREAM = ("not compared: the dump's do is all zero and it has no nonzero dht, so every gradient is 0 "
+               "whatever the backward computes")
+
+
+def no_upstream_gradient(inputs) -> bool:
+    """Whether the dump's upstream gradients are all zero (``do`` everywhere, ``dht`` absent or zero): its
+    gradients then hold nothing to judge a backward by (0 against 0 passes any backward; a frozen or masked
+    layer's captured step can be so)."""
+    if bool(inputs.do.ne(0).any()):
+        return False
+    return inputs.dht is None or not bool(inputs.dht.ne(0).any())
 
 
 def kernel_precheck(path) -> str | None:
@@ -321,10 +358,12 @@ def describe_dump(path) -> dict:
     ``{name, role ('input' or 'extra'), shape, dtype, min, max, mean, nan, inf}`` (stats over the
     finite values; None for extra tensors and complex ones); ``extra``: names of tensors that are
     not part of format v1; ``origin``: for a dump written by ``kdadbg.capture``, its ``capture.*``
-    metadata without the prefix (``step``, ``call``, ``module``, ``rank``, ``impl``, ...), else None.
+    metadata without the prefix (``step``, ``call``, ``module``, ``rank``, ``impl``, ...), else None;
+    ``unknown_metadata``: the metadata keys not read (``unknown_metadata``); ``warnings``: what makes a valid
+    dump a poor test (no upstream gradient).
     """
     out = {"path": str(path), "ok": False, "verdict": "", "metadata": {}, "config": None, "sizes": None,
-           "tensors": [], "extra": [], "origin": None}
+           "tensors": [], "extra": [], "origin": None, "unknown_metadata": [], "warnings": []}
     try:
         specs, meta = read_header(path)
     except KdadbgError as e:
@@ -375,6 +414,12 @@ def describe_dump(path) -> dict:
         N = B if cu is None else cu.numel() - 1
         out["sizes"] = {"B": B, "T": T, "H": H, "HV": HV, "K": K, "V": V, "N": N, "n_chunks": ct.n_chunks}
     out["ok"], out["verdict"] = error is None, error or "ok"
+    out["unknown_metadata"] = unknown_metadata(meta)
+    do, dht = rows.get("do"), rows.get("dht")
+    zero = (lambda r: r is not None and r["min"] == 0 and r["max"] == 0 and not r["nan"] and not r["inf"])
+    out["warnings"] = ["do is all zero and there is no nonzero dht: every gradient is 0 whatever the backward "
+                       "computes (run and diff do not compare them)"] \
+        if error is None and zero(do) and (dht is None or zero(dht)) else []
     if config is not None:
         out["config"] = [{"key": k, "value": getattr(config, k), "default": k not in meta} for k in CONFIG_KEYS]
     return out

@@ -369,3 +369,52 @@ def test_describe_unreadable(tmp_path):
     d = describe_dump(path)
     assert not d["ok"] and d["tensors"] == [] and "not a readable safetensors" in d["verdict"]
 
+
+
+def test_unknown_metadata_keys_are_named_with_the_key_they_may_mean(tmp_path):
+    """User trial, round 38: metadata {chunksize, Gate, state-layout} read as valid with every config key at its
+    default and no word of the three; inspect (text and JSON) and run/diff's note now name each key not read,
+    with the config key it may be meant as."""
+    from kdadbg.dump import extra_tensors_note
+    from safetensors.torch import load_file
+
+    path = tmp_path / "d.safetensors"
+    inputs, cfg = make_inputs(get_case("basic"))
+    save_dump(path, inputs, cfg)
+    t = load_file(str(path))
+    typo = tmp_path / "typo.safetensors"
+    save_file(t, str(typo), metadata={"chunksize": "64", "Gate": "softplus", "state-layout": "kv", "model": "m1"})
+    desc = describe_dump(typo)
+    assert desc["ok"] and sorted(desc["unknown_metadata"]) == sorted(
+        ["chunksize (chunk_size?)", "Gate (gate?)", "state-layout (state_layout?)", "model"]), desc["unknown_metadata"]
+    note = extra_tensors_note(typo)
+    assert "metadata keys not read" in note and "chunksize (chunk_size?)" in note, note
+    assert describe_dump(path)["unknown_metadata"] == [] and extra_tensors_note(path) is None
+
+
+def test_a_dump_without_upstream_gradient_is_not_a_pass(tmp_path):
+    """User trial, round 38: do all zero and no dht made every gradient 0 against 0 and run PASS, whatever the
+    backward: now inspect warns, and run and diff leave the gradients not compared (partial, exit 3)."""
+    import json
+
+    from test_cli import kdadbg
+
+    inputs, cfg = make_inputs(get_case("basic"))
+    inputs.do.zero_()
+    inputs.dht = None
+    path = save_dump(tmp_path / "z.safetensors", inputs, cfg)
+    desc = describe_dump(path)
+    assert desc["ok"] and len(desc["warnings"]) == 1 and "do is all zero" in desc["warnings"][0]
+    grads = ["dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"]
+    for command, extra in (("run", []), ("diff", ["--window", "0"])):
+        js = tmp_path / f"{command}.json"
+        r = kdadbg(command, path, "--json", js, *extra)
+        doc = json.loads(js.read_text())
+        assert r.exit_code == 3 and doc["verdict"] == "partial", r.output
+        assert sorted(doc["not_provided"]) == sorted(grads), doc["not_provided"]
+        assert all("do is all zero" in why for why in doc["not_provided"].values())
+    # a nonzero dht alone is an upstream gradient: compared as usual
+    inputs2, cfg2 = make_inputs(get_case("basic"))
+    inputs2.do.zero_()
+    p2 = save_dump(tmp_path / "z2.safetensors", inputs2, cfg2)
+    assert describe_dump(p2)["warnings"] == [] and kdadbg("run", p2).exit_code == 0

@@ -83,6 +83,11 @@ def render_inspect(console: Console, desc: dict) -> None:
         console.print(t)
     if desc["extra"]:
         console.print("ignored extra tensors: " + ", ".join(desc["extra"]), soft_wrap=True, highlight=False)
+    if desc.get("unknown_metadata"):
+        console.print(escape("metadata keys not read: " + ", ".join(desc["unknown_metadata"])), soft_wrap=True,
+                      highlight=False)
+    for w in desc.get("warnings", []):
+        console.print(escape(f"warning: {w}"), style="yellow", soft_wrap=True, highlight=False)
     verdict = "[green]valid[/green]" if desc["ok"] else f"[red]invalid:[/red] {escape(desc['verdict'])}"
     console.print(f"verdict: {verdict}", soft_wrap=True, highlight=False)
 
