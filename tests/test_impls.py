@@ -285,6 +285,25 @@ def test_function_that_raises_is_one_line_exit_1(tmp_path):
         assert r.exit_code == 2 and f"{mod}:{name}: " in r.stderr and f"has no '{name}'" in r.stderr, r.stderr
 
 
+def test_a_function_without_its_final_state_is_told_that_dht_went_nowhere(tmp_path):
+    """User trial, round 38: a function returning (o, None) on a dump with dht failed dk, dv, dg, dbeta and diff
+    named dv's chunk as introduced there, sending the user into their backward; now run and diff say first
+    that the dump's dht had nowhere to go. Without dht in the dump, no such note."""
+    (tmp_path / "noht.py").write_text(f"import importlib.util\nspec = importlib.util.spec_from_file_location('t', "
+                                      f"{IMPL!r})\nm = importlib.util.module_from_spec(spec)\n"
+                                      f"spec.loader.exec_module(m)\n"
+                                      f"def f(q, k, v, g, beta, **kw):\n    return m.chunk_kda(q, k, v, g, beta, **kw)[0], None\n")
+    fn = f"{tmp_path / 'noht.py'}:f"
+    for name, noted in (("basic", True), ("h0_only", False)):
+        inputs, config = case_inputs(name)
+        dump = tmp_path / f"{name}.safetensors"
+        save_dump(dump, inputs, config)
+        for command in (["run"], ["diff", "--window", "0"]):
+            r = runner.invoke(cli.app, [command[0], str(dump), "--impl", fn, *command[1:]])
+            assert ("the dump's dht was not applied" in r.stdout) == noted, (name, command, r.stdout)
+            assert "returned no final state" in r.stdout or not noted
+
+
 def test_an_implementation_that_exits_or_fails_to_import(tmp_path):
     """User trial, round 38: a function calling sys.exit(0) made run, diff and taps exit 0 with no verdict; a
     module exiting at import gave its own code (3 read as partial); a file whose import raised was exit 1 (a

@@ -224,7 +224,14 @@ class Function(Implementation):
             not_provided["ht"] = "the function returned no final state"
         grads = self._gradients(o, ht, leaves, x, config, flip, not_provided)
         outputs.update(checked_outputs(f"--impl {self.name}", grads, inputs, config))
-        run = ImplRun(outputs, not_provided=not_provided, notes=[self.precision_note] if self.precision_note else [])
+        notes = [self.precision_note] if self.precision_note else []
+        if grads and x.dht is not None and bool(x.dht.ne(0).any()) and (ht is None or ht.grad_fn is None):
+            # the upstream gradient of the final state had nowhere to go: every gradient it reaches differs
+            notes.append(f"the dump's dht was not applied: --impl {self.name} returned "
+                         f"{'no final state' if ht is None else 'a final state outside the autograd graph'}, so "
+                         f"its gradients lack dht's part and differ from the reference wherever it reaches; "
+                         f"return the final state (output_final_state=True) before looking at the backward")
+        run = ImplRun(outputs, not_provided=not_provided, notes=notes)
         if their_taps is not None and taps is not None:
             self._add_taps(run, their_taps, inputs, config, taps)
         return run
