@@ -379,8 +379,9 @@ def run(
                                                      "(repeatable), e.g. --tol dg=5e-2.")] = None,
     json_file: Annotated[Optional[Path], typer.Option("--json", help=f"Also write the result as JSON (schema "
                                                       f"{RUN_JSON}) to this file.")] = None,
-    save: Annotated[Optional[Path], typer.Option("--save", help="Also write the kernel outputs and gradients "
-                                                 "(float32 safetensors) to this file.")] = None,
+    save: Annotated[Optional[Path], typer.Option("--save", help="Also write the implementation's outputs and "
+                                                 "gradients to this file (safetensors: float32, or the 16-bit dtype "
+                                                 "one was returned in), a file diff --against takes.")] = None,
     plot: Annotated[Optional[Path], typer.Option("--plot", help="Write a PNG of each tensor's ratio against its "
                                                  "tolerance (needs matplotlib; the name must end in .png).",
                                                  show_default=False)] = None,

@@ -298,3 +298,22 @@ def test_json_help_names_the_schema_written(command, extra, tmp_path):
     r = kdadbg(command, REPO / "sample_inputs" / "basic.safetensors", "--impl", "reference", *extra, "--json", out)
     assert r.exit_code == 0, r.output
     assert quoted == [str(json.loads(out.read_text())["schema"])], helps
+
+
+def test_taps_list_prints_each_meaning_whole_and_export_names_what_was_not_provided(tmp_path, basic):
+    """User trial, round 38: `taps --list` printed dU's meaning as `Mqk^T dO + kr dS` (Rich took `[c+1]` for
+    markup), and a source that does not write a requested tap said `0 taps` and nothing more."""
+    from kdadbg_kernels.taps import TAPS
+
+    r = kdadbg("taps", "--list")
+    assert r.exit_code == 0
+    for tap in TAPS:
+        assert tap.meaning in r.stdout, tap.name
+    fn = tmp_path / "only_o.py"
+    fn.write_text("from kdadbg.reference import run_reference\n"
+                  "import kdadbg_kernels\n"
+                  "def f(q, k, v, g, beta, **kw):\n"
+                  "    return kdadbg_kernels.chunk_kda(q, k, v, g, beta, **kw)\n")
+    out = tmp_path / "t.safetensors"
+    r = kdadbg("taps", basic, out, "--source", f"{fn}:f", "--taps", "dS")
+    assert r.exit_code == 0 and f"not provided by {fn}:f: dS" in r.stdout, r.output

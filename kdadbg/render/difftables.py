@@ -112,7 +112,10 @@ def render_header(console: Console, res) -> None:
     chunks = f"chunks {res.chunks[0]}:{res.chunks[-1] + 1}" if res.chunks else "no chunks"
     extra = ""
     if res.files:
-        extra = f", theirs converted: state layout {res.files['state_layout']}, gates {res.files['gate_units']}"
+        layout, units = res.files["state_layout"], res.files["gate_units"]
+        conv = [*(["S/dS from [V,K]"] if layout == "vk" else []), *(["gates from log2"] if units == "log2" else [])]
+        extra = (f", theirs converted: {', '.join(conv)}" if conv else
+                 ", theirs as written (state layout kv, gates ln: nothing converted)")
     qk = next((c for c in res.cells.values() if c.group > 1), None)
     if qk is not None:   # GVA
         extra = f" (value heads; dq, dk on the q/k heads {','.join(map(str, qk.heads))} they read){extra}"

@@ -115,7 +115,7 @@ def render_tap_list(console: Console) -> None:
     for col in ("tap", "stage", "per-chunk shape", "meaning"):
         t.add_column(col)
     for tap in TAPS:
-        t.add_row(tap.name, tap.stage, _shape(tap.shape), tap.meaning)
+        t.add_row(tap.name, tap.stage, escape(_shape(tap.shape)), escape(tap.meaning))  # dS[c+1] is no markup
     console.print(t)
 
 
@@ -138,6 +138,9 @@ def render_export(console: Console, info: dict) -> None:
                   f"outputs {', '.join(info['outputs'])}", soft_wrap=True, highlight=False)
     if info["nonfinite"]:
         console.print(f"[red]non-finite values in:[/red] {', '.join(info['nonfinite'])}", soft_wrap=True)
+    if info.get("not_provided"):  # asked for (or applying) but not written: the source does not provide them
+        console.print(escape(f"not provided by {info['source']}: {', '.join(info['not_provided'])}"), soft_wrap=True,
+                      highlight=False)
 
 
 @contextmanager
