@@ -316,6 +316,11 @@ class Capture:
         self.errors: list[str] = []       # calls selected and judged but not written, and why
         self.refused = 0                  # of those, how many because a file of the name existed (no force)
         self.calls_seen = 0
+        self.excluded: dict[str, int] = {}   # calls not written, counted by the option that left them out:
+                                             # every, modules, calls, first (before the call), when (after)
+        self._seen_modules: set[str] = set()
+        self._seen_calls: set[int] = set()
+        self._seen_steps: list[int] = []     # [first, last] step with a call
         self._step, self._call = 0, 0
         self._pending: list[CapturedCall] = []
         self._events: list = []
@@ -329,6 +334,8 @@ class Capture:
         self._closed = False
         self.warn_unresolved = True   # close() warns of requested targets never patched (kdadbg capture's
                                       # children leave that to the parent, which sees every process)
+        self.log_unwritten = True     # each call not written is logged as an error (kdadbg capture's children
+                                      # leave that to the parent, which prints each once from the manifests)
 
     def __enter__(self) -> "Capture":
         if _ACTIVE:
@@ -404,9 +411,17 @@ class Capture:
         function): ``[{"target", "name" (module:function), "why", "imported"}]``."""
         return self._patches.unresolved() if self._patches is not None else []
 
+    @property
+    def seen(self) -> dict:
+        """What the calls seen were, to say what a selection could have matched: ``{"modules": [names],
+        "calls": [indices within a step], "steps": [first, last] (empty before any call)}``."""
+        return {"modules": sorted(self._seen_modules), "calls": sorted(self._seen_calls),
+                "steps": list(self._seen_steps)}
+
     def manifest_data(self) -> dict:
         return {"schema": 1, "out": str(self.out), "calls_seen": self.calls_seen, "dumps": list(self.written),
-                "skipped": list(self.skipped), "errors": list(self.errors), "refused": self.refused,
+                "skipped": list(self.skipped), "excluded": dict(self.excluded), "seen": self.seen,
+                "errors": list(self.errors), "refused": self.refused,
                 "closed": self._closed, "targets": {"requested": self.targets_requested,
                                                     "patched": self._patches.resolved() if self._patches else [],
                                                     "unresolved": self.unresolved}}
@@ -432,8 +447,13 @@ class Capture:
             info = CallInfo(self._step, self._call, self._stack.current(), _rank(), impl)
             self._call += 1
             self.calls_seen += 1
-            selected = self._selected(info)
-        call = self._prepare(info, bound) if selected else None
+            self._seen_modules.add(info.module)
+            self._seen_calls.add(info.call)
+            self._seen_steps = [self._seen_steps[0] if self._seen_steps else info.step, info.step]
+            left_out = self._left_out_by(info)
+            if left_out is not None:
+                self._exclude(left_out)
+        call = self._prepare(info, bound) if left_out is None else None
         if call is None:
             return fn(*args, **kwargs)
         try:
@@ -456,18 +476,23 @@ class Capture:
             return wrapped[0]
         return type(out)([*wrapped, *out[len(wrapped):]]) if isinstance(out, list) else (*wrapped, *out[len(wrapped):])
 
-    def _selected(self, info: CallInfo) -> bool:
+    def _left_out_by(self, info: CallInfo) -> str | None:
+        """The first option that leaves the call out (``every``, ``modules``, ``calls``, ``first``); None: selected."""
         if info.step % self.every:
-            return False
+            return "every"
         if self.modules and not any(fnmatch.fnmatchcase(info.module, p) for p in self.modules):
-            return False
+            return "modules"
         if self.calls is not None and not (self.calls(info) if callable(self.calls) else info.call in self.calls):
-            return False
+            return "calls"
         if self.first is not None:
             held = len(self._pending) if self.when == "always" else 0
             if len(self.written) + held >= self.first:
-                return False
-        return True
+                return "first"
+        return None
+
+    def _exclude(self, option: str) -> None:
+        with self._lock:
+            self.excluded[option] = self.excluded.get(option, 0) + 1
 
     def _prepare(self, info: CallInfo, bound: _Bound) -> CapturedCall | None:
         """Host copies of a selected call's inputs, and its differentiable inputs swapped for recording
@@ -559,15 +584,19 @@ class Capture:
         else:
             reason = "predicate" if self.when(call) else None
         if reason is None:
+            self._exclude("when")
             return
         if self.first is not None and len(self.written) >= self.first:
+            self._exclude("first")
             return
         try:
             self.written.append(write_call(self.out, call, reason, bad, force=self.force))
         except KdadbgError as e:
             self.errors.append(str(e))
             self.refused += isinstance(e, OutputExists)
-            self._say(f"capture {call.info.label}: not written: {e}", logging.ERROR)
+            self._say(f"capture {call.info.label}: not written: {e}", logging.ERROR if self.log_unwritten
+                      else logging.DEBUG)
+            self._write_manifest()
             return
         self._say(f"capture {call.info.label}: wrote {self.written[-1]['dump']} ({reason})")
         self._write_manifest()  # kept current, so a process that dies later still lists its dumps

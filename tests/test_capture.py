@@ -138,18 +138,18 @@ def test_targets_patched_where_imported_and_restored(tmp_path):
 
 
 SELECTIONS = [
-    pytest.param({"calls": [1]}, [(0, 1), (1, 1), (2, 1)], id="calls"),
-    pytest.param({"calls": lambda info: info.step == 1}, [(1, 0), (1, 1)], id="calls-predicate"),
-    pytest.param({"modules": "layers.0.*"}, [(0, 0), (1, 0), (2, 0)], id="modules"),
-    pytest.param({"first": 3}, [(0, 0), (0, 1), (1, 0)], id="first"),
-    pytest.param({"every": 2}, [(0, 0), (0, 1), (2, 0), (2, 1)], id="every"),
+    pytest.param({"calls": [1]}, [(0, 1), (1, 1), (2, 1)], {"calls": 3}, id="calls"),
+    pytest.param({"calls": lambda info: info.step == 1}, [(1, 0), (1, 1)], {"calls": 4}, id="calls-predicate"),
+    pytest.param({"modules": "layers.0.*"}, [(0, 0), (1, 0), (2, 0)], {"modules": 3}, id="modules"),
+    pytest.param({"first": 3}, [(0, 0), (0, 1), (1, 0)], {"first": 3}, id="first"),
+    pytest.param({"every": 2}, [(0, 0), (0, 1), (2, 0), (2, 1)], {"every": 2}, id="every"),
     pytest.param({"when": lambda call: call.info.call == 0 and bool(call.grads["do"].abs().max() > 0)},
-                 [(0, 0), (1, 0), (2, 0)], id="when-predicate"),
+                 [(0, 0), (1, 0), (2, 0)], {"when": 3}, id="when-predicate"),
 ]
 
 
-@pytest.mark.parametrize("options, expected", SELECTIONS)
-def test_selection(options, expected, tmp_path):
+@pytest.mark.parametrize("options, expected, excluded", SELECTIONS)
+def test_selection(options, expected, excluded, tmp_path):
     model = TinyModel("naive")
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     with capture(tmp_path, model=model, targets=[NAIVE], **options) as cap:
@@ -157,7 +157,9 @@ def test_selection(options, expected, tmp_path):
             train_step(model, batch(T=8, seed=step))
             opt.step()
     assert [(d["step"], d["call"]) for d in cap.written] == expected
-    assert json.loads((tmp_path / "manifest.json").read_text())["dumps"] == cap.written
+    manifest = json.loads((tmp_path / "manifest.json").read_text())
+    assert manifest["dumps"] == cap.written and manifest["excluded"] == cap.excluded == excluded
+    assert manifest["seen"] == {"modules": ["layers.0.attn", "layers.1.attn"], "calls": [0, 1], "steps": [0, 2]}
 
 
 def test_decorator_form_and_manual_steps(tmp_path):
@@ -413,6 +415,55 @@ def test_cli_capture_again_refuses_existing_dumps_and_says_so(code, tmp_path):
         "overwritten; --force replaces them" in summary, summary
     assert summary.endswith(f"the command exited with {code}" + ("; capture exits 2" if code == 0 else "")), summary
     assert {p.name: p.read_bytes() for p in out.glob("*.safetensors")} == before
+    refusals = [line for line in again.stderr.splitlines() if "already exists" in line]
+    assert len(refusals) == 2 and all(line.startswith("error: ") for line in refusals), again.stderr   # each once
+
+
+SEEN = "modules layers.0.attn, layers.1.attn; call indices 0-1 within a step; steps 0-1"
+
+
+@pytest.mark.parametrize("options, code, status, excluded, error, note", [
+    pytest.param({"modules": ["layer.0.attn"]}, 0, 2, {"modules": 4},
+                 f"--modules layer.0.attn: selected none of the 4 KDA calls seen ({SEEN})", None, id="modules-typo"),
+    pytest.param({"calls": [5]}, 0, 2, {"calls": 4}, f"--calls 5: selected none of the 4 KDA calls seen ({SEEN})",
+                 None, id="calls-not-in-a-step"),
+    pytest.param({"modules": ["layers.0.*"], "calls": [1]}, 0, 2, {"modules": 2, "calls": 2},
+                 f"--modules layers.0.* --calls 1: selected none of the 4 KDA calls seen (--modules left out 2, "
+                 f"--calls left out 2; {SEEN})", None, id="modules-and-calls"),
+    pytest.param({"first": 0}, 0, 2, {"first": 4}, f"--first 0: selected none of the 4 KDA calls seen ({SEEN})",
+                 None, id="first-0"),
+    pytest.param({"calls": [5]}, 3, 3, {"calls": 4}, f"--calls 5: selected none of the 4 KDA calls seen ({SEEN})",
+                 None, id="failing-script"),
+    pytest.param({"when": "nonfinite"}, 0, 0, {"when": 4}, None, "--when nonfinite: none of the 4 KDA calls judged "
+                 "had a NaN or an Inf in an input, output or gradient; no dump written", id="nonfinite-none"),
+])
+def test_capture_run_says_when_the_selection_left_nothing_to_write(options, code, status, excluded, error, note,
+                                                                   tmp_path):
+    """KDA calls seen but none written: options that left every call out are named in one error line with the
+    modules, call indices and steps seen, and capture exits 2 (the command's own code when it failed); --when
+    nonfinite finding no NaN/Inf is the good outcome: one note, exit 0. The manifest counts the calls each
+    option left out."""
+    from kdadbg.capture_run import exit_status, run_captured
+
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    result = run_captured([sys.executable, str(script), str(code)], tmp_path / "dumps", targets=[NAIVE], **options)
+    assert (result["calls_seen"], result["dumps"], result["skipped"]) == (4, [], [])
+    assert (result["selection_error"], result["selection_note"], exit_status(result)) == (error, note, status)
+    assert result["excluded"] == json.loads(open(result["manifests"][0]).read())["excluded"] == excluded
+
+
+def test_cli_capture_prints_the_selection_that_matched_nothing(tmp_path):
+    """The command line prints run_captured's selection error as one error line before its summary, exit 2."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target", NAIVE,
+                          "--modules", "layer.0.attn", "--", sys.executable, str(script), "0"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == [f"error: --modules layer.0.attn: selected none of the 4 KDA calls seen ({SEEN})"], res.stderr
+    assert res.stderr.strip().splitlines()[-1].startswith("capture: 0 dumps"), res.stderr
 
 
 @pytest.mark.parametrize("bad, code, why", [

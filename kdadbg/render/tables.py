@@ -283,6 +283,10 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
         name = u["target"] if u["target"] == u["name"] else f"{u['target']} ({u['name']})"
         print_error(err, f"--target {name}: not patched in any process of the command: {u['why']}; expected an "
                          f"importable module that the command imports, with a module-level function of that name")
+    if result.get("selection_error"):   # the selection options left none of the calls seen to write
+        print_error(err, result["selection_error"])
+    if result.get("selection_note"):
+        print_note(err, result["selection_note"])
     reasons = sorted({s["why"] for s in result["skipped"]})
     skipped = f"; {len(result['skipped'])} not captured ({'; '.join(reasons)})" if reasons else ""
     refused, failed = result["refused"], len(result["errors"]) - result["refused"]
