@@ -591,7 +591,11 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
                     max_interpreter_s=max_interpreter_s, progress=progress)
     from .dump import extra_tensors_note
 
-    for note in (file_note, extra_tensors_note(path)):
+    unread = implementation.read()["unknown"] if implementation.kind == "taps file" else []
+    unread_note = (f"{implementation.path}: holds {len(unread)} entr{'y' if len(unread) == 1 else 'ies'} outside "
+                   f"the taps file layout, not read: {', '.join(unread[:12])}{', ...' if len(unread) > 12 else ''}"
+                   if unread else None)
+    for note in (file_note, unread_note, extra_tensors_note(path)):
         if note:
             res.notes.append(note)
     return res

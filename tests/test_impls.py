@@ -304,6 +304,38 @@ def test_a_function_without_its_final_state_is_told_that_dht_went_nowhere(tmp_pa
             assert "returned no final state" in r.stdout or not noted
 
 
+def test_taps_files_and_returned_taps_are_checked_or_said_unchecked(tmp_path):
+    """User trial, round 38: a taps file's head.index 7 (of 2 heads) was dropped without a word, a tap.bogus
+    ignored silently, and run passed a function's malformed taps as if it had looked at them."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file, save_file
+
+    inputs, config = case_inputs("basic")
+    dump = tmp_path / "d.safetensors"
+    save_dump(dump, inputs, config)
+    good = tmp_path / "ref.safetensors"
+    assert runner.invoke(cli.app, ["taps", str(dump), "-o", str(good), "--taps", "S,dS"]).exit_code == 0
+    with safe_open(str(good), "pt") as f:
+        meta = f.metadata()
+    t = load_file(str(good))
+    bad_head = dict(t, **{"head.index": torch.tensor([0, 7], dtype=t["head.index"].dtype)})
+    save_file(bad_head, str(tmp_path / "badhead.safetensors"), metadata=meta)
+    r = runner.invoke(cli.app, ["diff", str(dump), "--against", str(tmp_path / "badhead.safetensors")])
+    assert r.exit_code == 2 and "head.index 7 out of range; the dump has 2 value heads" in r.stderr, r.output
+    save_file(dict(t, **{"tap.bogus": torch.zeros(3)}), str(tmp_path / "bogus.safetensors"), metadata=meta)
+    r = runner.invoke(cli.app, ["diff", str(dump), "--against", str(tmp_path / "bogus.safetensors"), "--window", "0"])
+    assert r.exit_code == 0 and "not read: tap.bogus" in r.stdout, r.output
+    (tmp_path / "withtaps.py").write_text(
+        f"import importlib.util, torch\nspec = importlib.util.spec_from_file_location('t', {IMPL!r})\n"
+        f"m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\n"
+        f"def f(q, k, v, g, beta, **kw):\n    o, ht = m.chunk_kda(q, k, v, g, beta, **kw)\n"
+        f"    return o, ht, {{'S': torch.zeros(3, 3)}}\n")
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{tmp_path / 'withtaps.py'}:f"])
+    assert r.exit_code == 0 and "returned taps; run compares outputs and gradients only" in r.stdout, r.output
+    r = runner.invoke(cli.app, ["diff", str(dump), "--impl", f"{tmp_path / 'withtaps.py'}:f", "--window", "0"])
+    assert r.exit_code == 2 and "tap 'S'" in r.stderr, r.output
+
+
 def test_an_implementation_that_exits_or_fails_to_import(tmp_path):
     """User trial, round 38: a function calling sys.exit(0) made run, diff and taps exit 0 with no verdict; a
     module exiting at import gave its own code (3 read as partial); a file whose import raised was exit 1 (a

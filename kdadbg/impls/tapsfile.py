@@ -91,6 +91,10 @@ class TapsFile(Implementation):
         ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
         if f["chunks"]:
             self._check_chunks(f, ct, config)
+            bad = [int(h) for h in f["heads"] if not 0 <= int(h) < H]
+            if bad:
+                raise KdadbgError(f"{self.path}: head.index {bad[0]} out of range; the dump has {H} value heads "
+                                  f"(0..{H - 1})")
         from ..window import WINDOW_NOT_COMPARABLE
 
         outputs = checked_outputs(self.path, f["outputs"], inputs, config)
