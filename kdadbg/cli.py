@@ -410,7 +410,6 @@ def run(
     """
     from .dump import extra_tensors_note, kernel_precheck, load_dump
     from .export import resolve_device
-    from .fileio import atomic_write_text
     from .impls import resolve_impl
     from .outputs import OutputSet
     from .render import plot as render_plot
@@ -437,15 +436,8 @@ def run(
         extra = extra_tensors_note(dump)
         if extra:
             result.notes.append(extra)
-        try:
-            plotted = render_plot.plot_run(outs.stage("--plot"), render_plot.run_plot_data(result)) \
-                if plot is not None else None
-            if json_file is not None:
-                atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
-            outs.commit()
-        except KdadbgError:  # a file that passed the check but could not be written: the result still shows
-            report.render_run(_out(), result)
-            raise
+        plotted = _write_outputs(outs, result, json_file, plot is not None and (
+            lambda path: render_plot.plot_run(path, render_plot.run_plot_data(result))), report.render_run)
     report.render_run(_out(), result)
     if plotted is not None:
         _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
@@ -453,6 +445,24 @@ def run(
     if code:
         raise typer.Exit(code)
 
+
+
+def _write_outputs(outs, result, json_file, plot_to, render):
+    """``run``/``diff``'s files from ``result``: the plot (``plot_to(staged path)``, or no plot when falsy) and
+    the JSON, moved into place together (``OutputSet``). A file that passed the up-front check but cannot
+    be written (a full disk) still shows the result (``render``) before its one error line. Returns what
+    ``plot_to`` returned."""
+    from .fileio import atomic_write_text
+
+    try:
+        plotted = plot_to(outs.stage("--plot")) if plot_to else None
+        if json_file is not None:
+            atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
+        outs.commit()
+    except KdadbgError:
+        render(_out(), result)
+        raise
+    return plotted
 
 
 class GateUnits(str, Enum):
@@ -524,7 +534,6 @@ def diff(
     from .render import difftables as diffreport
     from .diff import diff_paths, write_plot
     from .dump import kernel_precheck
-    from .fileio import atomic_write_text
     from .impls import TapsSpec
     from .outputs import OutputSet
     from .render.plot import check_plot
@@ -542,14 +551,8 @@ def diff(
                                 spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
                                 window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
                                 full_run=full_run, max_interpreter_s=max_interpreter_s, progress=progress)
-        try:
-            plotted = write_plot(result, outs.stage("--plot")) if plot is not None else None
-            if json_file is not None:
-                atomic_write_text(json.dumps(result.as_json(), indent=2), outs.stage("--json"))
-            outs.commit()
-        except KdadbgError:  # a file that passed the check but could not be written: the result still shows
-            diffreport.render(_out(), result)
-            raise
+        plotted = _write_outputs(outs, result, json_file, plot is not None and (
+            lambda path: write_plot(result, path)), diffreport.render)
     out = _out()
     diffreport.render(out, result)
     if plotted is not None:
