@@ -413,6 +413,9 @@ def test_a_dump_without_upstream_gradient_is_not_a_pass(tmp_path):
         assert r.exit_code == 3 and doc["verdict"] == "partial", r.output
         assert sorted(doc["not_provided"]) == sorted(grads), doc["not_provided"]
         assert all("do is all zero" in why for why in doc["not_provided"].values())
+        # said as not compared (they were returned), not as not provided
+        assert "8 not compared (dq" in r.stdout or "dbeta, dh0, dA_log, ddt_bias not compared" in r.stdout, r.stdout
+        assert "not provided (" not in r.stdout and "] not provided" not in r.stdout, r.stdout
     # a nonzero dht alone is an upstream gradient: compared as usual
     inputs2, cfg2 = make_inputs(get_case("basic"))
     inputs2.do.zero_()

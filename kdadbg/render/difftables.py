@@ -13,6 +13,8 @@ from rich.text import Text
 
 from kdadbg_kernels.taps import STAGES
 
+from .tables import missing_word
+
 STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta", "NOT_COMPARED": "dim"}
 
 
@@ -72,8 +74,8 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
     render_tensors(console, res)
     missing = ", ".join(res.missing_outputs)
     verdict = {"pass": "[green]pass[/green]", "fail": "[bold red]fail[/bold red]",
-               "partial": f"[bold yellow]partial[/bold yellow]: nothing failed, but {escape(missing)} not provided: "
-                          f"not a full pass",
+               "partial": f"[bold yellow]partial[/bold yellow]: nothing failed, but {escape(missing)} "
+                          f"{missing_word(res.not_provided.get(n, '') for n in res.missing_outputs)}: not a full pass",
                "not_compared": "[bold yellow]not compared[/bold yellow]: no cell compared any element (every one "
                                "NaN/Inf on both sides); nothing was checked"}[res.verdict]
     console.print(f"verdict: {verdict}", highlight=False, soft_wrap=True)
@@ -327,8 +329,8 @@ def render_missing(console: Console, res) -> None:
         for n, w in res.not_provided.items():
             why.setdefault(w, []).append(n)
         for w, names in why.items():
-            console.print(f"[yellow]not provided[/yellow] ({escape(w)}): {', '.join(names)}", soft_wrap=True,
-                          highlight=False)
+            console.print(f"[yellow]{missing_word([w])}[/yellow] ({escape(w.removeprefix('not compared: '))}): "
+                          f"{', '.join(names)}", soft_wrap=True, highlight=False)
 
 
 def render_repeat(console: Console, res) -> None:

@@ -39,6 +39,13 @@ def print_json(console: Console, data) -> None:
     console.out(json.dumps(data, indent=2, default=str), highlight=False)
 
 
+def missing_word(reasons) -> str:
+    """How to name outputs missing for these reasons: "not compared" where each was returned but cannot be
+    judged (no upstream gradient: ``dump.NO_UPSTREAM``), else "not provided"."""
+    reasons = list(reasons)
+    return "not compared" if reasons and all(str(w).startswith("not compared") for w in reasons) else "not provided"
+
+
 def print_error(console: Console, message: str) -> None:
     """One red line: ``error: <message>``."""
     console.print(f"[bold red]error:[/bold red] {escape(message)}", soft_wrap=True, highlight=False)
@@ -196,7 +203,9 @@ def render_run(console: Console, result) -> None:
                   f"{r.cosine:.8f}" if r.cosine_defined and math.isfinite(r.cosine) else "—", str(r.nonfinite),
                   _num(r.tol), verdict)
     for name, why in result.not_provided.items():
-        t.add_row(name, "-", "0", "-", "-", "-", "-", "-", "-", f"[yellow]not provided[/yellow] ({escape(why)})")
+        word = missing_word([why])
+        t.add_row(name, "-", "0", "-", "-", "-", "-", "-", "-",
+                  f"[yellow]{word}[/yellow] ({escape(why.removeprefix('not compared: '))})")
     console.print(t)
     for note in result.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
@@ -233,7 +242,7 @@ def run_counts(result) -> str:
         parts.append(f"{len(nc)} not compared ({', '.join(r.name for r in nc)}: NaN/Inf on both sides)")
     missing = result.missing
     if missing:
-        parts.append(f"{len(missing)} not provided ({', '.join(missing)})")
+        parts.append(f"{len(missing)} {missing_word(result.not_provided[n] for n in missing)} ({', '.join(missing)})")
     outside = len(result.not_provided) - len(missing)
     if outside:
         parts.append(f"{outside} outside the window")
