@@ -62,6 +62,29 @@ def test_plot_diff_writes_a_png(tmp_path, n_cols):
     assert out.stat().st_size < 400_000
 
 
+@pytest.mark.parametrize("n_cols", [None, 1, 6, 200])
+def test_plot_diff_legend_fits_the_figure(tmp_path, monkeypatch, n_cols, faulty_diff):
+    """Every legend entry within the figure's width (round 38: a real diff's four entries side by side were cut
+    at both edges, the tolerance band's first); None: that real diff (6 chunks, ht/dh0 grey where they are not)."""
+    import kdadbg.render.plot as P
+    from kdadbg.diff import write_plot
+
+    figs = []
+    save = P._save
+    monkeypatch.setattr(P, "_save", lambda fig, canvas, path: figs.append(fig) or save(fig, canvas, path))
+    if n_cols is None:
+        write_plot(faulty_diff, tmp_path / "d.png")
+    else:
+        plot_diff(tmp_path / "d.png", fabricated(n_cols))
+    fig = figs[0]
+    renderer = fig.canvas.get_renderer()
+    texts = [t.get_text() for lg in fig.legends for t in lg.get_texts()]
+    for legend in fig.legends:
+        box = legend.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (texts, box, fig.bbox)
+    assert texts and (n_cols == 200 or any(t.startswith("not compared") for t in texts)), texts
+
+
 def test_bucket_columns_keep_the_worst():
     data = fabricated(200)
     labels, values, status, per, groups = bucket_columns(data["chunks"], data["log10_ratio"], data["status"])

@@ -256,10 +256,16 @@ def plot_diff(path, data: dict) -> Path:
     if "nonfinite" in present:
         handles.append(Patch(facecolor=NONFINITE, label="NaN/Inf"))
     if grey:
-        handles.append(Patch(facecolor=NOT_COMPARED, label="not compared"))
+        # ht/dh0 rows hold a value at a sequence's last/first chunk only: grey elsewhere, as in the text grid's ·
+        handles.append(Patch(facecolor=NOT_COMPARED, label="not compared (not provided or not selected; ht, dh0: "
+                                                           "only a sequence's last, first chunk)"))
     if "unrepresentable" in present:
         handles.append(Patch(facecolor=UNREPRESENTABLE, edgecolor="#888888", hatch="////", label="unrepresentable"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=min(4, len(handles)), fontsize=8, frameon=False)
+    # as many columns as the figure's width holds (8-point text: about 0.065 inch a character, 0.5 inch for the
+    # marker and gap): a legend wider than the figure is cut at both edges
+    per_col = max(len(h.get_label()) for h in handles) * 0.065 + 0.5
+    ncol = max(1, min(4, len(handles), int(fig.get_figwidth() // per_col)))
+    fig.legend(handles=handles, loc="outside lower center", ncol=ncol, fontsize=8, frameon=False)
     return _save(fig, Canvas, path)
 
 
