@@ -263,7 +263,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
     res.exponents = exponent_ranges(ref_taps, info, chunk_list, head_list, base)
-    first = res.first_divergence
+    # the rerun and the amplification follow the first BUG where there is one: a first divergence within its
+    # noise (DRIFT, as bf16 mode's clean runs hold) would send them after rounding instead of the bug
+    first = res.focus
     if first is not None:
         res.amplification = amplification(res, first)
         if window > 0:
@@ -271,6 +273,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                 step("window rerun")
             res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails,
                                       precision if noise_floor else None, storage_tols)
+            if res.origin is not None:   # which cell the rerun was of (the first BUG, where there is one)
+                res.origin["of"] = {k: first[k] for k in ("tap", "chunk", "head", "label")}
     step(None)
     return res
 
@@ -416,7 +420,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     if mine:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
         res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, None,
                                       {n: b["outputs"][n].dtype for n in mine}, set())
-    first = res.first_divergence
+    first = res.focus
     if first is not None:
         res.amplification = amplification(res, first)
     return res

@@ -700,6 +700,9 @@ def test_planted_fault_in_bf16_is_a_bug_among_drift(kernel_device):
     with plant("ln2_twice", 3):
         res = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
     assert (res.first_bug["tap"], res.first_bug["chunk"], res.first_bug["label"]) == ("dgc", 3, "BUG")
+    # the amplification (and a rerun) follow the first BUG, not a first divergence within its noise (round 38)
+    assert (res.focus["tap"], res.focus["chunk"]) == ("dgc", 3) and res.amplification, res.amplification
+    assert res.amplification[0]["tap"] == "dgc", res.amplification
     assert res.first_divergence["label"] in ("DRIFT", "BUG") and not res.passed
     clean = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)
     assert clean.first_bug is None and clean.passed

@@ -91,6 +91,8 @@ def test_bucket_columns_keep_the_worst():
     assert per == 4 and len(labels) == 50 and labels[0] == "0-3" and labels[-1] == "196-199"
     assert status[4][25] == "bug" and values[4][25] == -1.0 and status[5][25] == "nonfinite"
     assert status[6][25] == "ok"            # one compared chunk in the bucket: not "not compared"
+    # an UNREP cell's bucket is UNREP (hatched), not an OK cell coloured with the UNREP cell's ratio (round 38)
+    assert status[7][25] == "unrepresentable"
     assert bucket_columns([0, 1, 2], [[-7.0] * 3], [["ok"] * 3])[3] == 1
 
 

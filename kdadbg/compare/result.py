@@ -117,6 +117,12 @@ class DiffResult:
         return cells.label == noise.BUG if not self.drift_fails else cells.failing
 
     @property
+    def focus(self) -> dict | None:
+        """The cell the window rerun and the amplification follow: the first BUG where there is one, else the
+        first divergence (a DRIFT first divergence is within its noise; a bug after it is what to chase)."""
+        return self.first_bug if self.first_bug is not None else self.first_divergence
+
+    @property
     def first_divergence(self) -> dict | None:
         """The first cell over its tolerance in dataflow order (DRIFT or BUG; never UNREP), or None."""
         return self._first(lambda c: c.failing)

@@ -254,10 +254,15 @@ def render_first(console: Console, res) -> None:
                   f"{carried}"
                   f"{', noise floor ' + fig(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
-    console.print(f"  worst element {first['index']}: {_where(first)}: {kname} {num(first['kernel'])}, "
-                  f"{rname} {num(first['reference'])}, |diff| {fig(first['max_abs'])}"
-                  f"{', ' + str(first['nonfinite']) + ' NaN/Inf' if first['nonfinite'] else ''}",
-                  soft_wrap=True, highlight=False)
+    _worst(console, first, kname, rname)
+    bug = res.first_bug
+    if bug is not None and (bug["tap"], bug["chunk"], bug["head"]) != (first["tap"], first["chunk"], first["head"]):
+        # the rerun and the amplification below are the first BUG's (DiffResult.focus)
+        where = "every chunk" if bug["chunk"] is None else f"chunk {bug['chunk']}"
+        console.print(f"[bold]first BUG[/bold]: [bold red]{bug['tap']}[/bold red] ({bug['stage']}) {where}, "
+                      f"{_head(bug)}: {_over(bug)} (BUG, noise floor {fig(bug['floor'])})", soft_wrap=True,
+                      highlight=False)
+        _worst(console, bug, kname, rname)
     o = res.origin
     if o is not None and "window" not in o:
         console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
@@ -287,11 +292,13 @@ def render_first(console: Console, res) -> None:
         if steps:
             console.print(f"  amplification of {a['tap']} ({a['direction']}, head {a['head']}): " + " → ".join(steps),
                           soft_wrap=True, highlight=False)
-    bug = res.first_bug
-    if bug is not None and (bug["tap"], bug["chunk"], bug["head"]) != (first["tap"], first["chunk"], first["head"]):
-        console.print(f"[bold]first BUG[/bold]: [bold red]{bug['tap']}[/bold red] chunk {bug['chunk']}, "
-                      f"{_head(bug)}: ratio {fig(bug['ratio'])} (floor {fig(bug['floor'])}); {_where(bug)}",
-                      soft_wrap=True, highlight=False)
+
+
+def _worst(console: Console, cell: dict, kname: str, rname: str) -> None:
+    console.print(f"  worst element {cell['index']}: {_where(cell)}: {kname} {num(cell['kernel'])}, "
+                  f"{rname} {num(cell['reference'])}, |diff| {fig(cell['max_abs'])}"
+                  f"{', ' + str(cell['nonfinite']) + ' NaN/Inf' if cell['nonfinite'] else ''}",
+                  soft_wrap=True, highlight=False)
 
 
 def render_nonfinite(console: Console, res) -> None:

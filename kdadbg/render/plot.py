@@ -22,7 +22,8 @@ from pathlib import Path
 from ..errors import KdadbgError
 
 STATUSES = ("ok", "drift", "bug", "nonfinite", "not_compared", "unrepresentable")
-SEVERITY = {"not_compared": 0, "unrepresentable": 1, "ok": 2, "drift": 3, "bug": 4, "nonfinite": 5}
+# a bucket shows its worst: an UNREP cell (whose ratio, over its tolerance, the bucket takes) over an OK one
+SEVERITY = {"not_compared": 0, "ok": 1, "unrepresentable": 2, "drift": 3, "bug": 4, "nonfinite": 5}
 LABELS = {"ok": "OK", "drift": "DRIFT", "bug": "BUG", "nonfinite": "NaN/Inf", "not_compared": "not compared"}
 MAX_COLUMNS = 64
 BAND = (0.46, 0.54)   # the colour map's neutral band: the span of the rows' tolerances
@@ -222,8 +223,8 @@ def plot_diff(path, data: dict) -> Path:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=3.0))
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", lw=1.0))
         status = data["status"][i][first["col"]]
-        subtitle = (f"first divergence: {rows[i]['name']} ({rows[i]['stage']}) at chunk "
-                    f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}"
+        subtitle = (f"{first.get('what', 'first divergence')}: {rows[i]['name']} ({rows[i]['stage']}) at chunk "
+                    f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}{first.get('after', '')}"
                     + (f"\n{data['compared']}" if data.get("compared") else ""))
     # wrapped to the figure's width (about 11 characters an inch at this size): a long line was cut at both edges
     import re
@@ -252,7 +253,7 @@ def plot_diff(path, data: dict) -> Path:
         handles.append(Line2D([], [], marker="o", ls="", mfc="none", color="black",
                               label="DRIFT: over tolerance, within noise"))
     if first is not None:
-        handles.append(Patch(facecolor="none", edgecolor="black", lw=2.5, label="first divergence"))
+        handles.append(Patch(facecolor="none", edgecolor="black", lw=2.5, label=first.get("what", "first divergence")))
     if "nonfinite" in present:
         handles.append(Patch(facecolor=NONFINITE, label="NaN/Inf"))
     if grey:
@@ -307,10 +308,14 @@ def diff_plot_data(res) -> dict:
                 v_row[j] = None if nonfinite[r] or not math.isfinite(worst[r]) else math.log10(max(worst[r], 1e-16))
         values.append(v_row)
         status.append(s_row)
-    fd = res.first_divergence
+    fd = res.focus   # the first BUG where there is one (what the text's rerun and amplification follow)
     first = None
     if fd is not None and fd["tap"] in names and fd["chunk"] in chunks:
         first = {"row": names.index(fd["tap"]), "col": chunks.index(fd["chunk"])}
+        div = res.first_divergence
+        if (div["tap"], div["chunk"], div["head"]) != (fd["tap"], fd["chunk"], fd["head"]):
+            first["what"] = "first BUG"
+            first["after"] = f" (first divergence: {div['tap']} at chunk {div['chunk']}, {div['label']})"
     if res.dump:
         title = f"kdadbg diff: {res.dump}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
     else:   # two taps files: the sources are the files (named once)
