@@ -109,7 +109,8 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     d = {"window": [start, last], "seq": n, "head": head, **({"value_heads": heads} if "value_heads" in first else {}),
          "seeded": {
         "h0": f"reference S[{start}]",
-        "dht": "the dump's dht" if last == seq_chunks[-1] else f"reference dS[{last + 1}]"}}
+        "dht": (f"reference dS[{last + 1}]" if last != seq_chunks[-1] else
+                "the dump's dht" if inputs.dht is not None else "no dht (the dump has none)")}}
     try:   # the window is a dump of its own (one sequence, B = 1, seeded h0): the implementation may fail on it
         wrun = impl.run(w_in, config, device=device, taps=TapSelection(names=TAP_ORDER, chunks=(0, nwc),
                                                                         heads=tuple(heads)))

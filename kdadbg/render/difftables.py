@@ -190,7 +190,8 @@ def render_heads(console: Console, res) -> None:
     for row in res.per_head():
         first = row["first"]
         t.add_row(str(row["head"]), *(short(row["worst"].get(s)) for s in stages), str(row["failing"]),
-                  "-" if first is None else f"{first['tap']} chunk {first['chunk']}",
+                  "-" if first is None else f"{first['tap']} " + ("every chunk" if first["chunk"] is None
+                                                                  else f"chunk {first['chunk']}"),
                   style="red" if row["failing"] else None)
     console.print(t)
 
