@@ -350,12 +350,13 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 4 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 5 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
         assert key in fd, key
     assert (fd["tap"], fd["stage"], fd["chunk"], fd["origin"]) == ("dL", "bwd_recurrence", 4, "introduced")
+    assert doc["origin"]["of"] == {"tap": "dL", "chunk": 4, "head": fd["head"], "label": "BUG"}, doc["origin"]
     assert len(doc["cells"]) == sum(c.ratio.numel() for c in res.cells.values()) == doc["compared"]["cells"]
     assert {c["label"] for c in doc["cells"]} == {"OK", "BUG"}
 

@@ -292,9 +292,13 @@ class DiffResult:
 
     def as_json(self) -> dict:
         """The ``--json`` document (schema ``DIFF_JSON``; README, section "kdadbg diff")."""
-        first = self.first_divergence
+        first, bug, focus = self.first_divergence, self.first_bug, self.focus
+        key = (lambda c: None if c is None else (c["tap"], c["chunk"], c["head"]))
+        # the rerun's verdict goes with the cell it was of (DiffResult.focus: the first BUG where there is one)
         if first is not None:
-            first = {**first, "origin": (self.origin or {}).get("verdict")}
+            first = {**first, "origin": (self.origin or {}).get("verdict") if key(first) == key(focus) else None}
+        if bug is not None:
+            bug = {**bug, "origin": (self.origin or {}).get("verdict") if key(bug) == key(focus) else None}
         n_cells = sum(c.ratio.numel() for c in self.cells.values())
         truncated = n_cells > MAX_JSON_CELLS
         cells = []
@@ -329,7 +333,7 @@ class DiffResult:
             "chunks": self.chunks, "heads": self.heads, "drift_fails": self.drift_fails,
             "compared": self.counts(), "not_provided": self.not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
-            "first_divergence": jsonable(first), "first_bug": jsonable(self.first_bug),
+            "first_divergence": jsonable(first), "first_bug": jsonable(bug),
             "first_nonfinite": jsonable(self.first_nonfinite), "tensors": jsonable(self.tensors),
             "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
