@@ -171,10 +171,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
     # those whose last/first chunk is selected, the only ones output_rows compares
     mine, row_ids = output_rows(outs, ct, config.state_layout, chunk_list, head_list, G)
-    theirs, _ = output_rows({n: ref.outputs[n] for n in mine}, ct, config.state_layout, chunk_list, head_list, G)
-    # what the selection compares (ht, dh0 only where it holds a sequence's last, first chunk): each one the
-    # implementation does not return is not provided, and the verdict then at best partial, as run's
-    expected = [n for n in output_rows(ref.outputs, ct, config.state_layout, chunk_list, head_list, G)[0]]
+    # the reference's rows of every output the selection compares (ht, dh0 only where it holds a sequence's last,
+    # first chunk): each one the implementation does not return is not provided, the verdict then at best partial
+    theirs, _ = output_rows(ref.outputs, ct, config.state_layout, chunk_list, head_list, G)
+    expected = list(theirs)
+    theirs = {n: theirs[n] for n in mine}
     if not cand and not mine:
         offered = ", ".join((*[n for n in ref.outputs], *names))
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {offered} for the selection "

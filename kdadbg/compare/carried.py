@@ -22,17 +22,22 @@ from .cells import Cells, compare_cells, output_rows
 REDUCED = ("dA_log", "ddt_bias")
 
 
-def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
-    """``dA_log`` [HV] and ``ddt_bias`` (the dump's ``dt_bias`` shape) formed in float64 from ``dg``
-    [B, T, HV, K]: ``ddt_bias = sum_t dg``; ``dA_log = sum_{t,k} dg c`` with ``c = g + dt_bias`` for the
-    lower-bound gate and ``softplus(x) / sigmoid(x)`` (x = g + dt_bias) for softplus."""
+def _terms(dg: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor]:
+    """``dg`` [B, T, HV, K] and the coefficients ``c`` of its terms in ``dA_log`` (float64, on the CPU): ``c = g +
+    dt_bias`` for the lower-bound gate, ``softplus(x) / sigmoid(x)`` (x = g + dt_bias) for softplus."""
     d = dg.detach().to(torch.float64).cpu()
     HV, K = d.shape[2], d.shape[3]
     x = inputs.g.detach().to(torch.float64).cpu() + inputs.dt_bias.detach().to(torch.float64).cpu().reshape(HV, K)
     if config.gate == "lower_bound":
-        c = x
-    else:   # softplus(x) / sigmoid(x) -> 1 as x -> -inf (both e^x)
-        c = torch.where(x < -30, torch.ones_like(x), F.softplus(x) / torch.sigmoid(x))
+        return d, x
+    # softplus(x) / sigmoid(x) -> 1 as x -> -inf (both e^x)
+    return d, torch.where(x < -30, torch.ones_like(x), F.softplus(x) / torch.sigmoid(x))
+
+
+def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
+    """``dA_log`` [HV] and ``ddt_bias`` (the dump's ``dt_bias`` shape) formed in float64 from ``dg``
+    [B, T, HV, K]: ``ddt_bias = sum_t dg``; ``dA_log = sum_{t,k} dg c`` (``_terms``)."""
+    d, c = _terms(dg, inputs, config)
     return {"dA_log": (d * c).sum((0, 1, 3)),
             "ddt_bias": d.sum((0, 1)).reshape(inputs.dt_bias.shape)}
 
@@ -46,11 +51,8 @@ def rounding_reach(dg: torch.Tensor, inputs, config) -> dict[str, tuple[torch.Te
     blocked float32 sum's error (each term's own rounding included), which cancellation makes large beside
     ``|Σ t|`` (fla_layer_varlen, head 0: Σ|t| / |Σ t| = 261, a correct float32 dA_log 2.8e-5 off its own dg's
     exact sum, its bar 1e-5)."""
-    d = dg.detach().to(torch.float64).cpu().abs()
-    HV, K = d.shape[2], d.shape[3]
-    x = inputs.g.detach().to(torch.float64).cpu() + inputs.dt_bias.detach().to(torch.float64).cpu().reshape(HV, K)
-    c = x.abs() if config.gate == "lower_bound" else \
-        torch.where(x < -30, torch.ones_like(x), F.softplus(x) / torch.sigmoid(x)).abs()
+    d, c = (t.abs() for t in _terms(dg, inputs, config))
+    K = d.shape[3]
     B, T = d.shape[:2]
     return {"dA_log": ((d * c).sum((0, 1, 3)), B * T * K),
             "ddt_bias": (d.sum((0, 1)).reshape(inputs.dt_bias.shape), B * T)}
