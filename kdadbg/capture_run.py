@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, KdadbgError
+from .render import id_ranges
 
 ENV = "KDADBG_CAPTURE"
 SELECTING = ("every", "modules", "calls", "first")   # the options that leave a call out before it runs
@@ -177,7 +178,7 @@ def _selection_lines(result: dict, opts: dict) -> tuple[str | None, str | None]:
         first, last = seen["steps"]
         counts = f"{', '.join(f'--{o} left out {c}' for o, c in by.items())}; " if len(by) > 1 else ""
         return (f"{' '.join(f'--{o} {_option_text(opts[o])}' for o in by)}: selected none of the {n} KDA calls "
-                f"seen ({counts}modules {', '.join(names)}; call indices {_ranges(seen['calls'])} within a step; "
+                f"seen ({counts}modules {', '.join(names)}; call indices {id_ranges(seen['calls'])} within a step; "
                 f"steps {first if first == last else f'{first}-{last}'})"), None
     if opts["when"] == "nonfinite" and excluded.get("when"):
         return None, (f"--when nonfinite: none of the {excluded['when']} KDA calls judged had a NaN or an Inf in an "
@@ -187,17 +188,6 @@ def _selection_lines(result: dict, opts: dict) -> tuple[str | None, str | None]:
 
 def _option_text(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
-
-
-def _ranges(values) -> str:
-    """``[0, 1, 2, 5]`` -> ``"0-2, 5"``."""
-    runs: list[list[int]] = []
-    for v in sorted(values):
-        if runs and v == runs[-1][1] + 1:
-            runs[-1][1] = v
-        else:
-            runs.append([v, v])
-    return ", ".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def exit_status(result: dict) -> int:

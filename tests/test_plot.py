@@ -107,6 +107,13 @@ def test_plot_data_of_a_real_diff(tmp_path, faulty_diff):
     assert all(s == "ok" for s in data["status"][0]) and {s for r in data["status"] for s in r} <= set(STATUSES)
     assert data["log10_ratio"][i][4] > -4 > data["log10_ratio"][0][0]
     assert "basic" in data["title"] and "fp32" in data["title"]
+    heads = faulty_diff.heads
+    assert data["title"].endswith(f"chunks 0:6, heads {heads[0]}-{heads[-1]}"), data["title"]
+    import copy
+
+    narrow = copy.copy(faulty_diff)     # a --heads selection is named in the title (round 39: it was not)
+    narrow.heads = [heads[0], heads[-1]] if len(heads) > 2 else [heads[-1]]
+    assert diff_plot_data(narrow)["title"].endswith(f"heads {','.join(map(str, narrow.heads))}")
     info = write_plot(faulty_diff, tmp_path / "grid.png")
     assert info["rows"][0] == "gc" and info["chunks"] == [0, 5]
     assert png_size((tmp_path / "grid.png").read_bytes())[0] >= 800
@@ -138,6 +145,9 @@ def test_plot_run(tmp_path):
     assert [t["name"] for t in data["tensors"]] == ["o", "dq", "dk", "dv"]
     assert [t["passed"] for t in data["tensors"]] == [True, False, False, False]
     assert [t["unrep"] for t in data["tensors"]] == [False, False, False, True] and result.passed is False
+    assert "chunks" not in data["title"]
+    result.window = [2, 5]          # run --chunks 2:5: the title says the window compared
+    assert "  ·  chunks 2:5\n" in run_plot_data(result)["title"]
     assert data["tensors"][2]["ratio"] is None and data["tensors"][2]["nonfinite"] == 1
     w, h = png_size(plot_run(tmp_path / "r.png", data).read_bytes())
     assert 600 <= w <= 1600 and 250 <= h <= 1000

@@ -13,6 +13,7 @@ from rich.text import Text
 
 from kdadbg_kernels.taps import STAGES
 
+from . import id_ranges
 from .tables import missing_word
 
 STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta", "NOT_COMPARED": "dim"}
@@ -124,7 +125,7 @@ def render_header(console: Console, res) -> None:
     src = f"{escape(res.dump)}: " if res.dump else ""
     console.print(f"[bold]kdadbg diff[/bold] {src}{what}; precision {res.precision}"
                   f"{', device ' + res.device if res.device else ''}; {chunks}, heads "
-                  f"{','.join(str(h) for h in res.heads)}{extra}", soft_wrap=True, highlight=False)
+                  f"{id_ranges(res.heads, ',')}{extra}", soft_wrap=True, highlight=False)
 
 
 def render_grid(console: Console, res, max_columns: int | None = None) -> None:

@@ -20,6 +20,7 @@ import math
 from pathlib import Path
 
 from ..errors import KdadbgError
+from . import id_ranges
 
 STATUSES = ("ok", "drift", "bug", "nonfinite", "not_compared", "unrepresentable")
 # a bucket shows its worst: an UNREP cell (whose ratio, over its tolerance, the bucket takes) over an OK one
@@ -320,6 +321,9 @@ def diff_plot_data(res) -> dict:
         title = f"kdadbg diff: {res.dump}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
     else:   # two taps files: the sources are the files (named once)
         title = f"kdadbg diff: {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
+    # the selection, as the text header names it (rows are the taps compared, columns the chunks)
+    title += (f"  ·  chunks {res.chunks[0]}:{res.chunks[-1] + 1}" if res.chunks else "  ·  no chunks") + (
+        f", heads {id_ranges(res.heads, ',')}")
     from .difftables import compared_line, no_divergence
 
     n = res.counts()
@@ -409,6 +413,8 @@ def run_plot_data(result) -> dict:
     extra = "".join(f", {len(x)} {what}" for x, what in ((result.not_compared, "not compared"),
                                                           (result.missing, "not provided")) if x)
     verdict = {"not_compared": "NOT COMPARED"}.get(result.verdict, result.verdict.upper())
-    title = (f"kdadbg run: {result.dump}  ·  {who} vs float64 reference  ·  {result.precision} ({result.device})\n"
+    window = f"  ·  chunks {result.window[0]}:{result.window[1]}" if result.window else ""
+    title = (f"kdadbg run: {result.dump}  ·  {who} vs float64 reference  ·  {result.precision} ({result.device})"
+             f"{window}\n"
              f"{verdict}: {result.elements} elements compared in {done} of {len(result.tensors)} tensors{extra}")
     return {"title": title, "tensors": tensors}
