@@ -536,3 +536,16 @@ def test_a_function_with_its_own_precision_default_gets_a_note():
     assert own_precision_note(plain, "m:plain", "fp32") is None
     from kdadbg_kernels import chunk_kda
     assert own_precision_note(chunk_kda, "kdadbg_kernels:chunk_kda", "fp32") is not None
+
+
+def test_precision_bf16_on_a_float32_dump_says_it_only_sets_the_tolerances():
+    """``--impl X --precision bf16`` on a float32 dump: kdadbg computes nothing in bf16 for X, so the run
+    says that the precision picked the tolerances only (it changed the verdict's table silently before); a
+    bf16 dump, an fp32 run, or a function with its own precision parameter gets no such note."""
+    inputs, config = case_inputs("basic")
+    notes = check(inputs, config, impl=impl(precision="bf16")).notes
+    assert any("float32 tensors as they are; --precision bf16 sets only the tolerances" in n for n in notes), notes
+    assert not any("sets only the tolerances" in n for n in check(inputs, config, impl=impl()).notes)
+    low = dataclasses.replace(inputs, **{n: getattr(inputs, n).to(torch.bfloat16) for n in ("q", "k", "v", "g",
+                                                                                              "beta")})
+    assert not any("sets only the tolerances" in n for n in check(low, config, impl=impl(precision="bf16")).notes)

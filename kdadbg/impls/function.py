@@ -173,6 +173,10 @@ class Function(Implementation):
         except (TypeError, ValueError):
             self.takes_initial_state = True
         self.precision_note = own_precision_note(fn, name, precision)
+        try:    # a function with its own precision parameter (our kernels' op) picks its mode itself
+            self.own_precision = "precision" in inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            self.own_precision = False
 
     def describe(self) -> dict:
         return {**super().describe(), "function": f"{getattr(self.fn, '__module__', '?')}."
@@ -225,6 +229,11 @@ class Function(Implementation):
         grads = self._gradients(o, ht, leaves, x, config, flip, not_provided)
         outputs.update(checked_outputs(f"--impl {self.name}", grads, inputs, config))
         notes = [self.precision_note] if self.precision_note else []
+        if self.precision == "bf16" and not self.own_precision and x.q.dtype in (torch.float32, torch.float64):
+            # nothing here is computed in bf16 by kdadbg: say what --precision did, rather than seem to have run bf16
+            notes.append(f"--impl {self.name} was given the dump's {str(x.q.dtype).removeprefix('torch.')} tensors "
+                         f"as they are; --precision bf16 sets only the tolerances and noise floor it is judged by "
+                         f"(a bf16 dump, kdadbg gen --dtype bfloat16, runs it on bf16 inputs)")
         if grads and x.dht is not None and bool(x.dht.ne(0).any()) and (ht is None or ht.grad_fn is None):
             # the upstream gradient of the final state had nowhere to go: every gradient it reaches differs
             notes.append(f"the dump's dht was not applied: --impl {self.name} returned "
