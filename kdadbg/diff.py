@@ -27,8 +27,8 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 from . import noise
 from .chunks import chunk_table
 from .compare.carried import carried_from_dg, carried_in
-from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare_cells, nan_positions_agree, nonfinite_inputs,
-                      nonfinite_note, output_rows, unrepresentable)
+from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_cells, nan_positions_agree,
+                      nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
@@ -36,7 +36,7 @@ from .impls.base import convert_taps, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
 from .dump import NO_UPSTREAM, no_upstream_gradient
 from .tapsfile import GRADIENTS, OUTPUT_NAMES
-from .run import LOW_DTYPES, judged as judged_tensor
+from .run import LOW_DTYPES, carried_json, judged as judged_tensor
 from .tolerances import tap_tolerances, tolerances
 
 Progress = Callable[[str, int, int], None]
@@ -250,7 +250,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                          f"dg's rows are judged on their own")
     res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
                                   {n: run.outputs[n].dtype for n in mine},
-                                  {n for n, (_, ok, _) in carried.items() if bool(ok.all())})
+                                  {n: split.exact for n, split in carried.items() if bool(split.sum_ok.all())})
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:
         res.notes.append(hint)
@@ -281,7 +281,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
 
 def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,
-                    dtypes: dict, carried: set) -> dict:
+                    dtypes: dict, carried: dict) -> dict:
     """Each output and gradient over the compared rows as one tensor, judged by ``run``'s rule
     (``run.judged``: fla's ratio over its valid elements; one returned in 16 bits at fp32's tolerance whose
     rounding alone is over it, at bf16 mode's: ``tol`` is then that one, ``storage`` the dtype): ``{name:
@@ -290,8 +290,10 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
     verdict (over tolerance, neither UNREP nor carried in). A diff whose cells are all within their noise floor (DRIFT) can still
     hold a tensor that ``run`` fails: ``DiffResult.verdict`` then fails too, so that the two commands agree. A
     ``dA_log``/``ddt_bias`` whose error is carried in from ``dg`` (``carried``: the implementation's value is
-    within tolerance of the exact sum of its own ``dg`` at every head, ``compare.carried``) does not fail
-    here: ``dg``'s rows are judged on their own."""
+    within tolerance of the exact sum of its own ``dg`` at every head, ``compare.carried``; ``carried``: name ->
+    that exact sum's rows) does not fail here: ``dg``'s rows are judged on their own. Its
+    ``carried_in_from_dg`` is then ``{"ratio", "own"}`` as in ``run``'s JSON (the exact sum against the
+    reference, the implementation's value against the exact sum, over the compared rows), else None."""
     from .compare.quantities import valid_mask
 
     out = {}
@@ -300,12 +302,18 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
         mask = valid_mask(n, lengths, tuple(x.shape[2:])) if x.ndim > 2 else None
         # tols16 None (not fp32): the storage rule has no other tolerance to apply
         row = judged_tensor(n, x, theirs[n], mask, tols[n], (tols16 or tols)[n], dtypes.get(n))
-        failed = row.passed is False and row.unrep is None and n not in carried
+        if n in carried and row.passed is False:
+            ref = theirs[n].to(torch.float64)
+            exact = carried[n].to(ref.device, torch.float64)
+            m = None if mask is None else mask.to(ref.device)
+            row.carried = compare(n, exact, ref, m).ratio
+            row.carried_own = compare(n, x.to(ref.device, torch.float64), exact, m).ratio
+        failed = row.passed is False and row.unrep is None and row.carried is None
         # the tolerance the verdict was taken at: bf16 mode's where the storage's rounding alone is over fp32's
         tol = (tols16 or tols)[n] if row.floor is not None and row.floor > row.tol else row.tol
         out[n] = {"ratio": row.ratio if row.compared else None, "max_abs": row.max_abs if row.compared else None,
                   "tol": tol, "storage": row.storage if tol != row.tol else None, "elements": int(row.count),
-                  "pass": row.passed, "unrep": row.unrep, "carried_in_from_dg": n in carried and row.passed is False,
+                  "pass": row.passed, "unrep": row.unrep, "carried_in_from_dg": carried_json(row),
                   "failed": failed}
     return out
 

@@ -96,8 +96,7 @@ class RunResult:
                          "ratio": finite_or_none(t.ratio) if t.compared else None,
                          "cosine": finite_or_none(t.cosine) if t.cosine_defined else None, "count": t.count,
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
-                         "carried_in_from_dg": None if t.carried is None else
-                         {"ratio": finite_or_none(t.carried), "own": finite_or_none(t.carried_own)},
+                         "carried_in_from_dg": carried_json(t),
                          "scale": t.scale if t.compared else None,
                          "abs_floor": t.abs_floor if t.compared else None, **({"reason": t.reason} if t.reason else {})}
                         for t in self.tensors],
@@ -117,6 +116,15 @@ class RunResult:
 def finite_or_none(x: float) -> float | None:
     """JSON has no Infinity/NaN: non-finite figures are written as null."""
     return x if math.isfinite(x) else None
+
+
+def carried_json(row: Compare) -> dict | None:
+    """A tensor's ``carried_in_from_dg`` in ``run``'s and ``diff``'s JSON: ``{"ratio": the exact sum of the
+    implementation's own dg against the reference, "own": the implementation's value against that sum}``, or
+    None where the tensor is not carried in from ``dg``."""
+    if row.carried is None:
+        return None
+    return {"ratio": finite_or_none(row.carried), "own": finite_or_none(row.carried_own)}
 
 
 def environment(device: str) -> dict:

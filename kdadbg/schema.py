@@ -4,9 +4,10 @@ quotes (no torch here, so the command line can read them without importing it)."
 RUN_JSON = 4    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdadbg run"); 3: verdict partial/
                 # not_compared, pass null + reason, compared.not_compared, nulls, scale and abs_floor; 4: a
                 # tensor's carried_in_from_dg (dA_log/ddt_bias whose own sum is right: not a failure)
-DIFF_JSON = 5   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
+DIFF_JSON = 6   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
                 # NOT_COMPARED cells, verdict not_compared, compared.not_compared, min_tolerance counts, scales;
                 # 4: tensors (each output and gradient judged as run judges it; the verdict fails with them),
                 # origin.label and origin.floor (the window rerun against its noise floor); 5: origin and
                 # amplification follow the first BUG where there is one (origin.of names the cell), tensors
-                # filled for diff A B
+                # filled for diff A B; 6: carried_in_from_dg {"ratio", "own"} or null in tensors (as run's)
+                # and in a cell carried in (was a bool there, the ratio here)

@@ -350,7 +350,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 5 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 6 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -824,7 +824,12 @@ def test_a_reduced_gradient_carried_in_from_dg_is_drift_and_a_wrong_sum_is_a_bug
     assert res.first_bug is None and res.passed
     assert any(n.startswith("dA_log: over its tolerance, carried in from dg") for n in res.notes)
     first = res.first_divergence     # the lead says where its error comes from
-    assert (first["tap"], first["label"]) == ("dA_log", "DRIFT") and first["carried_in_from_dg"] > 10 * first["floor"]
+    assert (first["tap"], first["label"]) == ("dA_log", "DRIFT") and first["carried_in_from_dg"]["ratio"] > 10 * first["floor"]
+    assert first["carried_in_from_dg"]["own"] <= 1e-2      # the sum's own error, as run's JSON gives it
+    # the whole tensor in `tensors` carries the same object (it was a bare true there)
+    whole = res.as_json()["tensors"]["dA_log"]["carried_in_from_dg"]
+    assert set(whole) == {"ratio", "own"} and whole["ratio"] > 1e-2 >= whole["own"]
+    assert res.as_json()["tensors"]["dg"]["carried_in_from_dg"] is None
     wrong = diff_dump(inputs, cfg, _CarriedDg(1e-3, 1.5), device=kernel_device, window=0)
     assert int(wrong.cells["dA_log"].label[0, 1]) == BUG and not wrong.passed
     assert wrong.first_bug["tap"] == "dA_log" and not any("carried in from dg" in n for n in wrong.notes)

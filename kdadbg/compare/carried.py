@@ -12,6 +12,7 @@ DRIFT where the sum's own part is within the quantity's tolerance, and says so."
 from __future__ import annotations
 
 import math
+from typing import NamedTuple
 
 import torch
 import torch.nn.functional as F
@@ -58,12 +59,20 @@ def rounding_reach(dg: torch.Tensor, inputs, config) -> dict[str, tuple[torch.Te
             "ddt_bias": (d.sum((0, 1)).reshape(inputs.dt_bias.shape), B * T)}
 
 
+class Split(NamedTuple):
+    """One reduced quantity's error split per cell [R, Hs] (:func:`carried_from_dg`)."""
+    carried: torch.Tensor     # the exact sum of the implementation's own dg against the reference
+    sum_ok: torch.Tensor      # the implementation's value within the sum's bar of that exact sum
+    sum_wrong: torch.Tensor   # (finitely) beyond it
+    own: torch.Tensor         # the implementation's value against that exact sum (the sum's own error)
+    exact: torch.Tensor       # the exact sum's rows, cut as the diff's rows
+
+
 def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inputs, config, ct, chunk_list,
-                    head_list, info, tols, group: int = 1) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+                    head_list, info, tols, group: int = 1) -> dict[str, Split]:
     """Per ``dA_log``/``ddt_bias`` row of the diff (``mine``/``theirs``: the implementation's and the
-    reference's rows, as ``output_rows`` cuts them): ``(carried, sum_ok, sum_wrong)`` [R, Hs], the exact sum
-    of the implementation's own ``dg`` against the reference, whether the implementation's value is within the
-    quantity's tolerance of that sum, and whether it is (finitely) beyond it. Empty where there is nothing to split (no gate, no ``dg``)."""
+    reference's rows, as ``output_rows`` cuts them): a :class:`Split`. Empty where there is nothing to split
+    (no gate, no ``dg``)."""
     names = [n for n in REDUCED if n in mine and n in outputs]
     if config.gate == "none" or "dg" not in outputs or not names or inputs.dt_bias is None:
         return {}
@@ -83,12 +92,12 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
         rms = (lambda x: x.reshape(R, Hs, -1).pow(2).sum(-1).sqrt())
         bar = torch.maximum(torch.full_like(own[n].ratio, tols[n]),
                             (2 + math.log2(max(reach[n][1], 2))) * U32 * rms(absolute[n]) / rms(exact[n]).clamp_min(1e-300))
-        out[n] = (got[n].ratio, torch.isfinite(got[n].ratio) & (own[n].ratio <= bar),
-                  torch.isfinite(own[n].ratio) & (own[n].ratio > bar))
+        out[n] = Split(got[n].ratio, torch.isfinite(got[n].ratio) & (own[n].ratio <= bar),
+                       torch.isfinite(own[n].ratio) & (own[n].ratio > bar), own[n].ratio, exact[n])
     return out
 
 
-def carried_in(cells: dict[str, Cells], carried: dict) -> dict[str, float]:
+def carried_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, float]:
     """Relabel BUG cells of ``dA_log``/``ddt_bias`` DRIFT where their sum is right (``carried_from_dg``),
     and label BUG a cell over its tolerance whose sum is wrong: the sum's own error is the implementation's
     reduction against the exact float64 sum of its own ``dg``, which no precision of ``dg`` excuses (a correct
@@ -97,7 +106,8 @@ def carried_in(cells: dict[str, Cells], carried: dict) -> dict[str, float]:
     (a dA_log 5 % off its own dg's sum read UNREP in bf16 mode: user trial, round 36). Returns
     ``{name: the worst relabelled-DRIFT cell's carried ratio}``, empty if none."""
     out = {}
-    for n, (ratio, sum_ok, sum_wrong) in carried.items():
+    for n, split in carried.items():
+        ratio, sum_ok, sum_wrong = split.carried, split.sum_ok, split.sum_wrong
         c = cells[n]
         wrong = sum_wrong & (c.failing | (c.label == noise.UNREP))
         if bool(wrong.any()):
@@ -105,6 +115,7 @@ def carried_in(cells: dict[str, Cells], carried: dict) -> dict[str, float]:
         hit = (c.label == noise.BUG) & sum_ok
         if bool(hit.any()):
             c.label = torch.where(hit, torch.tensor(noise.DRIFT, dtype=c.label.dtype), c.label)
-            c.carried = torch.where(hit, ratio, torch.tensor(float("nan"), dtype=ratio.dtype))
+            nan = torch.tensor(float("nan"), dtype=ratio.dtype)
+            c.carried, c.carried_own = torch.where(hit, ratio, nan), torch.where(hit, split.own, nan)
             out[n] = float(ratio[hit].max())
     return out

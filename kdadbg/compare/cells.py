@@ -45,9 +45,11 @@ class Cells:
     floor: torch.Tensor | None = None
     label: torch.Tensor | None = None
     unrep_reason: list | None = None   # [R] reason per chunk row where a cell is UNREP
-    # [R, Hs] dA_log/ddt_bias: the exact sum of the implementation's own dg against the reference, where a
-    # BUG became DRIFT carried in from dg (compare.carried); NaN elsewhere
+    # [R, Hs] dA_log/ddt_bias: the exact sum of the implementation's own dg against the reference, and the
+    # implementation's value against that sum, where a BUG became DRIFT carried in from dg (compare.carried);
+    # NaN elsewhere
     carried: torch.Tensor | None = None
+    carried_own: torch.Tensor | None = None
     group: int = 1                     # > 1: heads are q/k heads of this many value heads each
     scale: float = 1.0                 # RMS of the reference over every compared element (metrics.scale_of)
     abs_floor: float = 1e-6            # the absolute rule's floor, 1e-6 scale (metrics.floors)

@@ -202,7 +202,7 @@ class DiffResult:
             if sym in ("K", "V"):
                 d[sym.lower()] = index[axis]
         if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
-            d["carried_in_from_dg"] = float(cells.carried[r, h])
+            d["carried_in_from_dg"] = {"ratio": float(cells.carried[r, h]), "own": float(cells.carried_own[r, h])}
         return d
 
     def min_tolerance(self) -> dict[str, dict]:

@@ -248,7 +248,7 @@ def render_first(console: Console, res) -> None:
         return
     style = STYLE[first["label"]]
     where = "every chunk" if first["chunk"] is None else f"chunk {first['chunk']}"
-    carried = (f", carried in from dg: its exact sum is {fig(first['carried_in_from_dg'])} off"
+    carried = (f", carried in from dg: its exact sum is {fig(first['carried_in_from_dg']['ratio'])} off"
                if "carried_in_from_dg" in first else "")
     console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) {where}"
                   f", {_head(first)}: {_over(first)}"
