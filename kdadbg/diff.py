@@ -34,8 +34,8 @@ from .errors import KdadbgError
 from .impls import Implementation, TapsSpec, check_supported, resolve_impl
 from .impls.base import convert_taps, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
-from .dump import NO_UPSTREAM, no_upstream_gradient
-from .tapsfile import GRADIENTS, OUTPUT_NAMES
+from .dump import blind_gradients
+from .tapsfile import OUTPUT_NAMES
 from .run import LOW_DTYPES, carried_json, judged as judged_tensor
 from .tolerances import tap_tolerances, tolerances
 
@@ -166,7 +166,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
     # no upstream gradient (do all zero, no nonzero dht): every gradient is 0 on both sides; not compared
-    blind = {n: NO_UPSTREAM for n in ref.outputs if n in GRADIENTS} if no_upstream_gradient(inputs) else {}
+    blind = blind_gradients(inputs, ref.outputs)
     outs = {n: t for n, t in run.outputs.items() if n in ref.outputs and n not in blind}
     # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
     # those whose last/first chunk is selected, the only ones output_rows compares

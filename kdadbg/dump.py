@@ -108,6 +108,15 @@ def no_upstream_gradient(inputs) -> bool:
     return inputs.dht is None or not bool(inputs.dht.ne(0).any())
 
 
+def blind_gradients(inputs, names) -> dict[str, str]:
+    """The gradients among ``names`` that the dump cannot judge, each with why (``NO_UPSTREAM``): all of them
+    where it has no upstream gradient (:func:`no_upstream_gradient`), else none. ``run`` and ``diff`` report
+    them not compared (the verdict at best partial) rather than compare 0 with 0."""
+    from kdadbg_kernels.taps import GRADIENTS
+
+    return {n: NO_UPSTREAM for n in names if n in GRADIENTS} if no_upstream_gradient(inputs) else {}
+
+
 def kernel_precheck(path) -> str | None:
     """Before a command runs our kernels on the dump ``path``, from its header alone: refuse head
     dims over the kernels' limit; return a note when float64 inputs will run cast to float32

@@ -16,13 +16,13 @@ import torch
 from .compare import Compare, compare, nan_positions_agree, nonfinite_inputs, nonfinite_note
 from .compare.result import knob_overrides
 from .config import KDAConfig, KDAInputs
-from .dump import NO_UPSTREAM, no_upstream_gradient
+from .dump import blind_gradients
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, check_supported, resolve_impl
 from .progress import ticking
 from .schema import RUN_JSON
-from .tapsfile import GRADIENTS, inputs_fingerprint, outputs_that_apply
+from .tapsfile import inputs_fingerprint, outputs_that_apply
 from .tolerances import tolerances
 
 Progress = Callable[[str, int, int], None]
@@ -203,14 +203,14 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         timings["reference"] += time.perf_counter() - t0
     names = outputs_that_apply(inputs, config)
     # no upstream gradient: every gradient is 0 on both sides, which no backward can fail; not compared
-    blind = [n for n in names if n in GRADIENTS] if no_upstream_gradient(inputs) else []
+    blind = blind_gradients(inputs, names)
     tols16 = tolerances("bf16", tol_overrides)
     rows = [judged(n, got.outputs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
                    _window_mask(n, masks, B, T, ref.outputs[n].ndim), tols[n], tols16[n])
             for n in names if n in got.outputs and n not in blind]
     if window is None:
         carry_from_dg(rows, got.outputs, ref.outputs, inputs, config)
-    not_provided = {n: NO_UPSTREAM if n in blind else got.not_provided.get(n, "not returned")
+    not_provided = {n: blind.get(n) or got.not_provided.get(n, "not returned")
                     for n in names if n not in got.outputs or n in blind}
     if not rows:
         where = "" if window is None else f" on chunks {window[0]}:{window[1]}"
