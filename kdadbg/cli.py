@@ -19,7 +19,7 @@ from rich.console import Console
 
 from .render import tables as report
 from .errors import EXIT_BAD_INPUT, EXIT_NUMERIC, EXIT_PARTIAL, KdadbgError
-from .schema import DIFF_JSON, RUN_JSON
+from .schema import DIFF_JSON, INSPECT_JSON, RUN_JSON, TAPS_JSON
 
 
 class Group(typer.core.TyperGroup):
@@ -278,7 +278,8 @@ def gen(
 @command("inspect")
 def inspect_(
     dump: Annotated[Path, typer.Argument(help="Dump file to describe.", show_default=False)],
-    json_: Annotated[bool, typer.Option("--json", help="Print plain JSON instead of tables.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help=f"Print plain JSON (schema {INSPECT_JSON}) instead of "
+                                        "tables.")] = False,
 ):
     """Show a dump's config, tensor statistics and validation verdict.
 
@@ -292,7 +293,7 @@ def inspect_(
 
     desc = describe_dump(dump)
     if json_:
-        report.print_json(_out(), desc)
+        report.print_json(_out(), {"schema": INSPECT_JSON, **desc})
     else:
         report.render_inspect(_out(), desc)
     if not desc["ok"]:
@@ -321,7 +322,7 @@ def taps(
     force: Annotated[bool, typer.Option("--force", help="Overwrite the output if it exists.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option("--allow-nonfinite", help="Accept NaN/Inf inputs.")] = False,
     list_: Annotated[bool, typer.Option("--list", help="List the taps of the registry and exit.")] = False,
-    json_: Annotated[bool, typer.Option("--json", help="Print the summary as JSON.")] = False,
+    json_: Annotated[bool, typer.Option("--json", help=f"Print the summary as JSON (schema {TAPS_JSON}).")] = False,
     max_interpreter_s: MaxInterpreterOption = DEFAULT_MAX_INTERPRETER_S,
     traceback: TracebackOption = False,
     overrides: dict = None,
@@ -358,7 +359,7 @@ def taps(
                            allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value,
                            max_interpreter_s=max_interpreter_s)
     if json_:
-        report.print_json(_out(), info)
+        report.print_json(_out(), {"schema": TAPS_JSON, **info})
     else:
         report.render_export(_out(), info)
     if info["nonfinite"]:

@@ -1,6 +1,7 @@
 """The command line, through typer's CliRunner against fixture files written to tmp_path."""
 
 import json
+import re
 import subprocess
 import sys
 
@@ -115,7 +116,8 @@ def test_inspect_json_marks_defaults(tmp_path):
     cfg = {row["key"]: row for row in d["config"]}
     assert cfg["chunk_size"] == {"key": "chunk_size", "value": 32, "default": False}
     assert cfg["gate"] == {"key": "gate", "value": "none", "default": True}
-    assert d["extra"] == ["my_note"] and d["ok"]
+    assert d["extra"] == ["my_note"] and d["ok"] and d["schema"] == 1
+    assert "JSON (schema 1)" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["inspect", "--help"]).stdout)
 
 
 @pytest.mark.parametrize("base, mutate, fragments, overrides",
@@ -183,6 +185,7 @@ def test_taps_config_overrides_reach_the_run(tmp_path, basic):
                               "qk_l2norm": False, "beta_sigmoid": False, "state_layout": "vk"}
     # the chunk ids written, a list as "heads" is and as diff's JSON lists them (it was the range [0, 4])
     assert info["chunks"] == [0, 1, 2, 3] and info["n_chunks"] == 4 and info["heads"] == [0, 1]
+    assert info["schema"] == 1 and "JSON (schema 1)" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["taps", "--help"]).stdout)
     f = read_taps_file(out)
     assert f["taps"]["L"].shape == (4, 2, 32, 32) and f["chunks"]["len"].tolist() == [32, 8, 32, 8]
     assert f["metadata"]["chunk_size"] == "32" and f["metadata"]["qk_l2norm"] == "false"
