@@ -276,6 +276,16 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                                       precision if noise_floor else None, storage_tols)
             if res.origin is not None:   # which cell the rerun was of (the first BUG, where there is one)
                 res.origin["of"] = {k: first[k] for k in ("tap", "chunk", "head", "label")}
+            div = res.first_divergence
+            if (div["tap"], div["chunk"], div["head"]) != (first["tap"], first["chunk"], first["head"]):
+                # a DRIFT first divergence before the BUG: rerun it too, it may be where the bug starts (a
+                # planted bug's own rows can sit under ten times their floor while what they feed is a BUG)
+                if impl.takes_initial_state and div["chunk"] is not None:
+                    step("window rerun of the first divergence")
+                res.origin_first = window_rerun(inputs, config, states, info, div, impl, device, tols, window,
+                                                drift_fails, precision if noise_floor else None, storage_tols)
+                if res.origin_first is not None:
+                    res.origin_first["of"] = {k: div[k] for k in ("tap", "chunk", "head", "label")}
     step(None)
     return res
 
@@ -428,7 +438,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     res.notes += notes
     if mine:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
         res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, None,
-                                      {n: b["outputs"][n].dtype for n in mine}, set())
+                                      {n: b["outputs"][n].dtype for n in mine}, {})
     first = res.focus
     if first is not None:
         res.amplification = amplification(res, first)

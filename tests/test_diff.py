@@ -70,7 +70,8 @@ def metrics(name, x, ref, lengths):
 def stand_in(perturb=None, follow=True, nondeterministic=None):
     """A kernel stand-in: the float32 chunked reference. ``perturb = (tap, key)`` scales that tap by
     (1 + 1e-3) + 1e-3 in the chunk whose first token's q equals ``key``: like a real bug, the fault follows
-    the chunk's data into a window rerun (``follow=False``: only the first call is faulty)."""
+    the chunk's data into a window rerun (``follow=False``: only the first call is faulty); a list of such
+    pairs plants each; a third element sets the size (1e-3 unless given)."""
     calls = []
 
     def run(inputs, config, precision, device, sel):
@@ -78,13 +79,15 @@ def stand_in(perturb=None, follow=True, nondeterministic=None):
         res = run_reference(inputs, config, taps=sel.names, dtype=torch.float32)
         ct, (B, T, H, K, _) = res.chunks, inputs.shape
         taps = dict(res.taps)
-        if perturb is not None and (follow or len(calls) == 1):
-            tap, key = perturb
+        for tap, key, *eps in ([perturb] if isinstance(perturb, tuple) else perturb or []):
+            eps = eps[0] if eps else 1e-3
+            if not (follow or len(calls) == 1) or tap not in taps:
+                continue
             q = inputs.q.reshape(B * T, H, K)
             for c in range(ct.n_chunks):
                 if torch.equal(q[int(ct.start[c])], key):
                     t = taps[tap].clone()
-                    t[c] = t[c] * (1 + 1e-3) + 1e-3
+                    t[c] = t[c] * (1 + eps) + eps
                     taps[tap] = t
         if nondeterministic is not None and len(calls) == 2:
             tap, c = nondeterministic
@@ -694,6 +697,43 @@ def test_cli_diff_bad_input(tmp_path, dump, args, fragments):
     a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors", taps=("S",))
     paths = {"a": a, "dump": dump, "missing": tmp_path / "missing.safetensors"}
     assert_one_error_line(kdadbg("diff", *(x.format(**paths) for x in args)), *fragments)
+
+
+def test_a_drift_first_divergence_before_the_first_bug_is_rerun_too(monkeypatch):
+    """The rerun follows the first BUG; a DRIFT first divergence before it (which can be where a bug starts:
+    a planted 30 % error on one row of o read DRIFT at 7.6x its floor, user trial round 38) gets a window
+    rerun of its own, printed under it and in the JSON (``origin_first_divergence``, its cell's ``origin``)."""
+    from kdadbg import noise
+    from kdadbg.render import difftables
+
+    real = noise.floor_reference
+
+    def wide_floor(inp, config, precision, taps, device):   # L's floor at 2e-5 (its tol 3e-5): 1.3e-4 is DRIFT
+        out, t = real(inp, config, precision, taps, device)
+        return out, {n: (v * (1 + 2e-5) if n == "L" else v) for n, v in t.items()}
+
+    monkeypatch.setattr(noise, "floor_reference", wide_floor)
+    inputs, cfg = inputs_for("basic")
+    res = diff_dump(inputs, cfg, stand_in([("L", first_token_q(inputs, 2, cfg), 1e-6),
+                                                  ("dL", first_token_q(inputs, 4, cfg))]))
+    first, bug = res.first_divergence, res.first_bug
+    assert (first["tap"], first["chunk"], first["label"]) == ("L", 2, "DRIFT"), (first["ratio"], first["floor"])
+    assert (bug["tap"], bug["chunk"]) == ("dL", 4) and res.origin["of"]["tap"] == "dL"
+    assert res.origin_first["of"] == {"tap": "L", "chunk": 2, "head": first["head"], "label": "DRIFT"}
+    assert res.origin_first["verdict"] == "introduced" and res.origin_first["tap"] == "L"
+    doc = res.as_json()
+    assert doc["first_divergence"]["origin"] == "introduced" and doc["origin_first_divergence"]["of"]["tap"] == "L"
+    from rich.console import Console
+
+    console = Console(record=True, width=200)
+    difftables.render_first(console, res)
+    text = console.export_text()
+    lines = text.splitlines()
+    at = [i for i, ln in enumerate(lines) if ln.startswith("first divergence") or ln.startswith("first BUG")]
+    assert len(at) == 2 and "introduced here" in " ".join(lines[at[0]:at[1]]) and "L at chunk 2" in text, text
+    # where the first divergence is the first BUG, one rerun, as before
+    one = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
+    assert one.origin_first is None and one.as_json()["origin_first_divergence"] is None
 
 
 def test_planted_fault_in_bf16_is_a_bug_among_drift(kernel_device):

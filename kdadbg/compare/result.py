@@ -50,6 +50,9 @@ class DiffResult:
     missing: dict = field(default_factory=dict)
     not_provided: dict = field(default_factory=dict)
     origin: dict | None = None
+    # the window rerun of the first divergence where it is not the focus (a DRIFT before the first BUG): a
+    # DRIFT well over its floor can be the cause the BUG comes from
+    origin_first: dict | None = None
     amplification: list[dict] = field(default_factory=list)
     exponents: list[dict] = field(default_factory=list)
     repeat: dict | None = None
@@ -296,7 +299,8 @@ class DiffResult:
         key = (lambda c: None if c is None else (c["tap"], c["chunk"], c["head"]))
         # the rerun's verdict goes with the cell it was of (DiffResult.focus: the first BUG where there is one)
         if first is not None:
-            first = {**first, "origin": (self.origin or {}).get("verdict") if key(first) == key(focus) else None}
+            first = {**first, "origin": (self.origin if key(first) == key(focus) else self.origin_first or {})
+                     .get("verdict")}
         if bug is not None:
             bug = {**bug, "origin": (self.origin or {}).get("verdict") if key(bug) == key(focus) else None}
         n_cells = sum(c.ratio.numel() for c in self.cells.values())
@@ -335,7 +339,8 @@ class DiffResult:
             "nonfinite_inputs": self.nonfinite_inputs,
             "first_divergence": jsonable(first), "first_bug": jsonable(bug),
             "first_nonfinite": jsonable(self.first_nonfinite), "tensors": jsonable(self.tensors),
-            "origin": jsonable(self.origin), "amplification": jsonable(self.amplification),
+            "origin": jsonable(self.origin), "origin_first_divergence": jsonable(self.origin_first),
+            "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
             "scales": {n: ({"scale": c.scale, "abs_floor": c.abs_floor} if bool((c.count > 0).any())
                            else {"scale": None, "abs_floor": None}) for n, c in self.cells.items()},

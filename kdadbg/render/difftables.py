@@ -257,6 +257,7 @@ def render_first(console: Console, res) -> None:
                   f"{', noise floor ' + fig(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
     _worst(console, first, kname, rname)
+    _origin(console, res.origin_first)   # where the first divergence is a DRIFT before the first BUG
     bug = res.first_bug
     if bug is not None and (bug["tap"], bug["chunk"], bug["head"]) != (first["tap"], first["chunk"], first["head"]):
         # the rerun and the amplification below are the first BUG's (DiffResult.focus)
@@ -265,7 +266,19 @@ def render_first(console: Console, res) -> None:
                       f"{_head(bug)}: {_over(bug)} (BUG, noise floor {fig(bug['floor'])})", soft_wrap=True,
                       highlight=False)
         _worst(console, bug, kname, rname)
-    o = res.origin
+    _origin(console, res.origin)
+    for a in res.amplification:
+        steps = []
+        for i, (c, r) in enumerate(zip(a["chunks"], a["ratios"])):
+            g = a["growth"][i - 1] if i else None
+            steps.append(f"{c}:{short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
+        if steps:
+            console.print(f"  amplification of {a['tap']} ({a['direction']}, head {a['head']}): " + " → ".join(steps),
+                          soft_wrap=True, highlight=False)
+
+
+def _origin(console: Console, o: dict | None) -> None:
+    """The window rerun's verdict on the cell above it: introduced here, inherited, or why it did not run."""
     if o is not None and "window" not in o:
         console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
     elif o is not None:
@@ -286,14 +299,6 @@ def render_first(console: Console, res) -> None:
                           highlight=False)
         else:
             console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
-    for a in res.amplification:
-        steps = []
-        for i, (c, r) in enumerate(zip(a["chunks"], a["ratios"])):
-            g = a["growth"][i - 1] if i else None
-            steps.append(f"{c}:{short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
-        if steps:
-            console.print(f"  amplification of {a['tap']} ({a['direction']}, head {a['head']}): " + " → ".join(steps),
-                          soft_wrap=True, highlight=False)
 
 
 def _worst(console: Console, cell: dict, kname: str, rname: str) -> None:
