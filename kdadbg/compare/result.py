@@ -299,8 +299,8 @@ class DiffResult:
         key = (lambda c: None if c is None else (c["tap"], c["chunk"], c["head"]))
         # the rerun's verdict goes with the cell it was of (DiffResult.focus: the first BUG where there is one)
         if first is not None:
-            first = {**first, "origin": (self.origin if key(first) == key(focus) else self.origin_first or {})
-                     .get("verdict")}
+            rerun = self.origin if key(first) == key(focus) else self.origin_first
+            first = {**first, "origin": (rerun or {}).get("verdict")}
         if bug is not None:
             bug = {**bug, "origin": (self.origin or {}).get("verdict") if key(bug) == key(focus) else None}
         n_cells = sum(c.ratio.numel() for c in self.cells.values())
