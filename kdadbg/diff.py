@@ -161,8 +161,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         cand = {}
     if cand:
         cand = select(cand, [run.tap_chunks.index(c) for c in tap_rows], [run.tap_heads.index(h) for h in tap_heads])
-    if not impl.provides_taps or not run.taps:
-        missing["taps"] = []   # an implementation without taps: nothing is missing, there are none
+    if (not impl.provides_taps or not run.taps) and tuple(names) == TAP_NAMES:
+        missing["taps"] = []   # an implementation without taps, all asked by default: nothing to list
+    # (taps asked for by name are listed as not provided whatever the implementation offers)
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
     # no upstream gradient (do all zero, no nonzero dht): every gradient is 0 on both sides; not compared
@@ -239,6 +240,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                 fl[n] = (*(fl[n] if isinstance(fl[n], tuple) else (fl[n],)), t)
         cells = judged()
     cells = {n: cells[n] for n in ORDER if n in cells}
+    missing["not_written"] = written_nowhere(missing["not_written"], cells)
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
                      not_provided={n: blind.get(n) or run.not_provided.get(n, "not returned") for n in expected
@@ -288,6 +290,13 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                     res.origin_first["of"] = {k: div[k] for k in ("tap", "chunk", "head", "label")}
     step(None)
     return res
+
+
+def written_nowhere(names: list[str], cells: dict) -> list[str]:
+    """Of the taps all NaN on the implementation's side, those whose reference is finite somewhere in the
+    compared (valid) rows: a cell of theirs compared an element (NaN against a finite value). A reference
+    NaN there too, finite only in its padding rows, says nothing of whether the tap was written."""
+    return [n for n in names if n in cells and bool((cells[n].count > 0).any())]
 
 
 def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,
@@ -361,8 +370,9 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
 
     tols = cell_tolerances(precision, tol_overrides)
     for f in (a, b):
-        if not f["chunks"]:
-            raise KdadbgError(f"{f['path']}: holds no taps (no chunk table) to compare")
+        if not f["chunks"] or not len(f["chunks"]["index"]):   # (an empty chunk table: outputs only)
+            raise KdadbgError(f"{f['path']}: holds no taps (no chunk table) to compare; diff DUMP --against "
+                              f"{f['path']} compares its outputs and gradients")
     try:
         C = int(a["metadata"].get("chunk_size") or b["metadata"].get("chunk_size") or 0)
     except ValueError:
@@ -426,6 +436,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
 
     cells = compare_cells(sel(b_ids, b_heads, cand), sel(a_ids, a_heads, pick_a), {n: rows for n in pick_a}, hs,
                           info, tols) if pick_a else {}
+    missing["not_written"] = written_nowhere(missing["not_written"], cells)
     if mine:
         cells.update(compare_cells(mine, theirs, row_ids, hs, info, tols, group=G))
     cells = {n: cells[n] for n in ORDER if n in cells}
@@ -436,6 +447,9 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                             "gate_units": spec.gate_units})
     res.notes.append("no dump: no noise floor (failing cells are BUG), no window rerun")
     res.notes += notes
+    from .impls.tapsfile import written_precision_note
+
+    res.notes += [n for n in (written_precision_note(f["path"], f["metadata"], precision) for f in (a, b)) if n]
     if mine:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
         res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, None,
                                       {n: b["outputs"][n].dtype for n in mine}, {})

@@ -11,5 +11,6 @@ DIFF_JSON = 6   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (
                 # 4: tensors (each output and gradient judged as run judges it; the verdict fails with them),
                 # origin.label and origin.floor (the window rerun against its noise floor); 5: origin and
                 # amplification follow the first BUG where there is one (origin.of names the cell), tensors
-                # filled for diff A B; 6: origin_first_divergence (a DRIFT first divergence's own rerun), carried_in_from_dg {"ratio", "own"} or null in tensors (as run's)
+                # filled for diff A B; 6: origin_first_divergence (a DRIFT first divergence's own rerun),
+                # outputs_not_compared, carried_in_from_dg {"ratio", "own"} or null in tensors (as run's)
                 # and in a cell carried in (was a bool there, the ratio here)

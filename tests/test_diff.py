@@ -13,6 +13,7 @@ from kernel_faults import FAULTS, faulty_module, plant
 from kdadbg.cases import get_case, make_inputs
 from kdadbg.chunks import chunk_table
 from kdadbg.compare import TAP_ORDER, ChunkInfo, cell_metrics, dataflow_key, valid_mask
+from kdadbg.compare.result import unrep_reason
 from kdadbg.diff import diff_dump, diff_taps_files
 from kdadbg.impls import Implementation, ImplRun, TapsSpec, convert_taps, resolve_impl
 from kdadbg.impls.base import LN2
@@ -123,10 +124,10 @@ def test_dataflow_key_walks_each_sequence():
     info2 = ChunkInfo.from_table(chunk_table(2, 40, None, 16))
     cells = sorted(((t, c) for t in ("S", "dS", "dU", "gc", "dgc") for c in range(6)),
                    key=lambda p: dataflow_key(*p, info2))
-    assert cells[:6] == [("gc", c) for c in range(6)]
-    assert cells[6:12] == [("S", 0), ("S", 1), ("S", 2), ("S", 3), ("S", 4), ("S", 5)]
-    assert cells[12:18] == [("dU", 2), ("dS", 2), ("dU", 1), ("dS", 1), ("dU", 0), ("dS", 0)]
-    assert cells[-6:] == [("dgc", c) for c in range(6)]
+    # the forward chunk by chunk (prepare, then recurrence), the backward from each sequence's last chunk
+    # (recurrence, then the prepare that reads the state gradient arriving there)
+    assert cells[:12] == [(t, c) for c in range(6) for t in ("gc", "S")]
+    assert cells[12:] == [(t, c) for seq in ((2, 1, 0), (5, 4, 3)) for c in seq for t in ("dU", "dS", "dgc")]
     assert info.seq == {0: 0, 1: 1, 2: 2} and info.length == {0: 1, 1: 16, 2: 16}
 
 
@@ -434,7 +435,13 @@ def test_a_drift_whose_floor_is_over_its_tolerance_is_unrep():
     cells = Cells("dg", [0], [0, 1], (4, 4), 1e-5, ratio, ratio, z.long(), z + 1, z.long(), z.long() + 16, z, z)
     judge(cells, {"ratio": floor, "nonfinite": None})
     assert cells.label.tolist() == [[UNREP, BUG]]
-    assert "cannot hold it to its tolerance" in cells.unrep_reason[0] and "2e-05 > tol 1e-05" in cells.unrep_reason[0]
+    assert "cannot hold it to its tolerance" in unrep_reason(cells, 0, 0) and "2e-05 > tol 1e-05" in unrep_reason(cells, 0, 0)
+    # two heads UNREP in one chunk: each reason quotes its own head's floor (it quoted the chunk's worst)
+    two = Cells("dg", [0], [0, 1], (4, 4), 1e-5, ratio[:, :1].repeat(1, 2), ratio, z.long(), z + 1, z.long(),
+                z.long() + 16, z, z)
+    judge(two, {"ratio": torch.tensor([[2e-5, 2.5e-5]], dtype=torch.float64), "nonfinite": None})
+    assert two.label.tolist() == [[UNREP, UNREP]]
+    assert "is 2e-05 > tol" in unrep_reason(two, 0, 0) and "is 2.5e-05 > tol" in unrep_reason(two, 0, 1)
 
 
 def test_kernels_overflow_names_first_nonfinite(kernel_device):
@@ -804,7 +811,7 @@ def test_exp_carrying_tap_beyond_its_precision_is_unrep_not_a_bug():
     bad = {n: t * (1 + 0.5 * torch.randn_like(t)) for n, t in ref.items()}     # 50x that floor
     tols = {"ki": 5e-3, "kr": 5e-3}
     cells = compare_cells(bad, ref, {n: [0, 1] for n in ref}, [0], info, tols, floor=near)
-    assert (cells["ki"].label == UNREP).all() and "cannot hold it to its tolerance" in cells["ki"].unrep_reason[0]
+    assert (cells["ki"].label == UNREP).all() and "cannot hold it to its tolerance" in unrep_reason(cells["ki"], 0, 0)
     assert (cells["kr"].label == BUG).all()
     tight = {n: t * (1 + 1e-4 * torch.randn_like(t)) for n, t in ref.items()}  # floor within tolerance
     cells = compare_cells(bad, ref, {n: [0, 1] for n in ref}, [0], info, tols, floor=tight)

@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from kdadbg.noise import DRIFT, UNREP
+from kdadbg.compare.result import unrep_reason
 from typer.testing import CliRunner
 
 from kdadbg import cli
@@ -127,6 +128,9 @@ def test_run_of_a_user_function_passes_and_adds_little_time():
     pytest.param("bwd_fault", "zero_gates", 1, 0, ("dk", 1), "introduced", id="backward-only-error"),
     pytest.param("state_fault", "zero_gates", 1, 1, ("o", 2), "inherited", id="state-carried-wrongly"),
     pytest.param("fwd_fault", "varlen", 9, 2, ("o", 9), "introduced", id="forward-error-varlen"),
+    # the state's gradient wrong on its way back into chunk 2: chunks 0-2's gradients and dh0 all fail; the
+    # backward walks chunk 2 first (user trial, round 39: it named dh0 at chunk 0, the walk's end)
+    pytest.param("dstate_fault", "zero_gates", 2, 1, ("dv", 2), "introduced", id="state-gradient-carried-back"),
 ])
 def test_planted_fault_is_named_exactly(fault, case, chunk, head, want, origin):
     inputs, config = marked(case, chunk, head)
@@ -438,7 +442,7 @@ def test_values_stored_in_16_bits_are_judged_against_a_floor_that_rounds_too():
     # (the compared precision cannot hold them), never a divergence
     for n in ("o", "S"):
         assert bool((res.cells[n].label == UNREP).all()), n
-        assert "cannot hold it to its tolerance" in res.cells[n].unrep_reason[0]
+        assert "cannot hold it to its tolerance" in unrep_reason(res.cells[n], 0, 0)
     assert res.first_divergence is None
     undeclared = diff_dump(inputs, config, _Bf16Storage(declare=False), names=("S", "U"), window=0)
     assert undeclared.first_bug["tap"] == "S" and not undeclared.passed    # a rounding nobody declared is a bug
@@ -549,3 +553,28 @@ def test_precision_bf16_on_a_float32_dump_says_it_only_sets_the_tolerances():
     low = dataclasses.replace(inputs, **{n: getattr(inputs, n).to(torch.bfloat16) for n in ("q", "k", "v", "g",
                                                                                               "beta")})
     assert not any("sets only the tolerances" in n for n in check(low, config, impl=impl(precision="bf16")).notes)
+
+
+def test_a_taps_file_written_at_the_other_precision_says_so(tmp_path):
+    """A file from `run --precision bf16 --save` judged at the default fp32 was a wall of BUG with no word of
+    why (user trial, round 39): its metadata's precision is named with the --precision to use, in diff
+    --against and in diff A B; at its own precision, no note."""
+    from kdadbg.diff import diff_taps_files
+    from kdadbg.impls.tapsfile import TapsFile
+    from kdadbg.tapsfile import read_taps_file
+
+    inputs, config = case_inputs("basic")
+    res = run_reference(inputs, config, taps=(), dtype=torch.float32)
+    path = tmp_path / "bf16.safetensors"
+    write_taps_file(path, dict(res.outputs), {}, chunk_rows(res.chunks, 0, res.chunks.n_chunks), [0, 1],
+                    taps_metadata("ours", "d", config, precision="bf16"))
+    notes = diff_dump(inputs, config, TapsFile(path, TapsSpec(), "fp32"), window=0).notes
+    assert any("written at precision bf16 (its metadata)" in n and "use --precision bf16" in n for n in notes), notes
+    notes = diff_dump(inputs, config, TapsFile(path, TapsSpec(), "bf16"), window=0).notes
+    assert not any("written at precision" in n for n in notes), notes
+    f = read_taps_file(path)
+    assert any("written at precision bf16" in n for n in diff_taps_files(f, f, precision="fp32").notes)
+    empty = tmp_path / "outputs_only.safetensors"    # an empty chunk table: one line, not min() of nothing
+    write_taps_file(empty, dict(res.outputs), {}, chunk_rows(res.chunks, 0, 0), [], taps_metadata("x", "d", config))
+    with pytest.raises(KdadbgError, match="holds no taps"):
+        diff_taps_files(read_taps_file(empty), f)

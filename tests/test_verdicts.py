@@ -127,6 +127,51 @@ def test_diff_where_nothing_was_compared_is_not_a_pass(tmp_path):
     assert "verdict: not compared" in r.stdout and "no divergence:" not in r.stdout
 
 
+class NanTap(Implementation):
+    """The float64 reference with its taps, one of them all NaN (padding rows included): a tap not written."""
+    name = kind = "nan-tap"
+    provides_taps = True
+
+    def __init__(self, tap):
+        self.tap = tap
+
+    def run(self, inputs, config, *, device, taps=None):
+        ref = run_reference(inputs, config, taps=taps.names)
+        t = {n: v.clone() for n, v in ref.taps.items()}
+        t[self.tap] = torch.full_like(t[self.tap], float("nan"))
+        n = ref.chunks.n_chunks
+        return ImplRun(dict(ref.outputs), t, list(range(n)), list(range(inputs.HV)))
+
+
+def test_diff_with_gradients_nan_on_both_sides_is_partial_not_pass(tmp_path):
+    """do all NaN: every gradient NaN on both sides, o compared. diff said pass (exit 0) where run says
+    partial (user trial, round 39); and a tap all NaN where the reference is NaN in every valid row (finite
+    only in its padding) is not "not written": nothing says whether it was."""
+    inputs, config = nan_inputs(field="do")
+    res = diff_dump(inputs, config, NanTap("dU"), names=("U", "dU"), window=0)
+    assert res.verdict == "partial" and not res.passed
+    assert set(res.outputs_not_compared) == {"dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"}
+    assert res.cells["o"].count.sum() > 0 and "o" not in res.outputs_not_compared
+    assert res.missing["not_written"] == [] and res.as_json()["outputs_not_compared"] == res.outputs_not_compared
+    text = rendered(difftables.render, res)
+    assert "verdict: partial: nothing failed, but dh0, dv, dq, dk" in text and "not compared (NaN/Inf on both sides" in text
+    clean, _ = make_inputs(get_case("basic"))    # the same tap on a finite dump: not written, and it fails
+    res = diff_dump(clean, config, NanTap("dU"), names=("U", "dU"), window=0)
+    assert res.missing["not_written"] == ["dU"] and res.verdict == "fail"
+    dump = save_dump(tmp_path / "nan_do.safetensors", inputs, config)
+    r = runner.invoke(cli.app, ["diff", str(dump), "--impl", "reference", "--allow-nonfinite", "--window", "0"])
+    assert r.exit_code == 3 and "verdict: partial" in r.stdout, r.output
+
+
+def test_taps_asked_for_by_name_are_listed_when_the_implementation_has_none():
+    """`--taps dS` with an implementation that writes no taps compared 0 tap cells and said nothing of dS
+    (user trial, round 39); all taps by default, it lists none (there are none to miss)."""
+    inputs, config = make_inputs(get_case("basic"))
+    impl = resolve_impl(f"{IMPL}:chunk_kda")
+    assert diff_dump(inputs, config, impl, names=("dS",), window=0).missing["taps"] == ["dS"]
+    assert diff_dump(inputs, config, impl, window=0).missing["taps"] == []
+
+
 # --- 2. undefined figures are not made up ----------------------------------------------------------
 
 

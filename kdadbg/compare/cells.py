@@ -44,7 +44,8 @@ class Cells:
     reference: torch.Tensor
     floor: torch.Tensor | None = None
     label: torch.Tensor | None = None
-    unrep_reason: list | None = None   # [R] reason per chunk row where a cell is UNREP
+    # [R] reason per chunk row where a cell is UNREP: one for the row, or a list with one per head
+    unrep_reason: list | None = None
     # [R, Hs] dA_log/ddt_bias: the exact sum of the implementation's own dg against the reference, and the
     # implementation's value against that sum, where a BUG became DRIFT carried in from dg (compare.carried);
     # NaN elsewhere
@@ -100,12 +101,13 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
             reasons = list(cells.unrep_reason) if cells.unrep_reason else [None] * label.shape[0]
             for r in range(label.shape[0]):
                 hit = limited[r]
-                if reasons[r] is None and bool(hit.any()):
-                    worst = float(floor["ratio"][r][hit].max())
-                    reasons[r] = (f"the compared precision cannot hold it to its tolerance: the noise floor (the "
-                                  f"reference at that precision) is {worst:.3g} > tol {cells.tol:g}" +
-                                  ("" if storage_tol is None else
-                                   f"; returned in 16 bits, within bf16 mode's tol {storage_tol:g}"))
+                if reasons[r] is None and bool(hit.any()):   # each head's own floor
+                    reasons[r] = [None if not bool(hit[h]) else
+                                  f"the compared precision cannot hold it to its tolerance: the noise floor (the "
+                                  f"reference at that precision) is {float(floor['ratio'][r, h]):.3g} > tol "
+                                  f"{cells.tol:g}" + ("" if storage_tol is None else
+                                                      f"; returned in 16 bits, within bf16 mode's tol {storage_tol:g}")
+                                  for h in range(hit.numel())]
             cells.unrep_reason = reasons
             unrep = limited if unrep is None else (unrep | limited)
     if unrep is not None:

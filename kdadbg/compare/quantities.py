@@ -107,18 +107,19 @@ class ChunkInfo:
 
 
 def dataflow_key(name: str, chunk: int | None, info: ChunkInfo) -> tuple:
-    """Sort key of a (quantity, chunk) cell in dataflow order: forward prepare chunk by chunk; forward
-    recurrence sequence by sequence, first chunk to last; backward recurrence sequence by sequence,
-    last chunk to first; backward prepare chunk by chunk; per-head gradients last."""
+    """Sort key of a (quantity, chunk) cell in dataflow order, the order the work happens in: the forward
+    sequence by sequence, first chunk to last, each chunk's prepare then its recurrence; then the backward
+    sequence by sequence, last chunk to first (the walk the state gradient takes), each chunk's recurrence
+    then its prepare (which reads the state gradient arriving there); per-head gradients last. A chunk's
+    cells are thus after every cell they depend on, and an error carried back through the state shows
+    first at the chunk it entered, also where only the gradients' rows are compared (no taps)."""
     q = QUANTITIES[name]
     s = STAGES.index(q.stage)
     if q.kind == "head" or chunk is None:
-        return (len(STAGES), 0, _RANK[name])
-    if q.stage == "fwd_recurrence":
-        return (s, info.seq[chunk], chunk, _RANK[name])
-    if q.stage == "bwd_recurrence":
-        return (s, info.seq[chunk], -chunk, _RANK[name])
-    return (s, chunk, _RANK[name])
+        return (2, 0, 0, 0, _RANK[name])
+    if q.stage.startswith("fwd"):
+        return (0, info.seq[chunk], chunk, s, _RANK[name])
+    return (1, info.seq[chunk], -chunk, s, _RANK[name])
 
 
 def valid_mask(name: str, lengths: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:

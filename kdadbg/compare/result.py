@@ -25,6 +25,12 @@ def label_of(cells: Cells, r: int, j: int) -> str:
     return NOT_COMPARED if int(cells.count[r, j]) == 0 else noise.LABELS[int(cells.label[r, j])]
 
 
+def unrep_reason(cells: Cells, r: int, j: int) -> str | None:
+    """Why UNREP cell (``r``, ``j``) is UNREP: its row's reason, or its own head's (its own floor)."""
+    reason = cells.unrep_reason[r]
+    return reason[j] if isinstance(reason, list) else reason
+
+
 def knob_overrides() -> dict[str, str]:
     """The kernels' launch knobs set in the environment (``kernels/tuning.py``), ``{NAME: value}``; empty
     for a copy of ``kernels/`` older than the knob table (A/B runs)."""
@@ -154,9 +160,15 @@ class DiffResult:
             return "fail"
         if not any(bool((c.count > 0).any()) for c in self.cells.values()):
             return "not_compared"
-        if self.missing_outputs:
+        if self.missing_outputs or self.outputs_not_compared:
             return "partial"
         return "pass"
+
+    @property
+    def outputs_not_compared(self) -> list[str]:
+        """Outputs and gradients returned of which no element was compared (NaN/Inf on both sides in every
+        compared row): nothing judged them, so the verdict is at best partial, as ``run``'s is."""
+        return [n for n, c in self.cells.items() if not c.quantity.is_tap and not bool((c.count > 0).any())]
 
     @property
     def tensors_failing(self) -> list[str]:
@@ -326,7 +338,7 @@ class DiffResult:
                               "floor": None if c.floor is None or nothing else _num(c.floor[r, j]),
                               "label": label_of(c, r, j),
                               **({"reason": not_compared_reason(math.prod(c.dims))} if nothing else {}),
-                              **({"reason": c.unrep_reason[r]} if lab == noise.UNREP and c.unrep_reason else {}),
+                              **({"reason": unrep_reason(c, r, j)} if lab == noise.UNREP and c.unrep_reason else {}),
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
                                  else {})})
         return {
@@ -335,7 +347,8 @@ class DiffResult:
             "dump": self.dump, "files": self.files, "precision": self.precision, "device": self.device,
             "config": None if self.config is None else self.config.as_dict(),
             "chunks": self.chunks, "heads": self.heads, "drift_fails": self.drift_fails,
-            "compared": self.counts(), "not_provided": self.not_provided,
+            "compared": self.counts(), "outputs_not_compared": self.outputs_not_compared,
+            "not_provided": self.not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
             "first_divergence": jsonable(first), "first_bug": jsonable(bug),
             "first_nonfinite": jsonable(self.first_nonfinite), "tensors": jsonable(self.tensors),

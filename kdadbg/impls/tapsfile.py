@@ -48,6 +48,17 @@ def checked_outputs(where: str, outputs: dict[str, torch.Tensor], inputs: KDAInp
     return out
 
 
+def written_precision_note(path, metadata: dict, precision: str) -> str | None:
+    """A note where a taps file says it was written at the other of kdadbg's precisions (``run --save``,
+    ``taps --source ours`` record it) than the one it is judged at: its values then meet the other mode's
+    tolerances (a bf16 file judged at fp32 is a wall of BUG), and ``--precision`` says which to use."""
+    own = str(metadata.get("precision", "")).strip()
+    if own not in ("fp32", "bf16") or own == precision:
+        return None
+    return (f"{path} was written at precision {own} (its metadata) and is judged here at --precision "
+            f"{precision}'s tolerances and noise floor: for its own mode's, use --precision {own}")
+
+
 class TapsFile(Implementation):
     kind = "taps file"
     takes_initial_state = False
@@ -101,8 +112,9 @@ class TapsFile(Implementation):
         # a file made on a window (run --chunks A:B --save) cannot hold the whole-head sums: not a shortfall
         not_provided = {n: WINDOW_NOT_COMPARABLE for n in ("dA_log", "ddt_bias")
                         if n not in outputs and f["metadata"].get("chunks")}
+        notes = [n for n in [written_precision_note(self.path, f["metadata"], self.precision)] if n]
         if taps is None or not f["chunks"]:
-            return ImplRun(outputs, not_provided=not_provided)
+            return ImplRun(outputs, not_provided=not_provided, notes=notes)
         ids = [int(i) for i in f["chunks"]["index"]]
         heads = [int(h) for h in f["heads"]]
         theirs = {n: f["taps"][n] for n in taps.names if n in f["taps"]}
@@ -117,7 +129,7 @@ class TapsFile(Implementation):
         lo, hi = taps.chunk_range(ct.n_chunks)
         sel, rows, hs = select_taps(convert_taps(theirs, self.spec), ids, heads, list(range(lo, hi)),
                                     list(taps.head_list(H)))
-        return ImplRun(outputs, sel, rows, hs, not_provided=not_provided)
+        return ImplRun(outputs, sel, rows, hs, not_provided=not_provided, notes=notes)
 
     def check_inputs(self, inputs: KDAInputs, config: KDAConfig | None = None) -> None:
         """A file that records its inputs' digest (``inputs_sha256``: ``kdadbg taps``, ``run --save``,

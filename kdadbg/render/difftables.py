@@ -73,10 +73,9 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
     n = res.counts()
     console.print(compared_line(n), soft_wrap=True, highlight=False)
     render_tensors(console, res)
-    missing = ", ".join(res.missing_outputs)
     verdict = {"pass": "[green]pass[/green]", "fail": "[bold red]fail[/bold red]",
-               "partial": f"[bold yellow]partial[/bold yellow]: nothing failed, but {escape(missing)} "
-                          f"{missing_word(res.not_provided.get(n, '') for n in res.missing_outputs)}: not a full pass",
+               "partial": f"[bold yellow]partial[/bold yellow]: nothing failed, but {escape(partial_reason(res))}: "
+                          f"not a full pass",
                "not_compared": "[bold yellow]not compared[/bold yellow]: no cell compared any element (every one "
                                "NaN/Inf on both sides); nothing was checked"}[res.verdict]
     console.print(f"verdict: {verdict}", highlight=False, soft_wrap=True)
@@ -96,6 +95,17 @@ def render_tensors(console: Console, res) -> None:
         "; no cell of theirs is a BUG (those over tolerance are DRIFT or UNREP), which alone would not fail"
     console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over the "
                   f"compared rows): {what}{drift}", soft_wrap=True, highlight=False)
+
+
+def partial_reason(res) -> str:
+    """What keeps a diff from a full pass: ``dq, dk not provided; o not compared (...)``."""
+    parts = []
+    if res.missing_outputs:
+        parts.append(f"{', '.join(res.missing_outputs)} "
+                     f"{missing_word(res.not_provided.get(n, '') for n in res.missing_outputs)}")
+    if res.outputs_not_compared:
+        parts.append(f"{', '.join(res.outputs_not_compared)} not compared (NaN/Inf on both sides in every row)")
+    return "; ".join(parts)
 
 
 def compared_line(n: dict) -> str:

@@ -7,7 +7,7 @@ initial_state, A_log, dt_bias). It imports nothing from kdadbg: it is an impleme
 test, not a reference.
 
 Fault variants share ``chunk_kda``'s signature. The marked ones (``fwd_fault``, ``bwd_fault``,
-``state_fault``) follow their data, not a position: a fault fires in every chunk (of the call's
+``state_fault``, ``dstate_fault``) follow their data, not a position: a fault fires in every chunk (of the call's
 own ``chunk_size`` chunking; chunk c of a sequence covers its tokens ``[c*C, (c+1)*C)``) that
 holds a token whose *input* beta equals ``MARK`` for head h, and only for that sequence and head.
 So a rerun on a window of chunks with the right ``initial_state`` shows the same fault.
@@ -103,7 +103,8 @@ def _kda(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
     scale = K ** -0.5 if scale is None else scale
     spans = _spans(B, T, cu_seqlens, late_second=fault == "varlen")
     N = len(spans) if cu_seqlens is not None else B
-    marked = _marked_chunks(beta.detach() == MARK, spans, C) if fault in ("fwd", "bwd", "state") else None
+    marked = _marked_chunks(beta.detach() == MARK, spans, C) if fault in ("fwd", "bwd", "state", "dstate") \
+        else None
 
     qf, kf, vf, gf, bf = (x.to(dt) for x in (q, k, v, g, beta))
     if G > 1:
@@ -138,6 +139,8 @@ def _kda(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
             outs.append(scale * torch.einsum("rhk,rhkv->rhv", qf[rows, t], S))
             if fault == "state" and ((t - bos) % C == C - 1 or t == eos - 1):
                 S = S * (1.0 + FAULT * marked[rows, t].to(dt))[..., None, None]  # leaves the chunk
+            if fault == "dstate" and ((t - bos) % C == C - 1 or t == eos - 1):   # its gradient coming back
+                S = _ScaleGrad.apply(S, (1.0 + FAULT * marked[rows, t].to(dt))[..., None, None])
         o_parts.append(torch.stack(outs, 1) if outs else vf[rows, :0])
         finals.append(S)
     o = torch.cat(o_parts, 1)
@@ -196,6 +199,11 @@ state_fault.__doc__ = """The state leaving a marked chunk (marked head) is multi
 the marked chunk's o is right, every later chunk of that sequence is wrong, and if the marked chunk
 is the sequence's last, final_state is (the state follows its data whether a chunk or the caller
 reads it next). Gradients are autograd's of this faulted function."""
+
+dstate_fault = _entry("dstate")
+dstate_fault.__doc__ = """Outputs exact; the gradient of the state leaving a marked chunk (marked head), on its
+way back into that chunk, is multiplied by 1 + 1e-2 (an identity ``autograd.Function`` on the state): the
+gradients of the marked chunk and of every earlier chunk of that sequence are wrong, dh0 too."""
 
 varlen_fault = _entry("varlen")
 varlen_fault.__doc__ = """With cu_seqlens and N >= 2, sequence 1 is read from ``cu_seqlens[1] + 1``
