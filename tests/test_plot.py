@@ -85,6 +85,77 @@ def test_plot_diff_legend_fits_the_figure(tmp_path, monkeypatch, n_cols, faulty_
     assert texts and (n_cols == 200 or any(t.startswith("not compared") for t in texts)), texts
 
 
+def drawn(monkeypatch, tmp_path, data):
+    """``(figure, RGBA grid of the heatmap's cells)`` of ``plot_diff(data)``, the figure intercepted."""
+    import kdadbg.render.plot as P
+
+    figs = []
+    save = P._save
+    monkeypatch.setattr(P, "_save", lambda fig, canvas, path: figs.append(fig) or save(fig, canvas, path))
+    plot_diff(tmp_path / "d.png", data)
+    fig = figs[0]
+    return fig, fig.axes[0].get_images()[0].get_array()
+
+
+def over_tolerance(rgba) -> bool:
+    """In the colour map's yellow-to-red bins (not blue, not the pale band)."""
+    from matplotlib.colors import to_rgba
+
+    import kdadbg.render.plot as P
+
+    cmap = P._colourmap()
+    return tuple(rgba) in {to_rgba(cmap(b)) for b in range(P.N_LOW + P.N_BAND, P.N_BINS)}
+
+
+def test_the_colour_never_contradicts_the_status(tmp_path, monkeypatch):
+    """A user trial (bf16 diffs of kimi_c64 and strong_gates dumps): OK cells at 0.0199 against tol 0.02
+    fell in the first yellow bin (the band's top edge rounds into it), OK cells passing on the absolute
+    rule (ratio 0.032 > 0.02) were drawn yellow to red; a DRIFT cell just over its tolerance must not be
+    drawn pale either. OK-by-absolute-rule cells carry a dot, explained in the legend."""
+    import math
+
+    tols = [0.02, 0.02, 5e-3]   # the band spans 5e-3 .. 2e-2
+    rows = [{"name": n, "stage": "bwd_prepare", "tol": t} for n, t in zip(("dkd", "dgT", "dg"), tols)]
+    lg = math.log10
+    values = [[lg(0.0199), lg(0.02), lg(0.032), lg(0.021), -4.0],
+              [lg(0.02 * (1 - 1e-12)), lg(0.019999), -1.0, lg(0.02 * (1 + 1e-9)), -4.0],
+              [0.5, lg(5e-3), lg(5.01e-3), lg(5.0001e-3), -3.0]]
+    status = [["ok", "ok", "ok", "drift", "ok"],
+              ["ok", "ok", "ok", "drift", "ok"],
+              ["ok", "ok", "ok", "bug", "ok"]]
+    data = {"title": "t", "rows": rows, "chunks": list(range(5)), "log10_ratio": values, "status": status,
+            "first": None}
+    fig, rgba = drawn(monkeypatch, tmp_path, data)
+    for i in range(3):
+        for j in range(5):
+            assert over_tolerance(rgba[i][j]) == (status[i][j] != "ok"), (rows[i]["name"], j, status[i][j])
+    from matplotlib.colors import to_rgba
+
+    import kdadbg.render.plot as P
+
+    dots = [c for c in fig.axes[0].collections if len(c.get_facecolors()) and
+            tuple(c.get_facecolors()[0]) == to_rgba(P.ABSOLUTE)]
+    # (column, row) of the OK cells over their row's tolerance
+    assert sorted(map(tuple, dots[0].get_offsets().tolist())) == [(0, 2), (2, 0), (2, 1), (2, 2)]
+    texts = [t.get_text() for lg_ in fig.legends for t in lg_.get_texts()]
+    assert any(t.startswith("OK on the absolute rule") for t in texts), texts
+    # no OK cell over its tolerance: no dot, no legend entry
+    fig, _ = drawn(monkeypatch, tmp_path, fabricated(6))
+    assert not any(t.get_text().startswith("OK on the absolute rule") for lg_ in fig.legends
+                   for t in lg_.get_texts())
+
+
+def test_the_subtitle_names_the_first_divergences_head(tmp_path, monkeypatch):
+    """The text report names the first divergence's head; the figure's subtitle did not (user trial)."""
+    data = fabricated(6)
+    data["first"].update(head=2)
+    fig, _ = drawn(monkeypatch, tmp_path, data)
+    assert f"{TAP_ORDER[4]} ({REGISTRY[TAP_ORDER[4]].stage}) at chunk 3, head 2: BUG" in fig._suptitle.get_text()
+    data["first"].update(head=1, value_heads=[2, 3])    # dq/dk under GVA: a q/k head, as the text says it
+    fig, _ = drawn(monkeypatch, tmp_path, data)
+    assert "at chunk 3, q/k head 1 (value heads 2-3): BUG" in fig._suptitle.get_text()
+
+
 def test_bucket_columns_keep_the_worst():
     data = fabricated(200)
     labels, values, status, per, groups = bucket_columns(data["chunks"], data["log10_ratio"], data["status"])
@@ -103,7 +174,8 @@ def test_plot_data_of_a_real_diff(tmp_path, faulty_diff):
     assert [r["stage"] for r in data["rows"]] == [QUANTITIES[n].stage for n in names]
     assert data["chunks"] == list(range(6)) and data["rows"][0]["tol"] == faulty_diff.cells["gc"].tol
     i = names.index("dL")
-    assert data["status"][i][4] == "bug" and data["first"] == {"row": i, "col": 4}
+    assert data["status"][i][4] == "bug"
+    assert data["first"] == {"row": i, "col": 4, "head": faulty_diff.first_divergence["head"]}
     assert all(s == "ok" for s in data["status"][0]) and {s for r in data["status"] for s in r} <= set(STATUSES)
     assert data["log10_ratio"][i][4] > -4 > data["log10_ratio"][0][0]
     assert "basic" in data["title"] and "fp32" in data["title"]

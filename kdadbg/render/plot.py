@@ -8,10 +8,13 @@ imported only when a figure is drawn, through its Agg canvas: no pyplot, no glob
 Reading the diff figure: one row per tap in dataflow order (stages separated by lines and named on
 the right), one column per chunk (buckets of chunks, worst cell each, beyond 64 columns). The colour
 is the worst head's ratio on a log scale: blue within every row's tolerance, a pale band over the
-span of the tolerances (marked on the colour bar), yellow to red over them. Each row's label names
-its tolerance; cells over it carry a marker, ``x`` BUG and ``o`` DRIFT; the first divergence is
-boxed. Magenta: NaN/Inf; grey: not compared; hatched white: unrepresentable (the implementation has
-no such tap in its conventions).
+span of the tolerances (marked on the colour bar), yellow to red over them. The colour never
+contradicts the status: an OK cell is drawn at most in the band's top bin (one passing on the
+absolute rule, its ratio over its tolerance, at its tolerance, with a small dot), a DRIFT or BUG cell
+at least in the first yellow bin. Each row's label names its tolerance; cells over it carry a marker,
+``x`` BUG and ``o`` DRIFT; the first divergence is boxed and named with its head. Magenta: NaN/Inf;
+grey: not compared; hatched white: unrepresentable (the implementation has no such tap in its
+conventions).
 """
 
 from __future__ import annotations
@@ -21,18 +24,23 @@ from pathlib import Path
 
 from ..errors import KdadbgError
 from . import id_ranges
+from .difftables import _head
 
 STATUSES = ("ok", "drift", "bug", "nonfinite", "not_compared", "unrepresentable")
 # a bucket shows its worst: an UNREP cell (whose ratio, over its tolerance, the bucket takes) over an OK one
 SEVERITY = {"not_compared": 0, "ok": 1, "unrepresentable": 2, "drift": 3, "bug": 4, "nonfinite": 5}
 LABELS = {"ok": "OK", "drift": "DRIFT", "bug": "BUG", "nonfinite": "NaN/Inf", "not_compared": "not compared"}
 MAX_COLUMNS = 64
-BAND = (0.46, 0.54)   # the colour map's neutral band: the span of the rows' tolerances
+# the colour map: N_LOW blue bins, N_BAND pale bins (the span of the rows' tolerances), yellow to red above;
+# BAND's edges fall on bin edges, so the norm's tolerance span is exactly the pale bins
+N_BINS, N_LOW, N_BAND = 256, 118, 20
+BAND = (N_LOW / N_BINS, (N_LOW + N_BAND) / N_BINS)
 MISSING = "--plot needs matplotlib: pip install 'kdadbg[plot]'"
 
 NONFINITE = "#ff00ff"
 NOT_COMPARED = "#bdbdbd"
 UNREPRESENTABLE = "#ffffff"
+ABSOLUTE = "#555555"    # the dot of an OK cell passing on the absolute rule
 PASS, FAIL = "#4c9f50", "#d62728"
 UNREP_BAR = "#9e9e9e"   # kdadbg run: over the tolerance where the implementation's 16-bit storage explains it
 
@@ -89,16 +97,18 @@ def _sci(x: float) -> str:
 def bucket_columns(chunks: list[int], log10_ratio: list[list], status: list[list[str]],
                    max_columns: int = MAX_COLUMNS) -> tuple[list[str], list[list], list[list[str]], int, list[range]]:
     """Merge columns into buckets of a power-of-two size so that at most ``max_columns`` remain; each
-    bucket keeps its worst status and largest log10 ratio. Returns labels (``"0-15"``), values,
-    statuses, the bucket size and the column range of each bucket."""
+    bucket keeps its worst status and the largest log10 ratio of the cells of that status (a DRIFT bucket
+    is not coloured by an OK cell's ratio, one passing on the absolute rule far over its tolerance).
+    Returns labels (``"0-15"``), values, statuses, the bucket size and the column range of each bucket."""
     n = len(chunks)
     per = 1
     while math.ceil(n / per) > max_columns:
         per *= 2
     groups = [range(i, min(n, i + per)) for i in range(0, n, per)]
     labels = [str(chunks[g[0]]) if len(g) == 1 else f"{chunks[g[0]]}-{chunks[g[-1]]}" for g in groups]
-    vals = [[max((row[j] for j in g if row[j] is not None), default=None) for g in groups] for row in log10_ratio]
     stats = [[max((row[j] for j in g), key=SEVERITY.__getitem__) for g in groups] for row in status]
+    vals = [[max((v[j] for j in g if v[j] is not None and s[j] == worst), default=None)
+             for g, worst in zip(groups, s_row)] for v, s, s_row in zip(log10_ratio, status, stats)]
     return labels, vals, stats, per, groups
 
 
@@ -136,10 +146,31 @@ def _colourmap():
     from matplotlib.colors import ListedColormap
 
     low, high = colormaps["Blues_r"], colormaps["YlOrRd"]
-    n_low, n_band = round(256 * BAND[0]), round(256 * (BAND[1] - BAND[0]))
-    n_high = 256 - n_low - n_band
-    return ListedColormap([low(0.1 + 0.72 * i / (n_low - 1)) for i in range(n_low)] + ["#f4f4f4"] * n_band
+    n_high = N_BINS - N_LOW - N_BAND
+    return ListedColormap([low(0.1 + 0.72 * i / (N_LOW - 1)) for i in range(N_LOW)] + ["#f4f4f4"] * N_BAND
                           + [high(0.2 + 0.8 * i / (n_high - 1)) for i in range(n_high)], name="kdadbg_tol")
+
+
+def _bin(norm, v: float, tol: float, status: str) -> int:
+    """The colour-map bin of a cell of log10 ratio ``v``, its row's tolerance ``tol``: an OK cell is drawn at
+    most at its tolerance and never above the pale band (rounding at the band's top edge would make it the
+    first yellow bin), a DRIFT or BUG cell at least in the first yellow bin (its row's tolerance may lie
+    under the band's top; rounding at the edge would make it pale)."""
+    if status == "ok":
+        v = min(v, math.log10(tol))
+    x = float(norm(min(max(v, norm.vmin), norm.vmax)))
+    b = min(N_BINS - 1, max(0, int(x * N_BINS)))
+    if status == "ok":
+        return min(b, N_LOW + N_BAND - 1)
+    if status in ("drift", "bug"):
+        return max(b, N_LOW + N_BAND)
+    return b
+
+
+def absolute_pass(v, tol: float, status: str) -> bool:
+    """An OK cell over its tolerance: it passed on the absolute rule (max |err| within ``1e-6 ×`` the
+    quantity's scale, fla's rule for near-zero values)."""
+    return status == "ok" and v is not None and math.isfinite(v) and v > math.log10(tol)
 
 
 def plot_diff(path, data: dict) -> Path:
@@ -148,7 +179,8 @@ def plot_diff(path, data: dict) -> Path:
     Args:
         data: ``{"title": str, "rows": [{"name", "stage", "tol"}] (dataflow order), "chunks": [global
             chunk id per column], "log10_ratio": [[float | None per column] per row] (worst head),
-            "status": [[one of STATUSES per column] per row], "first": {"row": i, "col": j} | None,
+            "status": [[one of STATUSES per column] per row], "first": {"row": i, "col": j, "head": int
+            (optional), "value_heads": [int] (optional: dq/dk under GVA, ``head`` a q/k head)} | None,
             "no_divergence": the subtitle when ``first`` is None (optional), "compared": what was compared,
             under the first divergence (optional)}``.
     Example: ``plot_diff("d.png", diff_plot_data(res))``.
@@ -175,7 +207,7 @@ def plot_diff(path, data: dict) -> Path:
     fig = Figure(figsize=(width, height), dpi=100, layout="constrained")
     ax = fig.add_subplot()
     image = [[NOT_COMPARED] * n_cols for _ in range(n_rows)]
-    hatched, grey = [], False
+    hatched, grey, absolute = [], False, []
     for i in range(n_rows):
         for j in range(n_cols):
             s, v = stats[i][j], vals[i][j]
@@ -187,7 +219,9 @@ def plot_diff(path, data: dict) -> Path:
                 image[i][j] = UNREPRESENTABLE
                 hatched.append((i, j))
             else:
-                image[i][j] = cmap(norm(min(max(v, vmin), vmax)))
+                image[i][j] = cmap(_bin(norm, v, tols[i], s))
+                if absolute_pass(v, tols[i], s):
+                    absolute.append((j, i))
     ax.imshow([[to_rgba(c) for c in r] for r in image], aspect="auto", interpolation="nearest")
     for i, j in hatched:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, hatch="////", edgecolor="#888888", lw=0))
@@ -196,6 +230,8 @@ def plot_diff(path, data: dict) -> Path:
     size = max(10.0, min(40.0, 900.0 / max(n_cols, n_rows)))
     ax.scatter(*marks["bug"], marker="x", s=size, c="black", linewidths=1.3)
     ax.scatter(*marks["drift"], marker="o", s=size, facecolors="none", edgecolors="black", linewidths=1.0)
+    if absolute:
+        ax.scatter(*zip(*absolute), marker="o", s=size / 3, c=ABSOLUTE, linewidths=0)
 
     stages = [r["stage"] for r in rows]
     trans = blended_transform_factory(ax.transAxes, ax.transData)
@@ -224,8 +260,9 @@ def plot_diff(path, data: dict) -> Path:
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="black", lw=3.0))
         ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor="white", lw=1.0))
         status = data["status"][i][first["col"]]
+        head = f", {_head(first)}" if first.get("head") is not None else ""
         subtitle = (f"{first.get('what', 'first divergence')}: {rows[i]['name']} ({rows[i]['stage']}) at chunk "
-                    f"{data['chunks'][first['col']]}: {LABELS.get(status, status)}{first.get('after', '')}"
+                    f"{data['chunks'][first['col']]}{head}: {LABELS.get(status, status)}{first.get('after', '')}"
                     + (f"\n{data['compared']}" if data.get("compared") else ""))
     # wrapped to the figure's width (about 11 characters an inch at this size): a long line was cut at both edges
     import re
@@ -253,6 +290,9 @@ def plot_diff(path, data: dict) -> Path:
     if "drift" in present:
         handles.append(Line2D([], [], marker="o", ls="", mfc="none", color="black",
                               label="DRIFT: over tolerance, within noise"))
+    if absolute:
+        handles.append(Line2D([], [], marker="o", ms=3.5, ls="", color=ABSOLUTE, label="OK on the absolute rule "
+                              "(max |err| ≤ 1e-6 × scale): ratio over its tol, drawn at it"))
     if first is not None:
         handles.append(Patch(facecolor="none", edgecolor="black", lw=2.5, label=first.get("what", "first divergence")))
     if "nonfinite" in present:
@@ -312,11 +352,13 @@ def diff_plot_data(res) -> dict:
     fd = res.focus   # the first BUG where there is one (what the text's rerun and amplification follow)
     first = None
     if fd is not None and fd["tap"] in names and fd["chunk"] in chunks:
-        first = {"row": names.index(fd["tap"]), "col": chunks.index(fd["chunk"])}
+        first = {"row": names.index(fd["tap"]), "col": chunks.index(fd["chunk"]), "head": fd["head"],
+                 **({"value_heads": fd["value_heads"]} if fd.get("value_heads") else {})}
         div = res.first_divergence
         if (div["tap"], div["chunk"], div["head"]) != (fd["tap"], fd["chunk"], fd["head"]):
             first["what"] = "first BUG"
-            first["after"] = f" (first divergence: {div['tap']} at chunk {div['chunk']}, {div['label']})"
+            where = "every chunk" if div["chunk"] is None else f"chunk {div['chunk']}"
+            first["after"] = f" (first divergence: {div['tap']} at {where}, {_head(div)}, {div['label']})"
     if res.dump:
         title = f"kdadbg diff: {res.dump}  ·  {res.sources[0]} vs {res.sources[1]}  ·  {res.precision}"
     else:   # two taps files: the sources are the files (named once)
