@@ -73,6 +73,12 @@ class RunResult:
         return {n: why for n, why in self.not_provided.items() if self.window is None or why not in OUTSIDE_WINDOW}
 
     @property
+    def applying(self) -> int:
+        """How many outputs and gradients apply to the dump (what a --chunks window leaves out by itself
+        aside): those compared or judged, and those not provided or not comparable (no upstream gradient)."""
+        return len(self.tensors) + len(self.missing)
+
+    @property
     def not_compared(self) -> list[Compare]:
         """Tensors of which no element was compared (NaN/Inf on both sides everywhere)."""
         return [t for t in self.tensors if not t.compared]

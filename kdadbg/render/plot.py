@@ -458,5 +458,5 @@ def run_plot_data(result) -> dict:
     window = f"  ·  chunks {result.window[0]}:{result.window[1]}" if result.window else ""
     title = (f"kdadbg run: {result.dump}  ·  {who} vs float64 reference  ·  {result.precision} ({result.device})"
              f"{window}\n"
-             f"{verdict}: {result.elements} elements compared in {done} of {len(result.tensors)} tensors{extra}")
+             f"{verdict}: {result.elements} elements compared in {done} of {result.applying} tensors{extra}")
     return {"title": title, "tensors": tensors}

@@ -234,9 +234,8 @@ def render_run(console: Console, result) -> None:
 def run_counts(result) -> str:
     """How much a run compared, for every verdict line: elements and tensors compared, tensors not
     compared, outputs not provided, timings."""
-    n = len(result.tensors)
     done = sum(r.compared for r in result.tensors)
-    parts = [f"{result.elements} elements compared in {done} of {n} tensors"]
+    parts = [f"{result.elements} elements compared in {done} of {result.applying} tensors"]
     nc = result.not_compared
     if nc:
         parts.append(f"{len(nc)} not compared ({', '.join(r.name for r in nc)}: NaN/Inf on both sides)")
