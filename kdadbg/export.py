@@ -32,6 +32,31 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def exp_overflow_note(nonfinite: list[str], inputs, config, table, lo: int, hi: int) -> str | None:
+    """Where every non-finite export is a tap carrying exp(-gc) (``ki``, ``dqd``, ``dkd``) and a chunk's
+    cumulative gate passes float32's exp range (-gc > 88.7, the gate's float64 cumsum here), why: float32
+    cannot hold them there, whatever the kernels do (``diff`` judges those cells UNREP). None otherwise."""
+    from .noise import EXP_LIMIT_FP32, EXP_NEG_GC_TAPS
+    from .reference import activate
+
+    if not nonfinite or not set(nonfinite) <= set(EXP_NEG_GC_TAPS) or hi <= lo:
+        return None
+    with torch.no_grad():
+        gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"]           # [BT, HV, K]
+        idx, valid = table.token_index()
+        gc = torch.where(valid[..., None, None], gam[idx], 0.0).cumsum(1)          # [NC, C, HV, K]
+        over = (-gc).amax(dim=(1, 2, 3))[lo:hi] > EXP_LIMIT_FP32
+    chunks = [lo + i for i in over.nonzero().flatten().tolist()]
+    if not chunks:
+        return None
+    from .render import id_ranges
+
+    return (f"{', '.join(nonfinite)} carry exp(-gc), which float32 cannot hold where a chunk's cumulative gate "
+            f"passes -{EXP_LIMIT_FP32:.1f} (chunks {id_ranges(chunks)} of this dump): expected of a float32 "
+            f"source with gates this strong, not by itself a fault; kdadbg diff judges such cells UNREP and "
+            f"prints the exp arguments per chunk")
+
+
 def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | None = None,
                 chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
                 device: str = "auto", overrides: dict | None = None, force: bool = False,
@@ -92,7 +117,8 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
                            taps_metadata(impl.name, dump, config, impl.precision if impl.kind != "reference"
                                          else None, inputs=inputs), force=force)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
-    return {"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,
+    overflow = exp_overflow_note(nonfinite, inputs, config, table, lo, hi)
+    return {"overflow_note": overflow,"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,
             "config": config.as_dict(), "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]
             + [n for n in applies if n not in outs], "chunks": list(range(lo, hi)), "n_chunks": table.n_chunks, "heads": head_list,
             "outputs": list(applies), "nonfinite": nonfinite, "bytes": path.stat().st_size}

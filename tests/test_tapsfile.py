@@ -163,3 +163,22 @@ def test_files_of_another_config_or_of_two_dumps_are_refused_and_a_float32_copy_
     assert kdadbg("taps", bf, "--impl", "reference", "-o", tbf).exit_code == 0
     r = kdadbg("diff", bf32, "--against", tbf)
     assert r.exit_code == 0, r.output
+
+
+def test_an_export_whose_exp_taps_overflow_float32_says_why(tmp_path):
+    """`taps --source ours` on strong gates exits 1 naming ki, dqd, dkd non-finite; it said nothing of why
+    (user trial, round 39): a note names the chunks whose cumulative gate passes float32's exp range. A
+    finite export has no note."""
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.dump import save_dump
+    from kdadbg.export import export_taps
+
+    inputs, config = make_inputs(get_case("chunk64_strong"))     # every gate at -5, 64 rows: -gc up to 320
+    dump = save_dump(tmp_path / "s.safetensors", inputs, config)
+    info = export_taps(dump, tmp_path / "s.taps.safetensors", source="ours", names=("ki", "kr"), device="cpu")
+    assert info["nonfinite"] == ["ki"], info["nonfinite"]
+    assert "ki carry exp(-gc)" in info["overflow_note"] and "chunks 0 of this dump" in info["overflow_note"]
+    calm, cfg = make_inputs(get_case("basic"))
+    dump = save_dump(tmp_path / "b.safetensors", calm, cfg)
+    info = export_taps(dump, tmp_path / "b.taps.safetensors", source="ours", names=("ki",), device="cpu")
+    assert info["nonfinite"] == [] and info["overflow_note"] is None

@@ -145,6 +145,8 @@ def render_export(console: Console, info: dict) -> None:
                   f"outputs {', '.join(info['outputs'])}", soft_wrap=True, highlight=False)
     if info["nonfinite"]:
         console.print(f"[red]non-finite values in:[/red] {', '.join(info['nonfinite'])}", soft_wrap=True)
+        if info.get("overflow_note"):
+            console.print(f"note: {escape(info['overflow_note'])}", soft_wrap=True, highlight=False)
     if info.get("not_provided"):  # asked for (or applying) but not written: the source does not provide them
         console.print(escape(f"not provided by {info['source']}: {', '.join(info['not_provided'])}"), soft_wrap=True,
                       highlight=False)
