@@ -5,7 +5,9 @@ Each command parses options, calls one library function that returns plain data,
 1 numerical failure, 2 bad input or usage.
 """
 
+import contextlib
 import functools
+import importlib
 import inspect
 import json
 import sys
@@ -22,14 +24,99 @@ from .errors import EXIT_BAD_INPUT, EXIT_NUMERIC, EXIT_PARTIAL, KdadbgError
 from .schema import DIFF_JSON, INSPECT_JSON, RUN_JSON, TAPS_JSON
 
 
+# click's exceptions (or the copy of click that typer vendors): what a usage error raises
+_CLICK = importlib.import_module(typer.BadParameter.__module__)
+
+
+def _given(args: list[str], opts) -> str | None:
+    """The value the command line gave one of ``opts`` last (``--x V`` or ``--x=V``), or None."""
+    found = None
+    for i, a in enumerate(args):
+        if a == "--":
+            break
+        for o in opts:
+            if a == o and i + 1 < len(args):
+                found = args[i + 1]
+            elif a.startswith(o + "="):
+                found = a[len(o) + 1:]
+    return found
+
+
+def _expected(param) -> str | None:
+    """What an option takes, in words (its choices, an integer, a number), or None."""
+    desc = getattr(param, "type_descriptor", None)
+    ptype = getattr(param, "type", None)
+    choices = desc.choices if desc is not None else getattr(ptype, "choices", None)
+    if choices:
+        names = [str(getattr(c, "value", c)) for c in choices]
+        return " or ".join(names) if len(names) == 2 else "one of " + ", ".join(names)
+    kind = desc.annotation if desc is not None else getattr(ptype, "name", None)
+    return {int: "an integer", "integer": "an integer", float: "a number", "float": "a number"}.get(kind)
+
+
+def _sentence(message: str) -> str:
+    """click's "No such command 'x'." as a clause: "no such command 'x'"."""
+    message = message.strip().rstrip(".")
+    return message[:1].lower() + message[1:]
+
+
+def _usage_message(e, name: str | None, path: str, args: list[str]) -> str:
+    """click's usage error ``e`` as kdadbg's one line (without "error: "): the command ``name`` (None: the
+    group), the option or argument, what was expected and what was found; ``path`` is the command line
+    its --help hint names (``kdadbg run``), ``args`` what the command was given."""
+    where = f"{name}: " if name else ""
+    hint = f" ({path} --help)"
+    param = getattr(e, "param", None)
+    if isinstance(e, _CLICK.MissingParameter) and param is not None:
+        if param.param_type_name == "argument":
+            return f"{where}missing argument {param.metavar or param.name.upper()}{hint}"
+        return f"{where}missing option {max(param.opts, key=len)}{hint}"
+    if isinstance(e, _CLICK.NoSuchOption):
+        close = getattr(e, "possibilities", None)
+        near = f"; did you mean {' or '.join(sorted(close))}?" if close else ""
+        return f"{where}no such option {e.option_name}{near}{hint}"
+    if isinstance(e, _CLICK.BadParameter) and param is not None:
+        label = max(param.opts, key=len) if param.param_type_name == "option" else (param.metavar or param.name)
+        label = f"{name} {label}" if name else label
+        expected, found = _expected(param), _given(args, param.opts)
+        if expected and found is not None:
+            return f"{label}: expected {expected}, found {found!r}"
+        return f"{label}: {_sentence(e.message)}"
+    option = getattr(e, "option_name", None)
+    if option and "requires an argument" in e.message:
+        return f"{name + ' ' if name else ''}{option}: expected a value after it, found none{hint}"
+    return f"{where}{_sentence(e.format_message())}{hint}"
+
+
+@contextlib.contextmanager
+def _one_line_usage(name: str | None, path: str, args: list[str] = ()):
+    """A click usage error inside (a missing argument, an unknown option, a bad value) as one red
+    ``error:`` line on stderr and its exit code (2), instead of click's usage box."""
+    try:
+        yield
+    except _CLICK.UsageError as e:
+        if type(e).__name__ == "NoArgsIsHelpError":   # plain `kdadbg`: the help, already printed
+            raise
+        report.print_error(_err(), _usage_message(e, name, path, args))
+        raise typer.Exit(e.exit_code) from None
+
+
 class Group(typer.core.TyperGroup):
-    """The ``kdadbg`` group: its --help is a flag, shown without a type."""
+    """The ``kdadbg`` group: its --help is a flag, shown without a type; a usage error is one line."""
 
     def get_help_option(self, ctx):
         option = super().get_help_option(ctx)
         if option is not None:
             option.metavar = ""
         return option
+
+    def make_context(self, info_name, args, parent=None, **extra):
+        with _one_line_usage(None, info_name or "kdadbg", list(args)):   # a copy: click consumes args
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx):
+        with _one_line_usage(None, ctx.command_path):
+            return super().invoke(ctx)
 
 
 app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion=False,
@@ -67,6 +154,37 @@ def _chunk_window(spec: str | None, inputs, config) -> tuple[int, int] | None:
 def _note(text: str | None) -> None:
     if text:
         report.print_note(_err(), text)
+
+
+def _on_command_line(ctx: typer.Context, name: str) -> bool:
+    """Whether the parameter ``name`` was given on the command line (not left at its default)."""
+    source = ctx.get_parameter_source(name)
+    return source is not None and source.name == "COMMANDLINE"
+
+
+def _refuse_lower_bound(dump, overrides: dict) -> None:
+    """``--lower-bound`` where the gate (``--gate``, else the dump's) is not lower_bound: refused, as it
+    would be ignored. A dump whose header cannot be read is left to the loader's message."""
+    if overrides.get("lower_bound") is None:
+        return
+    gate, whence, fix = overrides.get("gate"), "--gate", ""
+    if gate is None:
+        from .config import parse_config
+        from .fileio import read_header
+
+        specs, meta = read_header(dump)
+        q = specs.get("q")
+        if q is None or len(q.shape) != 4:
+            return
+        try:
+            gate = parse_config(meta, q.shape[-1], "A_log" in specs, where=str(dump)).gate
+        except KdadbgError:
+            return
+        whence = f"{dump}'s metadata" if "gate" in meta else f"the default for {dump}, which has no A_log"
+        fix = " (or add --gate lower_bound)" if "A_log" in specs else ""
+    if gate != "lower_bound":
+        raise KdadbgError(f"--lower-bound: applies to the lower_bound gate only; the gate is {gate} (from {whence}): "
+                          f"drop --lower-bound{fix}")
 
 
 class Gate(str, Enum):
@@ -202,6 +320,15 @@ class Command(typer.core.TyperCommand):
                 pieces.append(p.metavar if p.required else f"[{p.metavar}]")
         return pieces
 
+    def make_context(self, info_name, args, parent=None, **extra):
+        path = f"{parent.command_path} {info_name}" if parent is not None else info_name or self.name
+        with _one_line_usage(self.name, path, list(args)):   # a copy: click consumes args
+            return super().make_context(info_name, args, parent=parent, **extra)
+
+    def invoke(self, ctx):
+        with _one_line_usage(self.name, ctx.command_path):
+            return super().invoke(ctx)
+
 
 def _interpreter_float(w) -> bool:
     """A numpy overflow/invalid-value warning from the Triton interpreter's float32 emulation: inf
@@ -242,6 +369,7 @@ def command(*args, **kwargs):
 
 @command("gen")
 def gen(
+    ctx: typer.Context,
     out: Annotated[Optional[Path], typer.Argument(help="Dump file to write (.safetensors).", show_default=False)]
     = None,
     preset: Annotated[str, typer.Option("--preset", "-p", help="Case name from the case table (see --list).")]
@@ -270,7 +398,7 @@ def gen(
         report.render_presets(_out(), list_presets())
         return
     if out is None:
-        raise typer.BadParameter("missing the OUT file to write (or pass --list)", param_hint="OUT")
+        raise KdadbgError(f"gen: missing argument OUT, the dump file to write, or --list ({ctx.command_path} --help)")
     info = generate(out, preset, seed=seed, force=force, B=B, T=T, H=H, HV=HV, K=K, V=V, dtype=dtype)
     report.render_generated(_out(), info)
 
@@ -303,6 +431,7 @@ def inspect_(
 @command("taps")
 @config_options
 def taps(
+    ctx: typer.Context,
     dump: Annotated[Optional[Path], typer.Argument(help="Dump file to run.", show_default=False)] = None,
     out: Annotated[Optional[Path], typer.Argument(help="Taps file to write (or -o).", show_default=False)] = None,
     out_option: Annotated[Optional[Path], typer.Option("--out", "-o", help="Taps file to write.",
@@ -346,9 +475,16 @@ def taps(
     if out is not None and out_option is not None:
         raise KdadbgError(f"taps: the file to write given twice, {out} and -o {out_option}: give one")
     out = out_option if out_option is not None else out
-    if dump is None or out is None:
-        raise typer.BadParameter("needs a DUMP and -o OUT (or pass --list)", param_hint="DUMP / --out")
+    if dump is None:
+        raise KdadbgError(f"taps: missing argument DUMP, or --list ({ctx.command_path} --help)")
+    if out is None:
+        raise KdadbgError(f"taps: missing the taps file to write: OUT after DUMP, or -o FILE ({ctx.command_path} "
+                          f"--help)")
+    if source.strip() == "reference" and _on_command_line(ctx, "precision"):
+        raise KdadbgError("--precision: sets the dot operands of an implementation's kernels (--source ours or "
+                          "another); --source reference computes in float64")
     check_outputs({"--out": out}, inputs=[dump], force=force)
+    _refuse_lower_bound(dump, overrides)
     names = parse_tap_names(tap_names)
     chunk_range, head_list = parse_chunk_range(chunks), parse_heads(heads)
     if source in ("ours", "kernel", "kernels"):
@@ -369,6 +505,7 @@ def taps(
 @command("run")
 @config_options
 def run(
+    ctx: typer.Context,
     dump: Annotated[Path, typer.Argument(help="Dump file to run.", show_default=False)],
     impl: ImplOption = None,
     device: Annotated[Device, typer.Option("--device", help="Where to compute (auto: cuda if present, else the "
@@ -420,6 +557,7 @@ def run(
         implementation = resolve_impl(impl, precision.value)
         if plot is not None:
             render_plot.check_plot(plot)
+        _refuse_lower_bound(dump, overrides)
         inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
         if implementation.kind == "ours":
             kernel_precheck(dump)   # refuses over-wide heads; the float64 note comes with the result's notes
@@ -474,9 +612,36 @@ class GateUnits(str, Enum):
 _THEIRS = "Conventions of a taps file's taps (--against, or B of diff A B)"
 
 
+def _diffs_a_taps_file(files, impl: str | None, against) -> bool:
+    """Whether ``diff`` compares a taps file: ``--against``, two files ``A B``, or ``--impl`` naming a file
+    (as ``resolve_impl`` reads it)."""
+    from .impls import names_a_taps_file
+
+    return against is not None or len(files) == 2 or names_a_taps_file(impl)
+
+
+def _refuse_inapplicable_diff(ctx, files, impl, against, chunks, window, repeat, full_run) -> None:
+    """Options of ``diff`` that would be ignored: refused, naming the option and why it does not apply."""
+    taps_file = _diffs_a_taps_file(files, impl, against)
+    if full_run and chunks is None:
+        raise KdadbgError("--full-run: applies with --chunks only (without --chunks the whole dump is run anyway)")
+    if not taps_file:
+        for name, option in (("their_layout", "--taps-state-layout"), ("gate_units", "--taps-gate-units")):
+            if _on_command_line(ctx, name):
+                raise KdadbgError(f"{option}: describes a taps file's taps (--against TAPS, diff A B, or --impl "
+                                  f"TAPS); this diff reads no taps file")
+        return
+    if repeat > 1:
+        raise KdadbgError("--repeat: reruns the implementation; a taps file cannot be rerun")
+    if window > 0 and _on_command_line(ctx, "window"):
+        raise KdadbgError("--window: reruns the implementation on a window seeded from the reference; a taps "
+                          "file cannot be rerun (--window 0 or no --window)")
+
+
 @command("diff")
 @config_options
 def diff(
+    ctx: typer.Context,
     files: Annotated[list[Path], typer.Argument(help="DUMP, or two taps files A B (A plays the reference).",
                                                 show_default=False)],
     impl: ImplOption = None,
@@ -528,7 +693,7 @@ def diff(
     Cells over tolerance are DRIFT (within 10x the float32 or bf16 reference's own error) or BUG.
     The first divergence is rerun on a window seeded from the reference: introduced there, or inherited.
     A cell with no element compared (NaN/Inf on both sides) is "not compared", never OK.
-    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input or when no cell compared anything, 3 (partial) when nothing failed but an output or gradient was not provided (a forward-only implementation): not a full pass.
+    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input or when no cell compared anything, 3 (partial) when nothing failed but an output or gradient was not provided (a forward-only implementation) or none of its elements compared (NaN/Inf on both sides): not a full pass.
 
     Example: kdadbg diff sample_inputs/basic.safetensors --precision bf16 --json diff.json --plot diff.png
     """
@@ -543,6 +708,9 @@ def diff(
     with OutputSet({"--json": json_file, "--plot": plot}, inputs=[*files, against], force=force) as outs:
         if plot is not None:
             check_plot(plot)
+        _refuse_inapplicable_diff(ctx, files, impl, against, chunks, window, repeat, full_run)
+        if len(files) == 1:
+            _refuse_lower_bound(files[0], overrides)
         names, chunk_range, head_list = parse_tap_names(tap_names), parse_chunk_range(chunks), parse_heads(heads)
         if against is None and impl in (None, "ours", "kernel", "kernels") and len(files) == 1:
             kernel_precheck(files[0])   # refuses over-wide heads; the float64 note comes with the result's notes
@@ -609,6 +777,8 @@ def capture_(
     """
     from .capture_run import exit_status, parse_size, run_captured
 
+    if str(out) == "-":   # as every output path (outputs.check_output): no folder named "-"
+        raise KdadbgError("--out -: expected a folder for the dumps, found '-' (kdadbg writes no dump to stdout)")
     call_list = None
     if calls is not None:
         try:

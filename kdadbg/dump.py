@@ -361,7 +361,8 @@ def describe_dump(path) -> dict:
     Reads the header first and then the format's tensors one at a time, so its memory is that of
     the largest tensor it summarises; tensors outside the format are listed, never read.
 
-    Keys: ``path``; ``ok`` and ``verdict`` ("ok" or the validation error); ``config``: a list of
+    Keys: ``path``; ``ok`` (a bool) and ``verdict`` ("valid", as ``inspect`` prints it, or the validation
+    error); ``config``: a list of
     ``{key, value, default}`` (None when the metadata cannot be parsed; ``metadata`` holds the raw
     strings); ``sizes``: B, T, H (q/k heads), HV (value heads), K, V, N, n_chunks (when known); ``tensors``: per tensor
     ``{name, role ('input' or 'extra'), shape, dtype, min, max, mean, nan, inf}`` (stats over the
@@ -422,7 +423,7 @@ def describe_dump(path) -> dict:
         ct = chunk_table(B, T, cu, config.chunk_size)
         N = B if cu is None else cu.numel() - 1
         out["sizes"] = {"B": B, "T": T, "H": H, "HV": HV, "K": K, "V": V, "N": N, "n_chunks": ct.n_chunks}
-    out["ok"], out["verdict"] = error is None, error or "ok"
+    out["ok"], out["verdict"] = error is None, error or "valid"
     out["unknown_metadata"] = unknown_metadata(meta)
     do, dht = rows.get("do"), rows.get("dht")
     zero = (lambda r: r is not None and r["min"] == 0 and r["max"] == 0 and not r["nan"] and not r["inf"])

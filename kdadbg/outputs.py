@@ -1,9 +1,10 @@
 """Output paths of one command: checked before any computation, written all or nothing.
 
 ``check_outputs`` refuses, with one ``KdadbgError`` line naming the option, every output path that
-could not be written or should not be: a folder, a missing or unwritable parent folder, an input of
-the same command, another output of the same command, an existing file without ``force``, and a
-read-only file even with ``force``. With ``force``, a symbolic link is replaced by the new file;
+could not be written or should not be: ``-`` (stdout has the tables, and a file named ``-`` is a
+trap), a folder, a missing or unwritable parent folder, an input of the same command, another
+output of the same command, an existing file without ``force``, and a read-only file even with
+``force``. With ``force``, a symbolic link is replaced by the new file;
 its target is never written.
 
 ``OutputSet`` adds the all-or-nothing part: each output is written to a temporary file beside its
@@ -50,6 +51,9 @@ def check_output(label: str, path, force: bool = False) -> Path:
     """Check one output path (see the module docstring); ``label`` names it (``--json``, ``OUT``)."""
     path = Path(path)
     where = f"{label} {path}" if label else str(path)
+    if str(path) == "-":
+        raise KdadbgError(f"{where}: expected a file name; kdadbg does not write this to stdout (its tables go "
+                          f"there), nor a file named '-'")
     if path.is_dir():
         raise KdadbgError(f"{where}: is a folder, expected a file path to write")
     folder = _folder(path)

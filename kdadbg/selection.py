@@ -32,10 +32,14 @@ def parse_tap_names(spec: str | None) -> tuple[str, ...]:
 
 
 def parse_chunk_range(spec: str | None) -> tuple[int | None, int | None] | None:
-    """``"A:B"`` (half-open, either side optional) or ``"A"`` (one chunk) -> ``(A, B)``."""
-    if spec is None or spec.strip() in ("", ":"):
+    """``"A:B"`` (half-open, either side optional) or ``"A"`` (one chunk) -> ``(A, B)``; ``":"`` is every
+    chunk (None), and so is None (the option not given). An empty ``spec`` selects nothing: refused."""
+    if spec is None or spec.strip() == ":":
         return None
     text = spec.strip()
+    if not text:
+        raise KdadbgError(f"--chunks: expected A:B (half-open, either side optional) or A, found {spec!r} "
+                          f"(selects nothing; ':' or no --chunks is every chunk)")
     parts = text.split(":")
     try:
         if len(parts) == 1:
@@ -56,13 +60,15 @@ def parse_chunk_range(spec: str | None) -> tuple[int | None, int | None] | None:
 
 
 def parse_heads(spec: str | None) -> tuple[int, ...] | None:
-    """``"0,3"`` -> ``(0, 3)``; None means every head."""
-    if spec is None or spec.strip() in ("", "all"):
+    """``"0,3"`` -> ``(0, 3)``; None (the option not given) or ``"all"`` means every head. An empty
+    ``spec`` names no head: refused, as ``","`` is."""
+    if spec is None or spec.strip() == "all":
         return None
     try:
         heads = tuple(int(s) for s in spec.split(","))
     except ValueError:
-        raise KdadbgError(f"--heads: expected comma-separated head indices, found {spec!r}") from None
+        empty = " (names no head; 'all' or no --heads is every head)" if not spec.replace(",", "").strip() else ""
+        raise KdadbgError(f"--heads: expected comma-separated head indices, found {spec!r}{empty}") from None
     if len(set(heads)) != len(heads):
         raise KdadbgError(f"--heads: expected distinct heads, found {spec!r}")
     return heads

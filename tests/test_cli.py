@@ -1,6 +1,7 @@
 """The command line, through typer's CliRunner against fixture files written to tmp_path."""
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -91,8 +92,25 @@ def test_gen_bad_options(tmp_path, args, fragment):
 
 
 def test_gen_without_out_is_a_usage_error():
-    r = kdadbg("gen")
-    assert r.exit_code == 2 and "OUT" in r.output
+    assert_one_error_line(kdadbg("gen"), "gen: missing argument OUT")
+
+
+@pytest.mark.parametrize("args, line", [
+    pytest.param(["run"], "error: run: missing argument DUMP (python -m kdadbg run --help)", id="missing-argument"),
+    pytest.param(["run", "x.safetensors", "--precision", "fp16"],
+                 "error: run --precision: expected fp32 or bf16, found 'fp16'", id="bad-choice"),
+    pytest.param(["run", "x.safetensors", "--bogus"], "error: run: no such option --bogus (python -m kdadbg run --help)",
+                 id="unknown-option"),
+])
+def test_usage_errors_are_one_line_through_the_entry_point(args, line):
+    """User trial: usage errors were click's boxes ("Usage: ... Try ... ╭─ Error ─╮"); the README promises one
+    `error:` line and exit 2. --help and a bare `kdadbg` still print the help."""
+    r = subprocess.run([sys.executable, "-m", "kdadbg", *args], capture_output=True, text=True, cwd=REPO)
+    assert (r.returncode, r.stderr.strip(), r.stdout) == (2, line, "")
+    r = subprocess.run([sys.executable, "-m", "kdadbg", args[0], "--help"], capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0 and "Usage: python -m kdadbg run [OPTIONS] DUMP" in r.stdout and r.stderr == ""
+    r = subprocess.run([sys.executable, "-m", "kdadbg"], capture_output=True, text=True, cwd=REPO)
+    assert "Usage: python -m kdadbg [OPTIONS] COMMAND" in r.stdout and "error" not in r.stdout + r.stderr
 
 
 def test_inspect_valid(basic):
@@ -103,6 +121,8 @@ def test_inspect_valid(basic):
         assert row in out
     assert "verdict: valid" in out and "n_chunks=6" in out
     assert r.stderr == ""
+    d = json.loads(kdadbg("inspect", basic, "--json").stdout)
+    assert (d["verdict"], d["ok"]) == ("valid", True)   # the word the table prints (the JSON said "ok")
 
 
 def test_inspect_json_marks_defaults(tmp_path):
@@ -320,3 +340,93 @@ def test_taps_list_prints_each_meaning_whole_and_export_names_what_was_not_provi
     out = tmp_path / "t.safetensors"
     r = kdadbg("taps", basic, out, "--source", f"{fn}:f", "--taps", "dS")
     assert r.exit_code == 0 and f"not provided by {fn}:f: dS" in r.stdout, r.output
+
+
+def test_options_that_apply_are_taken(tmp_path, basic):
+    """The refusals of options that would be ignored leave the cases they apply to (and the defaults) alone."""
+    taps = tmp_path / "a.taps.safetensors"
+    assert kdadbg("taps", basic, "-o", taps, "--taps", "S").exit_code == 0
+    for args in (["diff", basic, "--against", taps],                      # the default --window: no rerun, no error
+                 ["diff", basic, "--against", taps, "--window", "0", "--taps-state-layout", "kv"],
+                 ["diff", taps, taps, "--taps-gate-units", "ln", "--repeat", "1"],
+                 ["diff", basic, "--impl", "reference", "--taps", "none", "--chunks", "1:3", "--full-run"],
+                 ["run", basic, "--impl", "reference", "--gate", "lower_bound", "--lower-bound", "-3"],
+                 ["taps", basic, "-o", tmp_path / "k.safetensors", "--source", "ours", "--precision", "bf16",
+                  "--taps", "none", "--device", "cpu"]):
+        r = kdadbg(*args)
+        assert r.exit_code == 0, (args, r.output)
+
+
+def test_fla_cpu_warning_is_silenced_and_nothing_else():
+    """`--impl fla` on the CPU printed fla's `UserWarning: Triton is not supported on current platform, roll
+    back to CPU.` on every run: that warning, and only it, is silenced around fla's import and calls."""
+    import warnings
+
+    from kdadbg.impls import fla as F
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with F.quiet_cpu_warning():
+            warnings.warn("Triton is not supported on current platform, roll back to CPU.", UserWarning)
+            warnings.warn("something else", UserWarning)
+    assert [str(w.message) for w in caught] == ["something else"]
+
+
+def test_fla_refuses_16_bit_on_the_cpu_saying_how_to_get_float32(monkeypatch):
+    from kdadbg.errors import KdadbgError
+    from kdadbg.impls import fla as F
+
+    monkeypatch.setattr(F, "installed_version", lambda: F.FLA_VERSION)
+    inputs, cfg = make_inputs(get_case("bf16"))
+    with pytest.raises(KdadbgError, match=r"kdadbg gen \.\.\. --dtype float32"):
+        F.Fla("bf16").run(inputs, cfg, device="cpu")
+
+
+@pytest.mark.skipif(HAS_GPU, reason="the warning is the CPU's")
+def test_fla_run_on_the_cpu_shows_no_platform_warning(tmp_path):
+    from kdadbg.impls import fla as F
+
+    if F.installed_version() != F.FLA_VERSION:
+        pytest.skip(f"needs fla-core {F.FLA_VERSION}")
+    dump = tmp_path / "d.safetensors"
+    assert kdadbg("gen", dump, "--preset", "t16", "--K", 16, "--V", 16).exit_code == 0
+    r = subprocess.run([sys.executable, "-m", "kdadbg", "run", str(dump), "--impl", "fla", "--chunk-size", "32",
+                        "--device", "cpu"], capture_output=True, text=True, cwd=REPO,
+                       env={**os.environ, "TRITON_INTERPRET": "1"})
+    assert r.returncode == 0, r.stderr
+    assert "Triton is not supported" not in r.stderr and "Warning" not in r.stderr, r.stderr
+
+
+def _bash_block(readme: str, heading: str) -> list[str]:
+    """The command lines of the first ```bash block under ``heading``, comments dropped."""
+    block = re.search(r"```bash\n(.*?)```", readme[readme.index(heading):], re.S).group(1)
+    lines = [line.split("  #")[0].strip() for line in block.splitlines()]
+    return [line for line in lines if line and not line.startswith("#")]
+
+
+def test_readme_taps_and_diff_examples_run_as_written(tmp_path, monkeypatch):
+    """User trial: the fourth `kdadbg taps` example wrote t.safetensors, which the third had written (refused
+    without --force), and the diff examples read ours/theirs.taps.safetensors that no example made. Here the
+    taps examples run in one folder, then the diff examples on taps files, each file they read made before."""
+    import shlex
+
+    readme = (REPO / "README.md").read_text()
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sample_inputs").symlink_to(REPO / "sample_inputs")
+    assert kdadbg("gen", "my.safetensors").exit_code == 0
+    kernel = re.search(r"```python\n(.*?)```", readme[readme.index("A 20-line implementation"):], re.S).group(1)
+    (tmp_path / "my_kernel.py").write_text(kernel)
+    ran = []
+    for heading in ("### `kdadbg taps`", "### `kdadbg diff`"):
+        for line in _bash_block(readme, heading):
+            args = shlex.split(line)[1:]
+            if args[0] == "diff":
+                files = [a for a in args if a.endswith(".taps.safetensors")]
+                if not files or not all((tmp_path / f).exists() for f in files):
+                    continue   # not about taps files, or one the user's own code writes
+            r = kdadbg(*args)
+            assert r.exit_code == 0, (line, r.output)
+            ran.append(line)
+    assert any("-o ours.taps.safetensors" in line for line in ran), ran
+    assert any(line.startswith("kdadbg diff ours.taps.safetensors theirs.taps.safetensors") for line in ran), ran
+    assert any("--against theirs.taps.safetensors" in line for line in ran), ran

@@ -337,7 +337,7 @@ def test_describe_valid_dump(tmp_path):
         t["extra_note"] = torch.arange(4.0)
     path = write_malformed(tmp_path, VARLEN, mutate)
     d = describe_dump(path)
-    assert d["ok"] and d["verdict"] == "ok"
+    assert d["ok"] and d["verdict"] == "valid"
     assert d["sizes"] == {"B": 1, "T": 33, "H": 2, "HV": 2, "K": 8, "V": 12, "N": 3, "n_chunks": 3}
     cfg = {r["key"]: r for r in d["config"]}
     assert cfg["scale"]["default"] and cfg["scale"]["value"] == 8 ** -0.5

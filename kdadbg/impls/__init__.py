@@ -56,6 +56,14 @@ register("flashkda", _flashkda)
 register("fla", _fla)
 
 
+def names_a_taps_file(spec: str | None) -> bool:
+    """Whether ``--impl spec`` is read as a taps file (:func:`resolve_impl`'s rule): an existing file that
+    is neither a registered name nor a ``.py``."""
+    spec = (spec or "").strip()
+    return bool(spec) and spec not in (*REGISTRY, "kernel", "kernels") and not spec.endswith(".py") \
+        and Path(spec).is_file()
+
+
 def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec | None = None) -> Implementation:
     """The implementation ``spec`` names (None: ours). A path to a taps file is one too."""
     from .function import Function, load_callable
@@ -82,4 +90,4 @@ def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec 
 
 
 __all__ = ["Implementation", "ImplError", "ImplRun", "TapsSpec", "check_supported", "convert_taps", "register",
-           "resolve_impl", "shapes_of", "REGISTRY"]
+           "names_a_taps_file", "resolve_impl", "shapes_of", "REGISTRY"]

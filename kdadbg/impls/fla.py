@@ -23,7 +23,9 @@ loop yields Triton int32 scalars as compiled code does (fla calls ``i_t.to(tl.in
 import-time alias of ``tl.gather`` is pointed at the interpreter's; and the safe-gate backward's
 ``bf16x3`` dot precision, which the interpreter refuses, reads ``ieee`` (the interpreter's dots are
 numpy float32 whatever they are told). 16-bit inputs are refused on the CPU: the interpreter (Triton
-3.9) gets ``bf16_tensor - tl.dot(bf16, bf16)`` wrong, which fla's recurrence computes.
+3.9) gets ``bf16_tensor - tl.dot(bf16, bf16)`` wrong, which fla's recurrence computes. fla's warning
+that Triton "is not supported on current platform" (it finds no GPU driver, which is the point of the
+interpreter) is silenced around its import and calls (:func:`quiet_cpu_warning`), and nothing else.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ import importlib.util
 import inspect
 import os
 import sys
+import warnings
 from dataclasses import dataclass, field
 
 import torch
@@ -58,6 +61,18 @@ FLA_TAPS = ("gc", "gT", "b", "qd", "kr", "INV", "Mqk", "S", "U", "dS", "dU", "dM
 FWD_STAGES = ("kda_gate_chunk_cumsum", "chunk_local_cumsum", "chunk_kda_fwd_intra", "chunk_gated_delta_rule_fwd_h")
 BWD_STAGES = ("recompute_w_u_fwd", "chunk_kda_bwd_dAv", "chunk_gated_delta_rule_bwd_dhu", "chunk_kda_bwd_wy_dqkg_fused",
               "chunk_kda_bwd_intra")
+
+
+CPU_WARNING = "Triton is not supported on current platform"   # fla.utils.hardware._cpu_device_warning
+
+
+@contextlib.contextmanager
+def quiet_cpu_warning():
+    """fla's ``UserWarning: Triton is not supported on current platform, roll back to CPU.``, given on
+    every CPU run (where the interpreter is what runs), silenced; every other warning still shows."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=CPU_WARNING, category=UserWarning)
+        yield
 
 
 def installed_version() -> str | None:
@@ -128,9 +143,10 @@ def load_fla(device: str):
                           f"found {version}")
     choose_interpreter(device, "fla.ops.kda", "--impl fla ")
     try:
-        import fla.ops.kda.chunk as chunk
-        import fla.ops.kda.chunk_bwd as chunk_bwd
-        import fla.ops.kda.chunk_fwd as chunk_fwd
+        with quiet_cpu_warning():
+            import fla.ops.kda.chunk as chunk
+            import fla.ops.kda.chunk_bwd as chunk_bwd
+            import fla.ops.kda.chunk_fwd as chunk_fwd
     except ImportError as e:
         raise KdadbgError(f"--impl fla: cannot import fla.ops.kda: {e}; {INSTALL}") from None
     missing = [f"{m.__name__}.{n}" for m, names in ((chunk_fwd, FWD_STAGES), (chunk_bwd, BWD_STAGES)) for n in names
@@ -139,7 +155,8 @@ def load_fla(device: str):
         raise KdadbgError(f"--impl fla: fla-core {version} lacks the stage functions {', '.join(missing)}; "
                           f"expected fla-core {FLA_VERSION}")
     if device == "cpu":
-        interpreter_shims()
+        with quiet_cpu_warning():   # the shims import fla's kernel modules
+            interpreter_shims()
     elif os.environ.get("KDADBG_FLA_FIRST_CONFIG", "0") not in ("", "0"):
         first_config_only()
     return chunk, chunk_fwd, chunk_bwd
@@ -370,7 +387,8 @@ class Fla(Implementation):
         if device == "cpu" and inputs.q.dtype in (torch.bfloat16, torch.float16):
             raise KdadbgError(f"--impl fla --device cpu: {str(inputs.q.dtype).removeprefix('torch.')} inputs: the "
                               f"Triton interpreter computes a 16-bit tensor minus a float32 dot wrongly (values ~1e10 "
-                              f"in fla's v_new), so fla's 16-bit path runs only on --device cuda; found a CPU run")
+                              f"in fla's v_new), so fla's 16-bit path runs only on --device cuda; on the CPU give it "
+                              f"a float32 dump (kdadbg gen ... --dtype float32, or save your tensors in float32)")
         chunk, chunk_fwd, chunk_bwd = load_fla(device)
         notes = []
         if inputs.q.dtype == torch.float64:
@@ -397,7 +415,7 @@ class Fla(Implementation):
                        dt_bias=None if dt_bias is None else dt_bias.reshape(-1), state_v_first=state_v_first)
 
         rec = Recorded() if taps is not None else None
-        with triton_path(), recording(rec, chunk_fwd, chunk_bwd):
+        with triton_path(), recording(rec, chunk_fwd, chunk_bwd), quiet_cpu_warning():
             run = Function(chunk_kda, self.name, self.precision).run(inputs, config, device=device)
         run.notes.extend(notes)
         if safe:
