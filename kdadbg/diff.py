@@ -288,6 +288,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                                                 drift_fails, precision if noise_floor else None, storage_tols)
                 if res.origin_first is not None:
                     res.origin_first["of"] = {k: div[k] for k in ("tap", "chunk", "head", "label")}
+        else:   # null would read as "nothing diverged"
+            res.origin = {"verdict": None, "reason": "not run (--window 0)"}
     step(None)
     return res
 
@@ -456,6 +458,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     first = res.focus
     if first is not None:
         res.amplification = amplification(res, first)
+        res.origin = {"verdict": None, "reason": "not available (two taps files: no dump to rerun a window of)"}
     return res
 
 

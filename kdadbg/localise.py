@@ -100,13 +100,20 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
                f"--impl {impl.name} takes no initial_state/output_final_state")
         return {"verdict": None, "reason": f"not available ({why})"}
     n = info.seq[chunk]
+    if name == "S" and info.t[chunk] == 0:
+        # S entering a sequence is its initial state: a rerun would seed it, testing nothing
+        return {"verdict": "introduced", "tap": name, "chunk": chunk, "seq": n, "head": head,
+                "reason": f"introduced at the sequence's start: S at chunk {chunk}, the first of sequence {n}, is "
+                          f"its initial state (h0, or 0 without one), which a window's rerun would seed and so "
+                          f"cannot test; differing from it, the implementation did not start the sequence from its "
+                          f"initial state (a state not reset at the boundary, or loaded from the wrong place)"}
     start = producer_chunk(name, chunk, info)
     seq_chunks = info.seq_chunks(n)
     last = min(seq_chunks[-1], max(chunk, start + max(1, window) - 1))
     w_in = window_inputs(inputs, config, ref_taps, info, start, last)
     wref = run_reference(w_in, config, taps=TAP_ORDER, device=device)
     nwc = last - start + 1
-    d = {"window": [start, last], "seq": n, "head": head, **({"value_heads": heads} if "value_heads" in first else {}),
+    d = {"window": [start, last], "seq": n, "seq_start": info.t[start] == 0, "head": head, **({"value_heads": heads} if "value_heads" in first else {}),
          "seeded": {
         "h0": f"reference S[{start}]",
         "dht": (f"reference dS[{last + 1}]" if last != seq_chunks[-1] else
@@ -140,8 +147,10 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     wres = DiffResult("window", (impl.name, "reference"), "", device, None, config, winfo, list(range(nwc)),
                       heads, wcells, drift_fails=drift_fails)
     wfirst = wres.first_divergence
-    if wfirst is not None:
-        wfirst = {**wfirst, "chunk": wfirst["chunk"] + start if wfirst["chunk"] is not None else None}
+    if wfirst is not None and wfirst["chunk"] is not None:   # the window's coordinates -> the dump's
+        g = wfirst["chunk"] + start
+        wfirst = {**wfirst, "chunk": g, "seq": n, "chunk_in_seq": info.t[g],
+                  "token": None if wfirst.get("token") is None else info.start[start] + wfirst["token"]}
     from .noise import LABELS
 
     return {**d, "verdict": "introduced" if failing else "inherited", "tap": name, "chunk": chunk,
@@ -215,7 +224,10 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
         ratios = [float(cells.ratio[r, j]) for r in seq_rows]
         growth = [(b / a if a > 0 and math.isfinite(a) and math.isfinite(b) else None)
                   for a, b in zip(ratios, ratios[1:])]
-        out.append({"tap": name, "head": cells.heads[j], "direction": "backward" if backward else "forward",
+        h = cells.heads[j]
+        out.append({"tap": name, "head": h, "direction": "backward" if backward else "forward",
+                    **({"value_heads": list(range(h * cells.group, (h + 1) * cells.group))} if cells.group > 1
+                       else {}),   # dq/dk under GVA: a q/k head, named with its value heads
                     "chunks": [cells.chunks[r] for r in seq_rows], "ratios": ratios, "growth": growth})
     return out
 

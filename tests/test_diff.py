@@ -1051,3 +1051,16 @@ def test_against_a_run_save_file_judges_it_as_run_did(tmp_path):
     r = kdadbg("diff", dump, "--against", win)
     assert r.exit_code == 0 and "holds the outputs of chunks 1:2 only" in r.output and "chunks 1:2" in r.output, \
         r.output
+
+
+def test_S_wrong_at_a_sequences_first_chunk_is_introduced_at_its_start():
+    """S entering a sequence is its initial state, which a window's rerun seeds: rerunning tested nothing
+    (a stand-in that hands the seed back read "inherited, ratio 0", user trial round 39). It is introduced at
+    the sequence's start, said without a rerun."""
+    inputs, cfg = inputs_for("varlen")                  # cu_seqlens [0,15,100,300]: chunk 1 starts sequence 1
+    res = diff_dump(inputs, cfg, stand_in(("S", first_token_q(inputs, 1, cfg))), names=("S",))
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["chunk_in_seq"]) == ("S", 1, 0)
+    assert res.origin["verdict"] == "introduced" and "window" not in res.origin
+    assert res.origin["reason"].startswith("introduced at the sequence's start: S at chunk 1, the first of sequence 1")
+    assert res.as_json()["first_divergence"]["origin"] == "introduced"

@@ -159,6 +159,9 @@ def test_gva_planted_fault_is_named_on_its_head(fault, case, chunk, head, want, 
     assert got == (want if len(want) == 3 else (*want, head)), got
     if first["tap"] == "dk":
         assert first["value_heads"] == [2, 3] and res.cells["dk"].heads == [0, 1]
+        # the amplification of dk is on that q/k head, named with its value heads (it said "head 1")
+        amp = next(a for a in res.amplification if a["tap"] == "dk")
+        assert amp["head"] == 1 and amp["value_heads"] == [2, 3], amp
     else:
         assert "value_heads" not in first
     assert first["label"] == "BUG" and not res.passed
@@ -578,3 +581,25 @@ def test_a_taps_file_written_at_the_other_precision_says_so(tmp_path):
     write_taps_file(empty, dict(res.outputs), {}, chunk_rows(res.chunks, 0, 0), [], taps_metadata("x", "d", config))
     with pytest.raises(KdadbgError, match="holds no taps"):
         diff_taps_files(read_taps_file(empty), f)
+
+
+def test_dt_bias_goes_flat_as_fla_takes_it(tmp_path):
+    """fla's chunk_kda returns dt_bias's gradient as [H*K] whatever it was given, and autograd refused it for
+    a [H, K] dt_bias (`--impl fla.ops.kda:chunk_kda` failed on every gated dump, user trial round 39): it is
+    passed flat, as fla's layer holds it, and its gradient compared in the dump's shape."""
+    from kdadbg.impls.function import no_gpu_hint
+
+    path = tmp_path / "flat.py"
+    path.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n"
+                    "SEEN = []\n\n"
+                    "def fn(q, k, v, g, beta, *, dt_bias=None, **kw):\n"
+                    "    SEEN.append(tuple(dt_bias.shape))\n"
+                    "    assert dt_bias.dim() == 1, 'fla takes dt_bias flat'\n"
+                    "    return _k(q, k, v, g, beta, dt_bias=dt_bias, **kw)\n" % str(REPO))
+    inputs, config = case_inputs("basic")
+    assert inputs.dt_bias.dim() == 2
+    res = check(inputs, config, impl=resolve_impl(f"{path}:fn"))
+    assert res.passed and "ddt_bias" in [t.name for t in res.tensors if t.compared], res.tensors
+    assert no_gpu_hint(RuntimeError("0 active drivers ([]). There should only be one."), "fla.ops.kda:chunk_kda") \
+        .startswith("; Triton found no GPU: on the CPU fla's chunk_kda runs as --impl fla")
+    assert no_gpu_hint(RuntimeError("shape mismatch"), "fla.ops.kda:chunk_kda") == ""

@@ -276,3 +276,60 @@ def fn(q, *a, **kw):
     assert doc["origin"]["verdict"] is None and doc["origin"]["window"] == [1, 2]
     assert doc["origin"]["reason"].startswith("not available (the implementation raised on the window rerun: ")
     assert "IndexError" in doc["origin"]["reason"]
+
+
+POSITIONAL = ("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+              "def at_token(q, k, v, g, beta, **kw):\n"
+              "    o, ht = _k(q, k, v, g, beta, **kw)\n"
+              "    hit = (torch.arange(o.shape[1]) == %d)[None, :, None, None].to(o.dtype)\n"
+              "    return o + (0.01 * o).detach() * hit, ht   # o of one absolute token 1 %% off\n"
+              "import torch\n")
+
+
+def _positional(tmp_path, token):
+    path = tmp_path / "positional.py"
+    path.write_text(POSITIONAL % (str(REPO), token))
+    return resolve_impl(f"{path}:at_token")
+
+
+def _text(res):
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    console = Console(record=True, width=250)
+    difftables.render_first(console, res)
+    return console.export_text()
+
+
+def test_a_fault_at_an_absolute_token_is_named_where_the_window_rerun_moves_it(tmp_path):
+    """o wrong at token 20 (chunk 1, zero_gates C=16): the rerun of chunks 1..3 starts afresh at token 16 and
+    the fault lands on its token 20, the dump's 36 (chunk 2). The text said only "inherited ... carried in";
+    the JSON's first_in_window gave chunk 2 with the window's own token (20) and chunk_in_seq (1) (user trial,
+    round 39): now the dump's coordinates, and a line says the fault moved with the window's start."""
+    inputs, config = make_inputs(get_case("zero_gates"))
+    res = diff_dump(inputs, config, _positional(tmp_path, 20), names=())
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["token"]) == ("o", 1, 20) and res.origin["verdict"] == "inherited"
+    w = res.origin["first_in_window"]
+    assert (w["tap"], w["chunk"], w["seq"], w["chunk_in_seq"], w["token"]) == ("o", 2, 0, 2, 36), w
+    text = _text(res)
+    assert "the window's rerun itself diverges first at o chunk 2" in text and "token 36" in text, text
+    assert "carried in (or is tied to absolute token positions" in text
+    # --window 0: no rerun, and the JSON says so instead of null (which reads as "nothing diverged")
+    none = diff_dump(inputs, config, _positional(tmp_path, 20), names=(), window=0)
+    assert none.origin == {"verdict": None, "reason": "not run (--window 0)"}
+    assert "origin: not run (--window 0)" in _text(none)
+
+
+def test_a_divergence_at_a_sequences_first_chunk_is_not_said_to_be_carried_in(tmp_path):
+    """varlen (cu_seqlens [0,15,100,300], C=16): o wrong at packed token 20, in chunk 1, the first of sequence
+    1. Nothing is carried into a sequence's first chunk from within it: the inherited verdict says the error
+    comes from outside the sequence (or from token positions), not "carried in"."""
+    inputs, config = make_inputs(get_case("varlen"))
+    res = diff_dump(inputs, config, _positional(tmp_path, 20), names=())
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], first["seq"], first["chunk_in_seq"]) == ("o", 1, 1, 0)
+    assert res.origin["verdict"] == "inherited" and res.origin["seq_start"] is True
+    text = _text(res)
+    assert "chunk 1 starts its sequence, so nothing is carried in from within it" in text, text
+    assert "the error was carried in" not in text

@@ -116,7 +116,8 @@ def call_kwargs(fn, inputs: KDAInputs, config: KDAConfig, h0, name: str) -> tupl
         "use_beta_sigmoid_in_kernel": (config.beta_sigmoid, not config.beta_sigmoid),
         "lower_bound": (config.lower_bound if config.gate == "lower_bound" else None, config.gate != "lower_bound"),
         "A_log": (inputs.A_log, not gate),
-        "dt_bias": (inputs.dt_bias, not gate),
+        # fla's convention: dt_bias flat [HV*K] (its layer's parameter); its gradient comes back so
+        "dt_bias": (None if inputs.dt_bias is None else inputs.dt_bias.reshape(-1), not gate),
         "state_v_first": (config.state_layout == "vk", True),   # if not accepted, states go as [K,V]
     }
     kwargs, missing = {}, []
@@ -142,6 +143,17 @@ def _show(v) -> str:
     if isinstance(v, torch.Tensor):
         return "a tensor"
     return repr(v)
+
+
+def no_gpu_hint(e: BaseException, name: str) -> str:
+    """Where Triton found no GPU driver (``0 active drivers``): what runs such kernels on the CPU."""
+    if "active drivers" not in str(e):
+        return ""
+    if name.split(".")[0].split(":")[0] == "fla":
+        return ("; Triton found no GPU: on the CPU fla's chunk_kda runs as --impl fla, which sets up the Triton "
+                "interpreter for it (float32 dumps)")
+    return "; Triton found no GPU: on the CPU its kernels need the Triton interpreter (TRITON_INTERPRET=1 before they " \
+           "are imported)"
 
 
 def own_precision_note(fn, name: str, precision: str) -> str | None:
@@ -215,7 +227,8 @@ class Function(Implementation):
             raise ImplError(f"--impl {self.name}: called sys.exit({e.code!r}) instead of returning (o, final_state)") \
                 from None
         except Exception as e:
-            raise ImplError(f"--impl {self.name}: raised {type(e).__name__}: {e}", detail=traceback.format_exc()) \
+            raise ImplError(f"--impl {self.name}: raised {type(e).__name__}: {e}{no_gpu_hint(e, self.name)}",
+                            detail=traceback.format_exc()) \
                 from None
         o, ht, their_taps = self._unpack(ret)
         flip = config.state_layout == "vk" and not vfirst    # returned states are [K,V]; the dump's are [V,K]
@@ -278,7 +291,7 @@ class Function(Implementation):
         except SystemExit as e:
             raise ImplError(f"--impl {self.name}: its backward called sys.exit({e.code!r})") from None
         except Exception as e:
-            raise ImplError(f"--impl {self.name}: its backward raised {type(e).__name__}: {e}",
+            raise ImplError(f"--impl {self.name}: its backward raised {type(e).__name__}: {e}{no_gpu_hint(e, self.name)}",
                             detail=traceback.format_exc()) from None
         out = {}
         for (n, t), gr in zip(wrt.items(), got):
@@ -287,6 +300,8 @@ class Function(Implementation):
                 gr = torch.zeros_like(t)   # no path from this input to the outputs: its gradient is 0
             if name == "dh0" and flip:
                 gr = gr.transpose(-1, -2)
+            if name == "ddt_bias" and x.dt_bias is not None and gr.numel() == x.dt_bias.numel():
+                gr = gr.reshape(x.dt_bias.shape)   # passed flat (fla's [HV*K]), compared in the dump's shape
             out[name] = gr.detach()
         return out
 

@@ -191,7 +191,10 @@ def render_head_quantities(console: Console, res) -> None:
 
 
 def render_heads(console: Console, res) -> None:
-    t = Table(title="per head", title_justify="left")
+    gva = any(c.group > 1 for c in res.cells.values())
+    # under GVA a dq/dk cell is per q/k head: each value head that reads it counts it (the totals count it once)
+    t = Table(title="per value head" + (" (a dq/dk cell is a q/k head's: counted under each value head that "
+                                        "reads it)" if gva else ""), title_justify="left")
     t.add_column("head", justify="right")
     stages = [s for s in STAGES if any(c.stage == s for c in res.cells.values())]
     for s in stages:
@@ -283,7 +286,7 @@ def render_first(console: Console, res) -> None:
             g = a["growth"][i - 1] if i else None
             steps.append(f"{c}:{short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
         if steps:
-            console.print(f"  amplification of {a['tap']} ({a['direction']}, head {a['head']}): " + " → ".join(steps),
+            console.print(f"  amplification of {a['tap']} ({a['direction']}, {_head(a)}): " + " → ".join(steps),
                           soft_wrap=True, highlight=False)
 
 
@@ -303,10 +306,22 @@ def _origin(console: Console, o: dict | None) -> None:
             within = ("within what the compared precision holds (UNREP: ratio " + fig(o['ratio']) + ", noise floor "
                       + fig(o.get('floor')) + ")") if o.get("label") == "UNREP" else \
                 f"within tolerance (ratio {fig(o['ratio'])})"
+            why = (f"; chunk {lo} starts its sequence, so nothing is carried in from within it: the error comes "
+                   f"from outside the sequence (a state not reset at the boundary, a wrong offset or initial-state "
+                   f"load) or is tied to absolute token positions, which the window's rerun starts afresh"
+                   if o.get("seq_start") else
+                   "; the error was carried in (or is tied to absolute token positions, which the window's rerun "
+                   "starts afresh)")
             console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
-                          f"; the error was carried in (or is tied to absolute token "
-                          f"positions, which the window's rerun starts afresh)", soft_wrap=True,
-                          highlight=False)
+                          f"{why}", soft_wrap=True, highlight=False)
+            w = o.get("first_in_window")
+            if w is not None and (w["tap"], w["chunk"]) != (o["tap"], o["chunk"]):
+                # the rerun diverged elsewhere: a fault that moved with the window's start is tied to positions
+                console.print(f"  the window's rerun itself diverges first at {w['tap']} chunk {w['chunk']}, "
+                              f"{_head(w)} ({w['label']}, ratio {fig(w['ratio'])}"
+                              + (f", token {w['token']}" if w.get("token") is not None else "")
+                              + "): a fault that moves with where the run starts is tied to token positions, "
+                              "not carried in", soft_wrap=True, highlight=False)
         else:
             console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
 
