@@ -11,6 +11,7 @@ stays the script's to set). A user's own ``sitecustomize`` still runs, after our
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -58,7 +59,9 @@ def boot() -> None:
 
     opts = json.loads(raw)
     manifest = opts.pop("manifest").replace("{pid}", str(os.getpid()))
+    run = opts.pop("run", None)
     cap = capture(opts.pop("out"), manifest=manifest, **opts)
+    cap.run = run                 # the names of two processes of this run must not meet (write_call)
     cap.warn_unresolved = False   # judged by the parent over every process (a launcher imports no target)
     cap.log_unwritten = False     # the parent prints each from the manifest
     cap.__enter__()
@@ -75,8 +78,8 @@ def parse_size(text: str | None) -> int | None:
         value = float(s[:-1] if scale > 1 else s)
     except ValueError:
         raise KdadbgError(f"--max-bytes: expected a size such as 4096, 512M or 2G, found {text!r}") from None
-    if value < 0:
-        raise KdadbgError(f"--max-bytes: expected a size >= 0, found {text!r}")
+    if not math.isfinite(value) or value < 0:   # inf, nan: int() of them raised
+        raise KdadbgError(f"--max-bytes: expected a finite size >= 0, found {text!r}")
     return int(value * scale)
 
 
@@ -111,7 +114,7 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     except OSError as e:
         raise KdadbgError(f"capture: cannot create the output folder {out} ({e.strerror})") from None
     run = uuid.uuid4().hex[:8]
-    opts.update(out=str(out.resolve()), manifest=str(out.resolve() / f"manifest-{run}-{{pid}}.json"))
+    opts.update(out=str(out.resolve()), manifest=str(out.resolve() / f"manifest-{run}-{{pid}}.json"), run=run)
     env = dict(os.environ)
     with tempfile.TemporaryDirectory(prefix="kdadbg-capture-") as site:
         root = str(Path(__file__).resolve().parent.parent)

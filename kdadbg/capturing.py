@@ -32,6 +32,7 @@ import functools
 import inspect
 import json
 import logging
+import os
 import re
 import threading
 import weakref
@@ -295,8 +296,8 @@ class Capture:
             raise KdadbgError(f"capture steps={steps!r}: expected one of {', '.join(STEPS)}")
         if not isinstance(every, int) or every < 1:
             raise KdadbgError(f"capture every={every!r}: expected an integer >= 1")
-        if first is not None and (not isinstance(first, int) or first < 0):
-            raise KdadbgError(f"capture first={first!r}: expected an integer >= 0")
+        if first is not None and (not isinstance(first, int) or first < 1):   # 0 would write nothing
+            raise KdadbgError(f"capture first={first!r}: expected an integer >= 1 (the most dumps to write)")
         if max_bytes is not None and (not isinstance(max_bytes, int) or max_bytes < 0):
             raise KdadbgError(f"capture max_bytes={max_bytes!r}: expected a number of bytes >= 0")
         for target in targets:
@@ -307,10 +308,14 @@ class Capture:
                 calls = frozenset(int(c) for c in calls)
             except (TypeError, ValueError):
                 raise KdadbgError(f"capture calls={calls!r}: expected call indices or a predicate") from None
+            if not calls or min(calls) < 0:   # nothing, or an index no call has: would select none
+                raise KdadbgError(f"capture calls={sorted(calls)!r}: expected call indices >= 0 within a step "
+                                  f"(0 is a step's first KDA call), found {'none' if not calls else min(calls)}")
         self.out = Path(out)
         self.targets, self.model, self.calls, self.modules = list(targets), model, calls, list(modules or [])
         self.first, self.every, self.when, self.max_bytes, self.steps = first, every, when, max_bytes, steps
         self.manifest, self.force, self.on_log = manifest, force, on_log
+        self.run: str | None = None       # set by `kdadbg capture` in each process it starts (capture_run.boot)
         self.written: list[dict] = []     # one entry per dump written (the manifest's "dumps")
         self.skipped: list[dict] = []     # selected calls not written, and why
         self.errors: list[str] = []       # calls selected and judged but not written, and why
@@ -331,6 +336,7 @@ class Capture:
         self._step_hook = None
         self._warned: set[str] = set()
         self._manifest_path = None
+        self._manifests_written: set[Path] = set()
         self._closed = False
         self.warn_unresolved = True   # close() warns of requested targets never patched (kdadbg capture's
                                       # children leave that to the parent, which sees every process)
@@ -515,12 +521,17 @@ class Capture:
             + 2 * _nbytes(v) + (2 * state if bound.get("output_final_state") else 0)
         with self._lock:
             held = sum(c.nbytes for c in self._pending)
-            if self.max_bytes is not None and held + nbytes > self.max_bytes:
-                raise KdadbgError(f"capture: call {info.label} ({info.impl}) would hold {fmt_bytes(nbytes)} on the "
-                                  f"host, {fmt_bytes(held)} already held: over max_bytes={self.max_bytes} "
-                                  f"({fmt_bytes(self.max_bytes)}); narrow calls=/modules=/first= or raise max_bytes")
-            call = CapturedCall(info, config, nbytes)
-            self._pending.append(call)
+            over = self.max_bytes is not None and held + nbytes > self.max_bytes
+            if not over:
+                call = CapturedCall(info, config, nbytes)
+                self._pending.append(call)
+        if over:   # raised in the training code: the manifest says first that capture stopped it
+            msg = (f"capture: call {info.label} ({info.impl}) would hold {fmt_bytes(nbytes)} on the host, "
+                   f"{fmt_bytes(held)} already held: over max_bytes={self.max_bytes} ({fmt_bytes(self.max_bytes)}); "
+                   f"narrow calls=/modules=/first= or raise max_bytes")
+            self.errors.append(f"{msg} (capture raised this in the command, ending it)")
+            self._write_manifest()
+            raise KdadbgError(msg)
         self._say(f"capture {info.label} ({info.impl}): holding ~{fmt_bytes(nbytes)} on the host "
                   f"({fmt_bytes(held + nbytes)} in all)")
         for name, t in tensors.items():
@@ -590,7 +601,7 @@ class Capture:
             self._exclude("first")
             return
         try:
-            self.written.append(write_call(self.out, call, reason, bad, force=self.force))
+            self.written.append(write_call(self.out, call, reason, bad, force=self.force, run=self.run))
         except KdadbgError as e:
             self.errors.append(str(e))
             self.refused += isinstance(e, OutputExists)
@@ -634,18 +645,43 @@ class Capture:
 
         if self._manifest_path is None:  # named by the rank once there is one (it outlives the process group)
             rank = _rank()
-            path = self.manifest or self.out / ("manifest.json" if rank is None else f"manifest-r{rank}.json")
+            path = Path(self.manifest or self.out / ("manifest.json" if rank is None else f"manifest-r{rank}.json"))
             if rank is not None or self.manifest:
                 self._manifest_path = path
+            if not self.manifest and not self.force and path.exists() and path not in self._manifests_written:
+                # an earlier session's record: kept (it was replaced, losing the list of its dumps)
+                earlier, n = path, 1
+                while path.exists():
+                    path, n = earlier.with_name(f"{earlier.stem}-{os.getpid()}{'' if n == 1 else f'-{n}'}.json"), n + 1
+                self._manifest_path = path
+                self._say(f"capture: {earlier} is an earlier session's (kept; --force replaces it): this "
+                          f"session's manifest is {path.name}")
         else:
             path = self._manifest_path
+        self._manifests_written.add(path)
         atomic_write_text(json.dumps(self.manifest_data(), indent=2), path, force=True)
 
 
-def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str], force: bool = False) -> dict:
+def _same_run_elsewhere(path: Path, run: str | None) -> bool:
+    """Whether ``path`` is a dump another process of the same ``kdadbg capture`` run wrote."""
+    if run is None or not path.exists():
+        return False
+    from .fileio import read_header
+
+    try:
+        meta = read_header(path)[1]
+    except KdadbgError:
+        return False
+    return meta.get("capture.run") == run and meta.get("capture.pid") != str(os.getpid())
+
+
+def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str], force: bool = False,
+               run: str | None = None) -> dict:
     """Write one captured call: ``<label>.safetensors`` (a v1 dump: the inputs in their dtypes, ``do``,
     ``dht`` when the final state got a gradient) and ``<label>.theirs.safetensors`` (the
-    implementation's outputs and gradients, taps-file layout, no taps). Returns the manifest entry."""
+    implementation's outputs and gradients, taps-file layout, no taps). Returns the manifest entry.
+    ``run``: the ``kdadbg capture`` run's id; a name another of its processes wrote (two Python processes
+    without ranks, each with its step 0 call 0) gets ``-p<pid>``: never overwritten, even with ``force``."""
     from .chunks import chunk_table
     from .dump import validate
     from .fileio import atomic_save
@@ -653,11 +689,15 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
     from .tapsfile import chunk_rows, taps_metadata, write_taps_file
 
     info, config = call.info, call.config
-    dump, theirs = out / f"{info.label}.safetensors", out / f"{info.label}.theirs.safetensors"
+    label = info.label
+    if _same_run_elsewhere(out / f"{label}.safetensors", run):
+        label = f"{label}-p{os.getpid()}"
+    dump, theirs = out / f"{label}.safetensors", out / f"{label}.theirs.safetensors"
     for path in (dump, theirs):   # both refused before either is written: no dump without its theirs file
         check_output("", path, force)
     origin = {**info.metadata(), "capture.reason": reason, "capture.nonfinite": ",".join(nonfinite),
-              "capture.theirs": theirs.name, **call.notes}
+              "capture.theirs": theirs.name, **call.notes,
+              **({"capture.run": run, "capture.pid": str(os.getpid())} if run is not None else {})}
     tensors = {**call.inputs, "do": call.grads["do"]}
     if "dht" in call.grads:
         tensors["dht"] = call.grads["dht"]

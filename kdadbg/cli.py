@@ -785,6 +785,9 @@ def capture_(
             call_list = [int(c) for c in calls.split(",") if c.strip()]
         except ValueError:
             raise KdadbgError(f"--calls: expected comma-separated integers, found {calls!r}") from None
+        if not call_list or min(call_list) < 0:
+            raise KdadbgError(f"--calls: expected call indices >= 0 within a step (0 is a step's first KDA call), "
+                              f"found {calls!r}")
     patterns = [p for m in modules or [] for p in m.split(",") if p]
     result = run_captured(cmd, out, targets=target, calls=call_list, modules=patterns or None, first=first,
                           every=every, when=when.value, max_bytes=parse_size(max_bytes), steps=steps.value,

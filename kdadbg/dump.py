@@ -108,6 +108,11 @@ def no_upstream_gradient(inputs) -> bool:
     return inputs.dht is None or not bool(inputs.dht.ne(0).any())
 
 
+# a captured call that asked for no final state (output_final_state=False, as training does) returned no ht:
+# nothing to compare, and no shortfall of the implementation's either (not "partial")
+NOT_ASKED = "not computed by the captured call (it asked for no final state)"
+
+
 def blind_gradients(inputs, names) -> dict[str, str]:
     """The gradients among ``names`` that the dump cannot judge, each with why (``NO_UPSTREAM``): all of them
     where it has no upstream gradient (:func:`no_upstream_gradient`), else none. ``run`` and ``diff`` report

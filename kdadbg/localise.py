@@ -156,8 +156,10 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     return {**d, "verdict": "introduced" if failing else "inherited", "tap": name, "chunk": chunk,
             "ratio": float(c.ratio[j, col]), "tol": c.tol, "label": LABELS[int(c.label[j, col])],
             "floor": None if c.floor is None else float(c.floor[j, col]),
-            "ratios": {k: [float(x) for x in v.ratio[:, v.column(heads[0])]] for k, v in wcells.items()
-                       if v.quantity.kind != "head"},
+            # a cell that compared nothing (NaN/Inf on both sides) has no ratio: null, as the diff's own cells
+            "ratios": {k: [float(x) if int(n) > 0 and math.isfinite(float(x)) else None
+                           for x, n in zip(v.ratio[:, v.column(heads[0])], v.count[:, v.column(heads[0])])]
+                       for k, v in wcells.items() if v.quantity.kind != "head"},
             "first_in_window": wfirst}
 
 

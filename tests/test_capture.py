@@ -92,6 +92,32 @@ def test_theirs_file_holds_what_training_computed(kernel_run):
             assert same_bits(grad, outs[name]), name
 
 
+def test_a_call_that_asked_for_no_final_state_is_a_full_pass_against_its_theirs_file(kernel_run, tmp_path):
+    """Training asks for no final state (output_final_state=False): its theirs file has no ht, and diff
+    --against / run --impl of it said "partial: ht not provided", exit 3, on nearly every capture (user
+    trial, round 39). ht was not computed by the call: not a shortfall."""
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+
+    from kdadbg.diff import diff_paths
+
+    d = kernel_run["cap"].written[1]
+    with safe_open(d["theirs"], "pt") as f:
+        meta = f.metadata()
+    noht = tmp_path / "noht.theirs.safetensors"
+    save_file({k: v for k, v in load_file(d["theirs"]).items() if k != "ht"}, str(noht), metadata=meta)
+    from kdadbg.impls import resolve_impl
+
+    res = check(*load_dump(d["dump"]), impl=resolve_impl(str(noht)), device="cpu")
+    assert res.verdict == "pass" and res.not_provided == {"ht": "not computed by the captured call (it asked "
+                                                                "for no final state)"}, res.not_provided
+    assert res.applying == 9 and "ht" not in res.missing
+    diff = diff_paths([d["dump"]], against=noht, window=0, device="cpu")
+    assert diff.verdict == "pass" and diff.passed, diff.not_provided
+    r = CliRunner().invoke(app, ["diff", d["dump"], "--against", str(noht)])
+    assert r.exit_code == 0 and "verdict: pass" in r.stdout, r.output
+
+
 @pytest.mark.parametrize("impl", ["kernels", "naive"])
 def test_capture_keeps_training_bits(impl, kernel_run, tmp_path):
     if impl == "kernels":
@@ -513,3 +539,96 @@ def test_cli_capture_target_patched_in_a_child_process_only(tmp_path):
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "error" not in res.stderr, res.stderr
     assert len(list((tmp_path / "dumps").glob("manifest-*.json"))) == 2 and len(res.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("options, fragment", [
+    pytest.param({"first": 0}, "first=0: expected an integer >= 1", id="first-0"),
+    pytest.param({"calls": []}, "calls=[]: expected call indices >= 0", id="calls-none"),
+    pytest.param({"calls": [-1]}, "calls=[-1]: expected call indices >= 0", id="calls-negative"),
+])
+def test_options_that_select_nothing_are_refused_before_the_run(tmp_path, options, fragment):
+    """--first 0, --calls , and --calls -1 were accepted and the whole training ran before "selected none"
+    (user trial, round 39): refused up front, as --every 0 is."""
+    with pytest.raises(KdadbgError, match=fragment.replace("[", r"\[").replace("]", r"\]")):
+        with capture(tmp_path, **options):
+            pass
+
+
+def test_cli_capture_refuses_bad_sizes_and_selections_in_one_line(tmp_path):
+    """--max-bytes inf / nan raised OverflowError / ValueError (a traceback, exit 1); --calls , selected
+    nothing after the whole run: each is one error line, exit 2, before the command runs."""
+    from kdadbg.capture_run import parse_size
+
+    for bad in ("inf", "nan", "-1K"):
+        with pytest.raises(KdadbgError, match="expected a finite size >= 0"):
+            parse_size(bad)
+    assert parse_size("2K") == 2048
+    marker = tmp_path / "ran"
+    for args in (["--max-bytes", "inf"], ["--calls", ","], ["--calls", "-1"], ["--first", "0"]):
+        r = CliRunner().invoke(app, ["capture", "--out", str(tmp_path / "d"), *args, "--", sys.executable, "-c",
+                                     f"open({str(marker)!r}, 'w')"])
+        assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output, (args, r.output)
+        assert not marker.exists(), args
+
+
+@pytest.mark.parametrize("force", [False, True], ids=["plain", "force"])
+def test_two_processes_of_one_capture_keep_their_own_dumps(force, tmp_path):
+    """`capture -- bash -c "python train.py && python train.py"`: both processes write step 0 call 1 (no
+    ranks). The second was refused (no --force; capture exit 2 for its own run) or, with --force, overwrote
+    the first, the summary still counting both (user trial, round 39). The second now gets -p<pid>."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    out = tmp_path / "dumps"
+    cmd = f"{sys.executable} {script} 0 && {sys.executable} {script} 0"
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(out), "--target", NAIVE,
+                          "--modules", "layers.1.*", "--steps", "optimizer", *(["--force"] if force else []),
+                          "--", "bash", "-c", cmd], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    dumps = sorted(p.name for p in out.glob("*.safetensors") if not p.name.endswith(".theirs.safetensors"))
+    assert len(dumps) == 4 and "capture: 4 dumps" in res.stderr, (dumps, res.stderr)
+    assert sum("-p" in d for d in dumps) == 2, dumps      # the second process's two, named by its pid
+    pids = {describe_dump(out / d)["metadata"]["capture.pid"] for d in dumps}
+    assert len(pids) == 2
+
+
+def test_a_session_keeps_an_earlier_sessions_manifest(tmp_path):
+    """`with kdadbg.capture(out)` into a folder an earlier session wrote: its dumps were refused, rightly, but
+    manifest.json was replaced, losing the record of the earlier dumps (user trial, round 39): kept, this
+    session's manifest named apart; --force (force=True) replaces it, as it does the dumps."""
+    model = TinyModel("naive")
+    with capture(tmp_path, model=model, targets=[naive_kda], first=1):
+        train_step(model, batch())
+    first = json.loads((tmp_path / "manifest.json").read_text())
+    assert len(first["dumps"]) == 1
+    logs = []
+    with capture(tmp_path, model=model, targets=[naive_kda], first=1, on_log=logs.append):
+        train_step(model, batch())
+    assert json.loads((tmp_path / "manifest.json").read_text()) == first
+    others = [p for p in tmp_path.glob("manifest-*.json")]
+    assert len(others) == 1 and json.loads(others[0].read_text())["refused"] == 1, others
+    assert any("is an earlier session's (kept" in m for m in logs), logs
+    with capture(tmp_path, model=model, targets=[naive_kda], first=1, force=True):
+        train_step(model, batch())
+    assert json.loads((tmp_path / "manifest.json").read_text())["refused"] == 0
+
+
+def test_a_command_ended_by_a_signal_is_not_asked_about_python_s(tmp_path):
+    """A command killed by SIGTERM exited 143 (right) but the summary asked whether it was python -S or -I."""
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "d"), "--",
+                          sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGTERM)"],
+                         capture_output=True, text=True, timeout=120)
+    assert res.returncode == 143, res.stderr
+    assert "ended by signal 15" in res.stderr and "python -S" not in res.stderr, res.stderr
+
+
+def test_cli_capture_says_when_max_bytes_ended_the_command(tmp_path):
+    """Over --max-bytes, capture raises inside the training code (documented); the summary only said "the
+    command exited with 1", which reads as the script's own failure (user trial, round 39)."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "d"), "--target", NAIVE,
+                          "--max-bytes", "1K", "--", sys.executable, str(script), "0"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 1, res.stderr
+    assert "over max_bytes=1024" in res.stderr and "capture raised this in the command, ending it" in res.stderr, \
+        res.stderr

@@ -333,3 +333,15 @@ def test_a_divergence_at_a_sequences_first_chunk_is_not_said_to_be_carried_in(tm
     text = _text(res)
     assert "chunk 1 starts its sequence, so nothing is carried in from within it" in text, text
     assert "the error was carried in" not in text
+
+
+def test_the_window_reruns_ratios_are_null_where_nothing_was_compared(tmp_path):
+    """do all NaN: the window rerun's gradient rows are NaN on both sides, NOT_COMPARED in the diff, but its
+    `origin.ratios` gave 0.0 for them (user trial, round 39): null, as the diff's own cells."""
+    inputs, config = make_inputs(get_case("zero_gates"))
+    inputs = dataclasses.replace(inputs, do=torch.full_like(inputs.do, float("nan")))
+    res = diff_dump(inputs, config, _positional(tmp_path, 20), names=())
+    assert res.origin["tap"] == "o" and res.origin["verdict"] == "inherited"
+    ratios = res.origin["ratios"]
+    assert all(r is None for r in ratios["dv"]) and all(r is None for r in ratios["dk"]), ratios
+    assert all(r is not None for r in ratios["o"]), ratios

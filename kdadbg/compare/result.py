@@ -178,9 +178,10 @@ class DiffResult:
     @property
     def missing_outputs(self) -> dict[str, str]:
         """Outputs and gradients not provided, less what a ``--chunks`` window leaves out by itself."""
+        from ..dump import NOT_ASKED
         from ..window import OUTSIDE_WINDOW
 
-        return {n: why for n, why in (self.not_provided or {}).items() if why not in OUTSIDE_WINDOW}
+        return {n: why for n, why in (self.not_provided or {}).items() if why not in OUTSIDE_WINDOW and why != NOT_ASKED}
 
     @property
     def passed(self) -> bool:

@@ -112,6 +112,10 @@ class TapsFile(Implementation):
         # a file made on a window (run --chunks A:B --save) cannot hold the whole-head sums: not a shortfall
         not_provided = {n: WINDOW_NOT_COMPARABLE for n in ("dA_log", "ddt_bias")
                         if n not in outputs and f["metadata"].get("chunks")}
+        if f["metadata"].get("source") == "capture" and "ht" not in outputs:
+            from ..dump import NOT_ASKED
+
+            not_provided["ht"] = NOT_ASKED   # the training call returned none: not a shortfall
         notes = [n for n in [written_precision_note(self.path, f["metadata"], self.precision)] if n]
         if taps is None or not f["chunks"]:
             return ImplRun(outputs, not_provided=not_provided, notes=notes)

@@ -244,7 +244,12 @@ def run_counts(result) -> str:
     missing = result.missing
     if missing:
         parts.append(f"{len(missing)} {missing_word(result.not_provided[n] for n in missing)} ({', '.join(missing)})")
-    outside = len(result.not_provided) - len(missing)
+    from ..dump import NOT_ASKED
+
+    asked = [n for n, why in result.not_provided.items() if why == NOT_ASKED]
+    if asked:
+        parts.append(f"{', '.join(asked)} {NOT_ASKED}")
+    outside = len(result.not_provided) - len(missing) - len(asked)
     if outside:
         parts.append(f"{outside} outside the window")
     times = ", ".join(f"{k} {v:.2f} s" for k, v in result.timings.items())
@@ -308,7 +313,10 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
         if result["unresolved"] else ""
     ends = f"the command exited with {result['exit_code']}" + (
         f"; capture exits {status}" if status != result["exit_code"] else "")
-    if not result["manifests"]:
+    if not result["manifests"] and result["exit_code"] > 128:   # killed by a signal before any exit hook ran
+        err.print(f"capture: no manifest came back: the command was ended by signal {result['exit_code'] - 128} "
+                  f"before it wrote one", soft_wrap=True, highlight=False)
+    elif not result["manifests"]:
         err.print("capture: no manifest came back: was the command a Python process with site enabled "
                   "(not python -S or -I)?", soft_wrap=True, highlight=False)
     err.print(escape(f"capture: {len(result['dumps'])} dumps in {result['out']} from {result['calls_seen']} KDA "
