@@ -386,6 +386,11 @@ def describe_dump(path) -> dict:
         return out
     out["metadata"] = meta
     origin = {k.removeprefix("capture."): v for k, v in meta.items() if k.startswith("capture.")}
+    for key in ("step", "call", "rank", "pid"):   # typed as the capture manifest has them
+        if str(origin.get(key, "")).lstrip("-").isdigit():
+            origin[key] = int(origin[key])
+    if "nonfinite" in origin:
+        origin["nonfinite"] = [n for n in str(origin["nonfinite"]).split(",") if n]
     out["origin"] = origin or None
     rows = {name: {"name": name, "role": "input" if name in KNOWN else "extra", "shape": list(spec.shape),
                    "dtype": _dtype(spec.dtype), **_NO_STATS} for name, spec in specs.items()}

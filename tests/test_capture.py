@@ -59,7 +59,9 @@ def test_kernel_model_dumps_pass_check(kernel_run):
         assert config.qk_l2norm and config.beta_sigmoid and config.scale == 16 ** -0.5
         assert (inputs.dht is not None) == d["dht"] and inputs.h0 is not None
         meta = describe_dump(d["dump"])["origin"]
-        assert (meta["step"], meta["module"], meta["impl"]) == ("0", d["module"], "kdadbg_kernels.chunk:chunk_kda")
+        # typed as the manifest has them (inspect --json gave strings, user trial round 39)
+        assert (meta["step"], meta["module"], meta["impl"]) == (0, d["module"], "kdadbg_kernels.chunk:chunk_kda")
+        assert meta["nonfinite"] == [] and meta["call"] == d["call"]
         result = check(inputs, config, precision="fp32", device="cpu")
         assert result.passed, [(t.name, t.ratio) for t in result.tensors]
 
@@ -352,7 +354,7 @@ def test_rank_in_names_under_torch_distributed(tmp_path):
     finally:
         dist.destroy_process_group()
     assert [d["rank"] for d in cap.written] == [0] and cap.written[0]["dump"].endswith("-layers.0.attn-r0.safetensors")
-    assert describe_dump(cap.written[0]["dump"])["origin"]["rank"] == "0"
+    assert describe_dump(cap.written[0]["dump"])["origin"]["rank"] == 0
     assert (tmp_path / "dumps" / "manifest-r0.json").exists()
 
 
@@ -456,8 +458,6 @@ SEEN = "modules layers.0.attn, layers.1.attn; call indices 0-1 within a step; st
     pytest.param({"modules": ["layers.0.*"], "calls": [1]}, 0, 2, {"modules": 2, "calls": 2},
                  f"--modules layers.0.* --calls 1: selected none of the 4 KDA calls seen (--modules left out 2, "
                  f"--calls left out 2; {SEEN})", None, id="modules-and-calls"),
-    pytest.param({"first": 0}, 0, 2, {"first": 4}, f"--first 0: selected none of the 4 KDA calls seen ({SEEN})",
-                 None, id="first-0"),
     pytest.param({"calls": [5]}, 3, 3, {"calls": 4}, f"--calls 5: selected none of the 4 KDA calls seen ({SEEN})",
                  None, id="failing-script"),
     pytest.param({"when": "nonfinite"}, 0, 0, {"when": 4}, None, "--when nonfinite: none of the 4 KDA calls judged "

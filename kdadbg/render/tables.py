@@ -60,9 +60,12 @@ def render_inspect(console: Console, desc: dict) -> None:
     console.print(f"[bold]{escape(desc['path'])}[/bold]", soft_wrap=True)
     origin = desc.get("origin")
     if origin:
-        where = [f"{key} {origin[key]}" for key in ("step", "call", "module", "rank") if origin.get(key)]
+        where = [f"{key} {origin[key]}" for key in ("step", "call", "module", "rank")
+                 if origin.get(key) is not None and origin.get(key) != ""]
         extra = f" by {origin['impl']}" if origin.get("impl") else ""
         why = f" ({origin['reason']})" if origin.get("reason") else ""
+        if origin.get("nonfinite"):
+            why += f", NaN/Inf in {', '.join(origin['nonfinite'])}"
         console.print(escape(f"captured{extra}: {', '.join(where) or 'origin unknown'}{why}"), soft_wrap=True,
                       highlight=False)
     if desc["config"] is not None:
