@@ -479,13 +479,18 @@ def test_capture_run_says_when_the_selection_left_nothing_to_write(options, code
     assert result["excluded"] == json.loads(open(result["manifests"][0]).read())["excluded"] == excluded
 
 
-def test_cli_capture_prints_the_selection_that_matched_nothing(tmp_path):
-    """The command line prints run_captured's selection error as one error line before its summary, exit 2."""
+def capture_script(tmp_path, *options, code=0):
+    """``kdadbg capture --out tmp_path/dumps --target NAIVE *options -- python SCRIPT code``, run."""
     script = tmp_path / "train.py"
     script.write_text(SCRIPT.format(tests=TESTS))
-    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target", NAIVE,
-                          "--modules", "layer.0.attn", "--", sys.executable, str(script), "0"],
-                         capture_output=True, text=True, timeout=300)
+    return subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target",
+                           NAIVE, *options, "--", sys.executable, str(script), str(code)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_cli_capture_prints_the_selection_that_matched_nothing(tmp_path):
+    """The command line prints run_captured's selection error as one error line before its summary, exit 2."""
+    res = capture_script(tmp_path, "--modules", "layer.0.attn")
     assert res.returncode == 2, res.stderr
     errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
     assert errors == [f"error: --modules layer.0.attn: selected none of the 4 KDA calls seen ({SEEN})"], res.stderr
@@ -624,11 +629,7 @@ def test_a_command_ended_by_a_signal_is_not_asked_about_python_s(tmp_path):
 def test_cli_capture_says_when_max_bytes_ended_the_command(tmp_path):
     """Over --max-bytes, capture raises inside the training code (documented); the summary only said "the
     command exited with 1", which reads as the script's own failure (user trial, round 39)."""
-    script = tmp_path / "train.py"
-    script.write_text(SCRIPT.format(tests=TESTS))
-    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "d"), "--target", NAIVE,
-                          "--max-bytes", "1K", "--", sys.executable, str(script), "0"],
-                         capture_output=True, text=True, timeout=300)
+    res = capture_script(tmp_path, "--max-bytes", "1K")
     assert res.returncode == 1, res.stderr
     assert "over max_bytes=1024" in res.stderr and "capture raised this in the command, ending it" in res.stderr, \
         res.stderr
