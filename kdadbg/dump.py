@@ -236,9 +236,11 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
             from .tapsfile import FORMAT
 
             if meta.get("format") == FORMAT:   # a taps file said "q missing (found: none)" of its 39 tensors
-                raise KdadbgError(f"{where}: is a taps file ({FORMAT}: taps and outputs of one run, made by "
-                                  f"`kdadbg taps` or `run --save`), not a dump of inputs; pass the dump it came "
-                                  f"from (a taps file goes to `diff DUMP --against FILE` or `diff A B`)")
+                made = (f"written by `kdadbg capture` beside {meta['dump']}" if meta.get("source") == "capture"
+                        and meta.get("dump") else "made by `kdadbg taps`, `run --save` or `capture`")
+                raise KdadbgError(f"{where}: is a taps file ({FORMAT}: taps and outputs of one run, {made}), not "
+                                  f"a dump of inputs; pass the dump it came from (a taps file goes to `diff DUMP "
+                                  f"--against FILE` or `diff A B`)")
             found = ", ".join(n for n in KNOWN if n in specs) or "none"
             unknown = [n for n in specs if n not in KNOWN]
             extra = f"; it holds {len(unknown)} other tensor(s): {', '.join(unknown[:8])}" if unknown else ""

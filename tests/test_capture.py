@@ -633,3 +633,11 @@ def test_cli_capture_says_when_max_bytes_ended_the_command(tmp_path):
     assert res.returncode == 1, res.stderr
     assert "over max_bytes=1024" in res.stderr and "capture raised this in the command, ending it" in res.stderr, \
         res.stderr
+
+
+def test_a_theirs_file_given_as_a_dump_names_capture_and_its_dump(kernel_run):
+    """inspect (or run) on NAME.theirs.safetensors said it was made by `kdadbg taps` or `run --save`."""
+    d = kernel_run["cap"].written[0]
+    desc = describe_dump(d["theirs"])
+    assert not desc["ok"] and "written by `kdadbg capture` beside" in desc["verdict"], desc["verdict"]
+    assert d["dump"].split("/")[-1] in desc["verdict"]
