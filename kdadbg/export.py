@@ -36,17 +36,11 @@ def exp_overflow_note(nonfinite: list[str], inputs, config, table, lo: int, hi: 
     """Where every non-finite export is a tap carrying exp(-gc) (``ki``, ``dqd``, ``dkd``) and a chunk's
     cumulative gate passes float32's exp range (-gc > 88.7, the gate's float64 cumsum here), why: float32
     cannot hold them there, whatever the kernels do (``diff`` judges those cells UNREP). None otherwise."""
-    from .noise import EXP_LIMIT_FP32, EXP_NEG_GC_TAPS
-    from .reference import activate
+    from .noise import EXP_LIMIT_FP32, EXP_NEG_GC_TAPS, chunks_past_exp_range
 
     if not nonfinite or not set(nonfinite) <= set(EXP_NEG_GC_TAPS) or hi <= lo:
         return None
-    with torch.no_grad():
-        gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"]           # [BT, HV, K]
-        idx, valid = table.token_index()
-        gc = torch.where(valid[..., None, None], gam[idx], 0.0).cumsum(1)          # [NC, C, HV, K]
-        over = (-gc).amax(dim=(1, 2, 3))[lo:hi] > EXP_LIMIT_FP32
-    chunks = [lo + i for i in over.nonzero().flatten().tolist()]
+    chunks = [c for c in chunks_past_exp_range(inputs, config, table) if lo <= c < hi]
     if not chunks:
         return None
     from .render import id_ranges

@@ -94,3 +94,17 @@ def classify(passed: torch.Tensor, ratio: torch.Tensor, nonfinite: torch.Tensor,
     if floor_nonfinite is not None:
         drift |= (nonfinite > 0) & (floor_nonfinite > 0)
     return torch.where(~passed & drift, torch.tensor(DRIFT, dtype=torch.int8), label)
+
+
+def chunks_past_exp_range(inputs: KDAInputs, config: KDAConfig, table) -> list[int]:
+    """The chunks (of ``table``) whose cumulative gate, formed in float64 from the dump, passes float32's exp
+    range somewhere (``-gc > EXP_LIMIT_FP32``): there ``exp(-gc)``, which the chunked algorithm's ``ki``,
+    ``dqd``, ``dkd`` carry, is infinite in float32, in any kernel that forms it (ours, fla's)."""
+    from .reference import activate
+
+    with torch.no_grad():
+        gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"]            # [BT, HV, K]
+        idx, valid = table.token_index()
+        gc = torch.where(valid[..., None, None], gam[idx], 0.0).cumsum(1)           # [NC, C, HV, K]
+        over = (-gc).amax(dim=(1, 2, 3)) > EXP_LIMIT_FP32
+    return over.nonzero().flatten().tolist()

@@ -126,6 +126,21 @@ def finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
+def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str) -> str | None:
+    """Where the implementation's outputs hold NaN/Inf the reference does not, and the dump's gates pass
+    float32's exp range in some chunk: why a float32 chunked kernel can fail there (None otherwise)."""
+    from .noise import EXP_LIMIT_FP32, chunks_past_exp_range
+    from .render import id_ranges
+
+    chunks = chunks_past_exp_range(inputs, config, ct)
+    if not chunks:
+        return None
+    return (f"NaN/Inf from --impl {name}: the dump's cumulative gate passes -{EXP_LIMIT_FP32:.1f} within chunks "
+            f"{id_ranges(chunks)} (of {ct.n_chunks}), where exp(-gc) is infinite in float32: a chunked kernel "
+            f"that forms it (the chunked algorithm's ki, dqd, dkd) cannot hold such gates; kdadbg diff prints "
+            f"the exp arguments per chunk")
+
+
 def carried_json(row: Compare) -> dict | None:
     """A tensor's ``carried_in_from_dg`` in ``run``'s and ``diff``'s JSON: ``{"ratio": the exact sum of the
     implementation's own dg against the reference, "own": the implementation's value against that sum}``, or
@@ -231,6 +246,10 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         agree = nan_positions_agree({n: got.outputs[n] for n in names if n in got.outputs}, ref.outputs)
         result.nonfinite_inputs = {"tensors": bad_in, "agree": agree}
         result.notes.append(nonfinite_note(bad_in, agree))
+    elif any(r.nonfinite for r in rows):
+        note = exp_range_note(inputs, config, ct, impl.name)
+        if note:
+            result.notes.append(note)
     if save is not None:
         meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
                 **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata(),

@@ -256,3 +256,19 @@ def test_tensors_a_dump_holds_beyond_its_inputs_are_named_not_dropped(dump, tmp_
     assert r.exit_code == 0 and "not dump inputs, not read: initial_state" in r.output, r.output
     r = kdadbg("run", dump, "--impl", "reference")
     assert r.exit_code == 0 and "not dump inputs" not in r.output
+
+
+def test_outputs_nan_where_the_gates_pass_float32s_exp_range_say_why():
+    """masked_gates (a third of the tokens' log-decay at -1000): our float32 kernels return NaN, a wall of
+    FAIL rows with nothing said of why (user trial, round 39); a note names the chunks whose cumulative gate
+    passes float32's exp range. A run without NaN/Inf has no such note."""
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.run import check
+
+    inputs, config = make_inputs(get_case("masked_gates"))
+    res = check(inputs, config, device="cpu")
+    assert res.verdict == "fail"
+    assert any(n.startswith("NaN/Inf from --impl ours: the dump's cumulative gate passes -88.7 within chunks 0-")
+               for n in res.notes), res.notes
+    clean = check(*make_inputs(get_case("basic")), device="cpu")
+    assert not any("cumulative gate passes" in n for n in clean.notes)
