@@ -89,7 +89,8 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
     for n in names:
         # the sum's own error is wrong beyond its tolerance and beyond what float32 rounding of it can reach
         R, Hs = own[n].ratio.shape
-        rms = (lambda x: x.reshape(R, Hs, -1).pow(2).sum(-1).sqrt())
+        dev = own[n].ratio.device   # the cells' metrics; the rows may sit on the GPU (a CUDA run)
+        rms = (lambda x: x.reshape(R, Hs, -1).pow(2).sum(-1).sqrt().to(dev))
         bar = torch.maximum(torch.full_like(own[n].ratio, tols[n]),
                             (2 + math.log2(max(reach[n][1], 2))) * U32 * rms(absolute[n]) / rms(exact[n]).clamp_min(1e-300))
         out[n] = Split(got[n].ratio, torch.isfinite(got[n].ratio) & (own[n].ratio <= bar),
