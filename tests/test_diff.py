@@ -1064,3 +1064,41 @@ def test_S_wrong_at_a_sequences_first_chunk_is_introduced_at_its_start():
     assert res.origin["verdict"] == "introduced" and "window" not in res.origin
     assert res.origin["reason"].startswith("introduced at the sequence's start: S at chunk 1, the first of sequence 1")
     assert res.as_json()["first_divergence"]["origin"] == "introduced"
+
+
+def test_a_triangular_tap_nan_on_both_sides_below_its_diagonal_is_not_compared_on_its_zeros_alone():
+    """dMqk, dL (and L, INV, Mqk) are triangular by construction: a cell whose every element on or below the
+    diagonal is NaN on both sides compared only the zeros above it, which say nothing of the chunk: not
+    compared (count 0, never OK), with the reason naming the triangle. Zeros that disagree above it still
+    fail; a chunk of one valid token (L has no element below its diagonal) keeps its count; a cell with one
+    finite element below the diagonal is compared."""
+    from kdadbg.chunks import chunk_table
+    from kdadbg.compare.cells import compare_cells
+    from kdadbg.compare.quantities import ChunkInfo
+    from kdadbg.compare.result import label_of
+
+    info = ChunkInfo.from_table(chunk_table(1, 17, None, 16))   # chunk 1 has one valid token
+    torch.manual_seed(0)
+    C = 16
+    ref = {n: torch.randn(2, 2, C, C, dtype=torch.float64).tril(d) for n, d in (("dMqk", 0), ("dL", -1), ("L", -1))}
+    ref["L"][1].zero_()
+    cand = {n: t.clone() for n, t in ref.items()}
+    for n, d in (("dMqk", 0), ("dL", -1)):
+        tri = torch.ones(C, C, dtype=torch.bool).tril(d)
+        for t in (ref[n], cand[n]):
+            t[0, 0][tri] = float("nan")                 # head 0 of chunk 0: its triangle NaN on both sides
+            t[0, 1][tri] = float("nan")
+            t[0, 1][3, 0] = 0.5                         # head 1: one finite element left in it
+    cand["dL"][0, 1][0, 5] = 1.0                        # and head 1 of dL writes above its diagonal
+    tols = {n: 1e-3 for n in ref}
+    cells = compare_cells(cand, ref, {n: [0, 1] for n in ref}, [0, 1], info, tols)
+    dm, dl, L = cells["dMqk"], cells["dL"], cells["L"]
+    assert int(dm.count[0, 0]) == 0 and label_of(dm, 0, 0) == "NOT_COMPARED"
+    assert int(dl.count[0, 0]) == 0 and label_of(dl, 0, 0) == "NOT_COMPARED"
+    assert int(dm.count[0, 1]) > 0 and label_of(dm, 0, 1) == "OK"
+    assert label_of(dl, 0, 1) == "BUG"
+    assert int(L.count[1, 0]) == 1 and label_of(L, 1, 0) == "OK"
+    assert label_of(dm, 1, 0) == "OK"
+    from kdadbg.compare.metrics import not_compared_reason
+    assert "on and below its diagonal" in not_compared_reason(256, "dMqk")
+    assert "below its diagonal" in not_compared_reason(256, "dL")

@@ -16,7 +16,7 @@ from .. import noise
 from ..chunks import ChunkTable
 from ..config import qk_heads
 from .metrics import cell_metrics, passes
-from .quantities import ORDER, QK_ROWS, QUANTITIES, ChunkInfo, valid_mask
+from .quantities import ORDER, QK_ROWS, QUANTITIES, ChunkInfo, meaningful_mask, valid_mask
 
 
 @dataclass
@@ -116,6 +116,23 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
     return cells
 
 
+def hollow_triangles(met: dict, x: torch.Tensor, ref: torch.Tensor, meaningful: torch.Tensor | None) -> None:
+    """A triangular tap's cell whose every meaningful element (``meaningful_mask``) is NaN/Inf on both sides
+    compared only the structural zeros above its diagonal: its ``count`` becomes 0 (not compared, never OK)
+    where those agreed exactly. Where they did not, the cell is judged on them (a kernel writing above the
+    diagonal is wrong). A chunk whose valid rows leave no meaningful element (``L`` of a one-token chunk)
+    keeps its count: there the structure is all there is."""
+    if meaningful is None:
+        return
+    dev = ref.device
+    R, Hs = x.shape[0], x.shape[1]
+    m = meaningful.to(dev).expand(x.shape).reshape(R, Hs, -1)
+    live = (m & (torch.isfinite(x.detach().to(dev)) | torch.isfinite(ref.detach())).reshape(R, Hs, -1)).sum(-1)
+    hollow = (m.sum(-1) > 0) & (live == 0)
+    hollow = hollow.cpu() & (met["nonfinite"] == 0) & (met["max_abs"] == 0)
+    met["count"] = torch.where(hollow, torch.zeros_like(met["count"]), met["count"])
+
+
 def robust_floor(ratio: torch.Tensor) -> torch.Tensor:
     """A cell's floor is one sample of the error its precision makes, and the samples scatter: `dqd` of a
     model-size `fla_layer_varlen` dump in bf16 mode had floors from 7.6e-4 to 1.6e-2 over 17 chunks x 8 heads
@@ -150,6 +167,7 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
         dims = tuple(cand[name].shape[2:])
         mask = valid_mask(name, lengths, dims)
         met = cell_metrics(cand[name], ref[name], mask)
+        hollow_triangles(met, cand[name], ref[name], meaningful_mask(name, lengths, dims))
         cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1)
         fl = None
         if floor is not None and name in floor:

@@ -166,8 +166,14 @@ class Compare:
         return d
 
 
-def not_compared_reason(elements: int) -> str:
-    """Why a tensor or cell with ``count`` 0 was not compared."""
+def not_compared_reason(elements: int, name: str | None = None) -> str:
+    """Why a tensor or cell with ``count`` 0 was not compared (``name``: a triangular tap's, whose structural
+    zeros compare nothing: ``cells.hollow_triangles``)."""
+    from .quantities import MEANINGFUL_TRIL
+    if elements and name in MEANINGFUL_TRIL:
+        part = "on and below its diagonal" if MEANINGFUL_TRIL[name] == 0 else "below its diagonal"
+        return (f"not compared: every element {part} is NaN/Inf on both sides (the rest are the same "
+                f"structural {'zeros' if name != 'INV' else 'zeros and unit diagonal'} on both)")
     return ("not compared: every element is NaN/Inf on both sides" if elements else
             "not compared: it has no element")
 

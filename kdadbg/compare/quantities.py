@@ -122,6 +122,21 @@ def dataflow_key(name: str, chunk: int | None, info: ChunkInfo) -> tuple:
     return (1, info.seq[chunk], -chunk, s, _RANK[name])
 
 
+# [C, C] taps that are triangular by construction: the diagonal offset of their meaningful part (``tril``
+# with it); above it both sides hold the same structural zeros (INV: with its unit diagonal), which compare
+# nothing about the chunk
+MEANINGFUL_TRIL = {"L": -1, "INV": -1, "Mqk": 0, "dMqk": 0, "dL": -1}
+
+
+def meaningful_mask(name: str, lengths: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor | None:
+    """``[R, 1, C, C]`` bool: the elements of a triangular tap (``MEANINGFUL_TRIL``) inside each chunk's valid
+    rows and on or below its meaningful diagonal; None for any other quantity."""
+    if name not in MEANINGFUL_TRIL:
+        return None
+    tri = torch.ones(dims, dtype=torch.bool).tril(MEANINGFUL_TRIL[name])
+    return valid_mask(name, lengths, dims) & tri
+
+
 def valid_mask(name: str, lengths: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     """``[R, 1, *dims]`` bool: the elements of ``name`` inside each chunk's valid rows."""
     R = lengths.numel()

@@ -210,7 +210,7 @@ class DiffResult:
             d["value_heads"] = list(range(head * cells.group, (head + 1) * cells.group))
         if d["count"] == 0:   # nothing compared: no figure is a measurement
             d.update(ratio=None, max_abs=None, cosine=None, kernel=None, reference=None, index=None, row=None,
-                     token=None, reason=not_compared_reason(math.prod(cells.dims)))
+                     token=None, reason=not_compared_reason(math.prod(cells.dims), name))
             return d
         if d["count"] <= d["nonfinite"] or not math.isfinite(d["cosine"]):   # no element finite on both
             d["cosine"] = None                                                 # sides, or a side all 0: no cosine
@@ -338,7 +338,7 @@ class DiffResult:
                               "nonfinite": int(c.nonfinite[r, j]), "count": count, "tol": c.tol,
                               "floor": None if c.floor is None or nothing else _num(c.floor[r, j]),
                               "label": label_of(c, r, j),
-                              **({"reason": not_compared_reason(math.prod(c.dims))} if nothing else {}),
+                              **({"reason": not_compared_reason(math.prod(c.dims), name)} if nothing else {}),
                               **({"reason": unrep_reason(c, r, j)} if lab == noise.UNREP and c.unrep_reason else {}),
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
                                  else {})})
