@@ -68,11 +68,9 @@ class RunResult:
     @property
     def missing(self) -> dict[str, str]:
         """``not_provided`` less what a ``--chunks`` window leaves out by its selection."""
-        from .dump import NOT_ASKED
-        from .window import OUTSIDE_WINDOW
+        from .window import shortfalls
 
-        return {n: why for n, why in self.not_provided.items()
-                if (self.window is None or why not in OUTSIDE_WINDOW) and why != NOT_ASKED}
+        return shortfalls(self.not_provided, windowed=self.window is not None)
 
     @property
     def applying(self) -> int:

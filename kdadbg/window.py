@@ -34,6 +34,16 @@ NO_WINDOW_STARTS = "no window starts its sequence"
 OUTSIDE_WINDOW = (WINDOW_NOT_COMPARABLE, NO_WINDOW_ENDS, NO_WINDOW_STARTS)
 
 
+def shortfalls(not_provided: dict[str, str] | None, windowed: bool = True) -> dict[str, str]:
+    """The outputs and gradients an implementation did not provide that make a verdict partial: all of
+    ``not_provided`` but what a ``--chunks`` window leaves out by itself (``windowed``) and what the captured
+    call never asked for (``dump.NOT_ASKED``). The one rule for ``run`` and ``diff``."""
+    from .dump import NOT_ASKED
+
+    return {n: why for n, why in (not_provided or {}).items()
+            if not (windowed and why in OUTSIDE_WINDOW) and why != NOT_ASKED}
+
+
 @dataclass(frozen=True)
 class Window:
     seq: int

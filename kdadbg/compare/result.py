@@ -178,10 +178,9 @@ class DiffResult:
     @property
     def missing_outputs(self) -> dict[str, str]:
         """Outputs and gradients not provided, less what a ``--chunks`` window leaves out by itself."""
-        from ..dump import NOT_ASKED
-        from ..window import OUTSIDE_WINDOW
+        from ..window import shortfalls
 
-        return {n: why for n, why in (self.not_provided or {}).items() if why not in OUTSIDE_WINDOW and why != NOT_ASKED}
+        return shortfalls(self.not_provided)
 
     @property
     def passed(self) -> bool:
