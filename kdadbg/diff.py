@@ -31,8 +31,8 @@ from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_
                       nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
-from .impls import Implementation, TapsSpec, check_supported, resolve_impl
-from .impls.base import convert_taps, rounding_bound, stored_as
+from .impls import Implementation, TapsSpec, as_implementation, check_supported, resolve_impl
+from .impls.base import as_received, convert_taps, received_note, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
 from .dump import blind_gradients
 from .tapsfile import OUTPUT_NAMES
@@ -64,7 +64,7 @@ def cell_tolerances(precision: str, tol_overrides) -> dict[str, float]:
     return {**tap_tolerances(precision, taps), **tolerances(precision, rows)}
 
 
-def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None = None, *, dump: str | None = None,
+def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | None = None,
               device: str = "cpu", names: tuple[str, ...] = TAP_NAMES, chunks: tuple[int, int] | None = None,
               heads: tuple[int, ...] | None = None, tol_overrides: list[str] | None = None,
               noise_floor: bool = True, window: int = 3, repeat: int = 1, drift_fails: bool = False,
@@ -74,8 +74,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
 
     Args:
         inputs, config: a loaded dump (``kdadbg.dump.load_dump``).
-        impl: an :class:`kdadbg.impls.Implementation` (``resolve_impl("ours", "bf16")``, a taps file, ...);
-            its ``precision`` picks the tolerances and the noise floor.
+        impl: an :class:`kdadbg.impls.Implementation` (``resolve_impl("ours", "bf16")``, a taps file, ...),
+            a name or ``PATH.py:FUNCTION`` as ``--impl`` takes it, or a function in fla's ``chunk_kda``
+            convention (those two at fp32); its ``precision`` picks the tolerances and the noise floor.
         names: taps to compare; chunks: half-open global chunk range (None: all); heads: value heads
             (None: all); with GVA the dq/dk rows compared are those of the q/k heads they read.
         noise_floor: label failing cells DRIFT or BUG against the float32 reference (see ``noise``).
@@ -97,7 +98,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     from .run import interpreter_seconds, refuse_slow_interpreter
     from .window import reference_run, seeded_run, seeds
 
-    impl = impl or resolve_impl("ours")
+    impl = as_implementation(impl)
     precision = impl.precision
     config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump or "")
@@ -116,12 +117,39 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     missing = {"taps": [], "chunks": [], "heads": [], "not_written": [], "not_in_reference_file": []}
     step = _stages(progress)
 
+    def impl_runs(inp: KDAInputs, states: dict | None) -> list:
+        runs = []
+        for i in range(max(1, repeat)):
+            stage = f"{impl.name} run {i + 1}" if repeat > 1 else impl.name
+            step(None)
+            if seeded:
+                runs.append(seeded_run(impl, inp, config, states, info, ct, lo, hi, device, taps=sel,
+                                       progress=progress)[0])
+            else:
+                with ticking(progress, stage, interpreter_seconds(impl, inp, config, device)):
+                    runs.append(impl.run(inp, config, device=device, taps=sel))
+        return runs
+
+    # the implementation first: the reference and the noise floor take the upstream gradient as its backward
+    # received it (impls.base.as_received: do rounded to a 16-bit o's dtype), seeded windows seeded from that
+    states = None
+    if seeded:
+        step("reference seeds")
+        states = seeds(inputs, config, info, lo, hi, device, progress=progress)
+    runs = impl_runs(inputs, states)
+    dump_inputs, received = inputs, as_received(inputs, runs[0].upstream)
+    if received is not None:
+        inputs = received
+        if seeded:
+            step("reference seeds, from the upstream gradient as received")
+            states = seeds(inputs, config, info, lo, hi, device, progress=progress)
+            runs = impl_runs(inputs, states)
+    run = runs[0]
     step("reference")
     ref_names = tuple(dict.fromkeys((*names, "gc", "gT", "S", "dS")))
     if seeded:   # the reference on the windows alone, from its seeds; its taps' row 0 is chunk lo
-        states = seeds(inputs, config, info, lo, hi, device, progress=progress)
         ref = reference_run(inputs, config, states, info, ct, lo, hi, device, taps=TapSelection(names=ref_names),
-                            progress=progress)
+                            progress=progress, upstream=run.upstream)
         ref_taps, base = dict(ref.taps), lo
         for n in ("S", "dS"):
             states[n][lo:hi] = ref_taps[n]
@@ -129,18 +157,6 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
         ref = run_reference(inputs, config, taps=ref_names, device=device)
         ref_taps, base = dict(ref.taps), 0
         states = ref_taps
-
-    runs = []
-    for i in range(max(1, repeat)):
-        stage = f"{impl.name} run {i + 1}" if repeat > 1 else impl.name
-        step(None)
-        if seeded:
-            runs.append(seeded_run(impl, inputs, config, states, info, ct, lo, hi, device, taps=sel,
-                                   progress=progress)[0])
-        else:
-            with ticking(progress, stage, interpreter_seconds(impl, inputs, config, device)):
-                runs.append(impl.run(inputs, config, device=device, taps=sel))
-    run = runs[0]
 
     cand = {}
     for n in names:
@@ -245,14 +261,17 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
                      not_provided={n: blind.get(n) or run.not_provided.get(n, "not returned") for n in expected
                                    if n not in run.outputs or n in blind},
-                     notes=[*([config_note] if config_note else []), *run.notes])
+                     notes=[*([config_note] if config_note else []), *run.notes,
+                            *([received_note(impl.name, dump_inputs, run.upstream)] if received is not None else [])])
+    res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "
                          f"dg's rows are judged on their own")
     res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
                                   {n: run.outputs[n].dtype for n in mine},
-                                  {n: split.exact for n, split in carried.items() if bool(split.sum_ok.all())})
+                                  {n: split.exact for n, split in carried.items() if bool(split.sum_ok.all())},
+                                  floor_rows, precision)
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:
         res.notes.append(hint)
@@ -266,6 +285,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
     res.exponents = exponent_ranges(ref_taps, info, chunk_list, head_list, base)
+    decay = decay_coverage_note(res.exponents)
+    if decay:
+        res.notes.append(decay)
     # the rerun and the amplification follow the first BUG where there is one: a first divergence within its
     # noise (DRIFT, as bf16 mode's clean runs hold) would send them after rounding instead of the bug
     first = res.focus
@@ -278,6 +300,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                                       precision if noise_floor else None, storage_tols)
             if res.origin is not None:   # which cell the rerun was of (the first BUG, where there is one)
                 res.origin["of"] = {k: first[k] for k in ("tap", "chunk", "head", "label")}
+                carried_seed(res, res.origin)
             div = res.first_divergence
             if (div["tap"], div["chunk"], div["head"]) != (first["tap"], first["chunk"], first["head"]):
                 # a DRIFT first divergence before the BUG: rerun it too, it may be where the bug starts (a
@@ -287,11 +310,120 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl: Implementation | None 
                 res.origin_first = window_rerun(inputs, config, states, info, div, impl, device, tols, window,
                                                 drift_fails, precision if noise_floor else None, storage_tols)
                 if res.origin_first is not None:
+                    carried_seed(res, res.origin_first)
                     res.origin_first["of"] = {k: div[k] for k in ("tap", "chunk", "head", "label")}
         else:   # null would read as "nothing diverged"
             res.origin = {"verdict": None, "reason": "not run (--window 0)"}
     step(None)
     return res
+
+
+def _pure_scale(x: torch.Tensor, r: torch.Tensor) -> float | None:
+    """The factor ``s`` with ``x ≈ s·r`` over the elements finite and nonzero on both sides, where that holds
+    to 1e-3 (RMS of ``x − s·r`` against RMS of ``x``); None otherwise."""
+    x, r = x.detach().to(torch.float64).cpu(), r.detach().to(torch.float64).cpu()
+    m = torch.isfinite(x) & torch.isfinite(r) & (r != 0) & (x != 0)
+    if int(m.sum()) < 2:
+        return None
+    x, r = x[m], r[m]
+    s = float((x * r).sum() / (r * r).sum())
+    return s if float((x - s * r).norm()) <= 1e-3 * float(x.norm()) else None
+
+
+def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
+    """Notes where failing taps are the reference's in another convention, which a taps declaration or the
+    function's conventions would explain (``TapsSpec``, ``--taps-gate-units``, ``--taps-state-layout``,
+    ``state_v_first``): gate taps a pure factor 1/ln 2 or ln 2 off (their gradients the inverse), states that
+    match transposed. Said, never converted: a guess would hide a bug that happens to look like a convention."""
+    import math
+
+    ln2 = math.log(2)
+    failing = {n for n, c in cells.items() if bool(c.failing.any())}
+    log2_read_as_ln, ln_read_as_log2 = [], []
+    for n in ("gc", "gT", "dgc", "dgT"):
+        if n not in failing or n not in cand:
+            continue
+        s = _pure_scale(cand[n], ref[n])
+        if s is None:
+            continue
+        up, down = (ln2, 1 / ln2) if n.startswith("d") else (1 / ln2, ln2)
+        if abs(s - up) < 1e-3 * up:
+            log2_read_as_ln.append(n)
+        elif abs(s - down) < 1e-3 * down:
+            ln_read_as_log2.append(n)
+    notes = []
+    if log2_read_as_ln:
+        notes.append(f"{', '.join(log2_read_as_ln)} {'is' if len(log2_read_as_ln) == 1 else 'are'} the reference's "
+                     f"times exactly 1/ln 2 (a gate) or ln 2 (its gradient): taps in log2 units read as natural-log; "
+                     f"declare their units (--taps-gate-units log2, or TapsSpec(gate_units='log2') from --impl "
+                     f"{impl.name})")
+    if ln_read_as_log2:
+        notes.append(f"{', '.join(ln_read_as_log2)} {'is' if len(ln_read_as_log2) == 1 else 'are'} the reference's "
+                     f"times exactly ln 2 (a gate) or 1/ln 2 (its gradient): natural-log taps declared as log2, or "
+                     f"an implementation that takes the dump's natural-log gate as log2 (2^g where e^g is meant: a "
+                     f"missing ln 2)")
+    flipped = []
+    for n in ("S", "dS"):
+        if n not in failing or n not in cand or cand[n].shape[-1] != cand[n].shape[-2]:
+            continue
+        x, r = cand[n].detach().to(torch.float64).cpu(), ref[n].detach().to(torch.float64).cpu()
+        xt = x.transpose(-1, -2)
+        m = torch.isfinite(xt) & torch.isfinite(r)
+        err = float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
+        if err <= cells[n].tol:
+            flipped.append(f"{n} (ratio {err:.3g})")
+    if flipped:
+        notes.append(f"{', '.join(flipped)} match{'es' if len(flipped) == 1 else ''} the reference transposed, "
+                     f"within tolerance: [V,K] states read as [K,V] or the other way; declare the taps' layout "
+                     f"(--taps-state-layout, or TapsSpec(state_layout=...) from --impl {impl.name}); a function "
+                     f"with a state_v_first parameter is handed states as the dump lays them out, one without it "
+                     f"[K,V]")
+    return notes
+
+
+def decay_coverage_note(exponents: list[dict]) -> str | None:
+    """Where most compared chunks decay every channel of every head past float32's range in one chunk
+    (``exp(gT)`` below float32's smallest normal, 1.2e-38): the state leaving such a chunk keeps nothing
+    measurable of the state entering it, so a fault in the decay carried between chunks cannot show on this
+    dump, whatever it passes. None where fewer than half the chunks do."""
+    from .noise import EXP_LIMIT_FP32
+    from .render import id_ranges
+
+    flushed = [e["chunk"] for e in exponents if e["gT"][1] < -EXP_LIMIT_FP32]
+    if not exponents or 2 * len(flushed) < len(exponents):
+        return None
+    return (f"in {len(flushed)} of {len(exponents)} chunks ({id_ranges(flushed)}) the gate decays every channel "
+            f"of every head past float32's range within the chunk (gT < -{EXP_LIMIT_FP32:.1f}: exp(gT) < 1.2e-38): "
+            f"the state leaving them keeps nothing measurable of the state entering them, so this dump cannot show "
+            f"a fault in the decay carried between chunks; a dump with milder gates (the kimi or fla_layer "
+            f"presets) tests it")
+
+
+def carried_seed(res: DiffResult, origin: dict) -> None:
+    """For an ``inherited`` rerun: what could have carried the error in, as this diff measured it (``origin``
+    gets ``carried_by``): None for a forward-prepare tap, which reads only its chunk's own tokens (nothing is
+    carried into it); else the cell of the state seeding the window in this run (``S`` entering its first
+    chunk for a forward tap, ``dS`` arriving after its last for a backward one) with its label and ratio, where
+    the diff compared it. ``S`` within tolerance there says the state carried no error in over tolerance."""
+    if origin.get("verdict") != "inherited" or "window" not in origin:
+        return
+    from .compare.quantities import QUANTITIES
+    from .compare.result import label_of
+
+    stage = QUANTITIES[origin["tap"]].stage
+    if stage == "fwd_prepare":
+        origin["carried_by"] = None
+        return
+    lo, hi = origin["window"]
+    name, chunk = ("S", lo) if stage.startswith("fwd") else ("dS", hi + 1)
+    cells = res.cells.get(name)
+    if cells is None or chunk not in cells.chunks or (name == "dS" and res.info.seq.get(chunk) != origin["seq"]):
+        return
+    r, j = cells.chunks.index(chunk), cells.column(origin["head"])
+    if j is None or int(cells.count[r, j]) == 0:
+        return
+    origin["carried_by"] = {"tap": name, "chunk": chunk, "label": label_of(cells, r, j),
+                            "ratio": float(cells.ratio[r, j]), "tol": cells.tol}
 
 
 def written_nowhere(names: list[str], cells: dict) -> list[str]:
@@ -302,7 +434,7 @@ def written_nowhere(names: list[str], cells: dict) -> list[str]:
 
 
 def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,
-                    dtypes: dict, carried: dict) -> dict:
+                    dtypes: dict, carried: dict, floor: dict | None = None, precision: str = "fp32") -> dict:
     """Each output and gradient over the compared rows as one tensor, judged by ``run``'s rule
     (``run.judged``: fla's ratio over its valid elements; one returned in 16 bits at fp32's tolerance whose
     rounding alone is over it, at bf16 mode's: ``tol`` is then that one, ``storage`` the dtype): ``{name:
@@ -314,7 +446,10 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
     within tolerance of the exact sum of its own ``dg`` at every head, ``compare.carried``; ``carried``: name ->
     that exact sum's rows) does not fail here: ``dg``'s rows are judged on their own. Its
     ``carried_in_from_dg`` is then ``{"ratio", "own"}`` as in ``run``'s JSON (the exact sum against the
-    reference, the implementation's value against the exact sum, over the compared rows), else None."""
+    reference, the implementation's value against the exact sum, over the compared rows), else None. ``floor``:
+    the noise floor's rows (one tensor or a tuple of samples per name): a failing tensor within ten times the
+    floor's own ratio where that is over the tolerance is UNREP, as ``run`` judges it (``Compare.judge_precision``;
+    ``precision_floor`` the larger sample's ratio)."""
     from .compare.quantities import valid_mask
 
     out = {}
@@ -329,13 +464,19 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
             m = None if mask is None else mask.to(ref.device)
             row.carried = compare(n, exact, ref, m).ratio
             row.carried_own = compare(n, x.to(ref.device, torch.float64), exact, m).ratio
+        if row.failed and floor is not None and n in floor and row.storage is None:   # (16 bits: the storage rule)
+            samples = floor[n] if isinstance(floor[n], tuple) else (floor[n],)
+            ref = theirs[n].to(torch.float64)
+            m = None if mask is None else mask.to(ref.device)
+            row.judge_precision(max(compare(n, f.to(ref.device, torch.float64), ref, m).ratio for f in samples),
+                                precision)
         failed = row.passed is False and row.unrep is None and row.carried is None
         # the tolerance the verdict was taken at: bf16 mode's where the storage's rounding alone is over fp32's
         tol = (tols16 or tols)[n] if row.floor is not None and row.floor > row.tol else row.tol
         out[n] = {"ratio": row.ratio if row.compared else None, "max_abs": row.max_abs if row.compared else None,
                   "tol": tol, "storage": row.storage if tol != row.tol else None, "elements": int(row.count),
                   "pass": row.passed, "unrep": row.unrep, "carried_in_from_dg": carried_json(row),
-                  "failed": failed}
+                  "precision_floor": row.precision_floor, "failed": failed}
     return out
 
 

@@ -15,7 +15,7 @@ from .compare import ChunkInfo, DiffResult, compare_cells, output_rows
 from .compare.quantities import TAP_ORDER, dataflow_key
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
-from .impls.base import Implementation, ImplError, ImplRun
+from .impls.base import Implementation, ImplError, ImplRun, as_received
 from .noise import EXP_LIMIT_FP32
 
 
@@ -45,12 +45,14 @@ def producer_chunk(name: str, chunk: int, info: ChunkInfo) -> int:
 
 
 def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: int, last: int,
-                  seed_dtype: torch.dtype = torch.float32) -> KDAInputs:
+                  seed_dtype: torch.dtype = torch.float32, upstream: dict | None = None) -> KDAInputs:
     """One sequence's tokens from chunk ``first`` to the end of chunk ``last`` (same sequence), as a
     single-sequence dump: ``h0`` = the reference's ``S[first]``, ``dht`` = the reference's
     ``dS[last + 1]`` or the dump's ``dht`` when ``last`` ends the sequence (both in the dump's layout,
     per value head, in ``seed_dtype``: float32 for an implementation, float64 for the reference; q and
-    k keep their q/k heads, so a GVA dump stays one)."""
+    k keep their q/k heads, so a GVA dump stays one). ``upstream`` (an implementation's ``ImplRun.upstream``):
+    ``dht`` as that implementation's backward received it, rounded from a float32 seed to its 16-bit dtype, for
+    the reference's side of a window it ran on."""
     B, T, H, K, V = inputs.shape
     n = info.seq[first]
     t0 = info.start[first] if inputs.cu_seqlens is not None else n * T + info.start[first]
@@ -70,6 +72,8 @@ def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Ch
         dht = None if inputs.dht is None else inputs.dht[n:n + 1].clone()
     else:
         dht = state(ref_taps["dS"][last + 1])
+    if dht is not None and (upstream or {}).get("dht") is not None:
+        dht = dht.to(torch.float32).to(upstream["dht"]).to(dht.dtype)
     return KDAInputs(q=tok(inputs.q), k=tok(inputs.k), v=tok(inputs.v), g=tok(inputs.g), beta=tok(inputs.beta),
                      do=tok(inputs.do), dht=dht, h0=h0, cu_seqlens=None, A_log=inputs.A_log,
                      dt_bias=inputs.dt_bias)
@@ -111,7 +115,6 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     seq_chunks = info.seq_chunks(n)
     last = min(seq_chunks[-1], max(chunk, start + max(1, window) - 1))
     w_in = window_inputs(inputs, config, ref_taps, info, start, last)
-    wref = run_reference(w_in, config, taps=TAP_ORDER, device=device)
     nwc = last - start + 1
     d = {"window": [start, last], "seq": n, "seq_start": info.t[start] == 0, "head": head, **({"value_heads": heads} if "value_heads" in first else {}),
          "seeded": {
@@ -129,13 +132,17 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     except Exception as e:   # an Implementation subclass's own exception, not converted to ImplError
         return {**d, "verdict": None, "reason": f"not available (the implementation raised on the window rerun: "
                                                  f"{type(e).__name__}: {_one_line(e)})"}
+    # the reference (and the floor) on the window as the implementation's backward received it: its seed dht and
+    # do rounded where it takes them in 16 bits (impls.base.as_received)
+    w_ref_in = as_received(w_in, wrun.upstream) or w_in
+    wref = run_reference(w_ref_in, config, taps=TAP_ORDER, device=device)
     wct = chunk_table(1, w_in.shape[1], None, config.chunk_size)
     winfo = ChunkInfo.from_table(wct)
     floor = None
     if precision is not None:
         from .noise import floor_reference
 
-        floor = floor_reference(w_in, config, precision, TAP_ORDER, device)
+        floor = floor_reference(w_ref_in, config, precision, TAP_ORDER, device)
     wcells = window_cells(wrun, wref, wct, winfo, config, list(range(nwc)), heads, tols, w_in.group, floor,
                           storage_tols)
     if name not in wcells:

@@ -19,7 +19,8 @@ from .config import KDAConfig, KDAInputs
 from .dump import blind_gradients
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
-from .impls import Implementation, check_supported, resolve_impl
+from .impls import Implementation, as_implementation, check_supported, resolve_impl
+from .impls.base import as_received, received_note
 from .progress import ticking
 from .schema import RUN_JSON
 from .tapsfile import inputs_fingerprint, outputs_that_apply
@@ -102,7 +103,8 @@ class RunResult:
                          "ratio": finite_or_none(t.ratio) if t.compared else None,
                          "cosine": finite_or_none(t.cosine) if t.cosine_defined else None, "count": t.count,
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
-                         "carried_in_from_dg": carried_json(t),
+                         "carried_in_from_dg": carried_json(t), "precision_floor": finite_or_none(t.precision_floor)
+                         if t.precision_floor is not None else None,
                          "scale": t.scale if t.compared else None,
                          "abs_floor": t.abs_floor if t.compared else None, **({"reason": t.reason} if t.reason else {})}
                         for t in self.tensors],
@@ -124,19 +126,57 @@ def finite_or_none(x: float) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str) -> str | None:
+TOKEN_ROWS = ("o", "dq", "dk", "dv", "dg", "dbeta")
+
+
+def nonfinite_chunks(outputs: dict, ref_outputs: dict, ct) -> tuple[set[int], bool]:
+    """Where the implementation's outputs hold NaN/Inf the reference does not: the chunks of those tokens (the
+    per-token outputs and gradients), and whether some are in a tensor no chunk locates (``ht``, ``dh0``, the
+    per-head gradients)."""
+    idx, valid = ct.token_index()
+    chunk_of = torch.full((int(idx.max()) + 1 if idx.numel() else 0,), -1, dtype=torch.long)
+    chunk_of[idx[valid]] = torch.arange(ct.n_chunks)[:, None].expand_as(idx)[valid]
+    chunks, elsewhere = set(), False
+    for n, x in outputs.items():
+        if n not in ref_outputs:
+            continue
+        r = ref_outputs[n].detach().cpu()
+        bad = ~torch.isfinite(x.detach().cpu().to(r.dtype)) & torch.isfinite(r)
+        if not bool(bad.any()):
+            continue
+        if n in TOKEN_ROWS:
+            tok = bad.reshape(bad.shape[0] * bad.shape[1], -1).any(-1).nonzero().flatten()
+            chunks.update(int(c) for c in chunk_of[tok[tok < chunk_of.numel()]] if int(c) >= 0)
+        else:
+            elsewhere = True
+    return chunks, elsewhere
+
+
+def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str, outputs: dict | None = None,
+                   ref_outputs: dict | None = None) -> str | None:
     """Where the implementation's outputs hold NaN/Inf the reference does not, and the dump's gates pass
-    float32's exp range in some chunk: why a float32 chunked kernel can fail there (None otherwise)."""
+    float32's exp range in some chunk: why a float32 chunked kernel can fail there (None otherwise). With
+    ``outputs`` and ``ref_outputs``, only where that NaN/Inf lies in those chunks (or in a tensor no chunk
+    locates), naming the chunks the range cannot explain."""
     from .noise import EXP_LIMIT_FP32, chunks_past_exp_range
     from .render import id_ranges
 
     chunks = chunks_past_exp_range(inputs, config, ct)
     if not chunks:
         return None
+    outside = ""
+    if outputs is not None and ref_outputs is not None:
+        bad, elsewhere = nonfinite_chunks(outputs, ref_outputs, ct)
+        if bad and not bad & set(chunks) and not elsewhere:
+            return None   # every NaN/Inf of theirs lies in chunks whose gates float32 holds: not that
+        rest = sorted(bad - set(chunks))
+        if rest:
+            outside = (f"; the NaN/Inf in chunk{'s' if len(rest) > 1 else ''} {id_ranges(rest)} lies outside them, "
+                       f"which this does not explain")
     return (f"NaN/Inf from --impl {name}: the dump's cumulative gate passes -{EXP_LIMIT_FP32:.1f} within chunks "
             f"{id_ranges(chunks)} (of {ct.n_chunks}), where exp(-gc) is infinite in float32: a chunked kernel "
-            f"that forms it (the chunked algorithm's ki, dqd, dkd) cannot hold such gates; kdadbg diff prints "
-            f"the exp arguments per chunk")
+            f"that forms it (the chunked algorithm's ki, dqd, dkd) cannot hold such gates, which may be the "
+            f"cause{outside}; kdadbg diff prints the exp arguments per chunk")
 
 
 def carried_json(row: Compare) -> dict | None:
@@ -160,12 +200,14 @@ def environment(device: str) -> dict:
     return env
 
 
-def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None = None, dump: str = "",
+def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
           precision: str = "fp32", device: str = "cpu", tol_overrides: list[str] | None = None,
           progress: Progress | None = None, save: str | None = None, force: bool = False,
           chunks: tuple[int, int] | None = None, max_interpreter_s: float | None = None) -> RunResult:
     """Run ``impl`` (default: our kernels at ``precision``) and the reference on ``inputs`` and compare
-    every output and gradient the implementation provides.
+    every output and gradient the implementation provides. ``impl``: an ``Implementation``, a name or
+    ``PATH.py:FUNCTION`` as ``--impl`` takes it, or a function in fla's ``chunk_kda`` convention
+    (``impls.as_implementation``; a name or function is judged at ``precision``).
 
     ``chunks``: a half-open global chunk range: the implementation runs only on that window of each
     sequence, seeded from the reference (:mod:`kdadbg.window`), and is compared there (its tokens;
@@ -178,7 +220,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
     from .chunks import chunk_table
     from .reference import run_reference
 
-    impl = impl or resolve_impl("ours", precision)
+    impl = as_implementation(impl, precision)
     config, config_note = impl.config_for(config)
     check_supported(impl, inputs, config, dump)
     B, T = inputs.shape[:2]
@@ -205,22 +247,31 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         with ticking(progress, f"{impl.name} (forward+backward)", interpreter_seconds(impl, inputs, config, device)):
             got = impl.run(inputs, config, device=device)
         timings[impl.name] = time.perf_counter() - t0
+        # the reference takes the upstream gradient as the implementation's backward received it
+        ref_inputs = as_received(inputs, got.upstream) or inputs
         t0 = time.perf_counter()
-        ref = run_reference(inputs, config, taps=(), device=device, progress=progress)
+        ref = run_reference(ref_inputs, config, taps=(), device=device, progress=progress)
         timings["reference"] = time.perf_counter() - t0
     else:
         from .compare import ChunkInfo
         from .window import reference_run, seeded_run, seeds
 
         info = ChunkInfo.from_table(ct)
+        ref_inputs = inputs
+        for attempt in range(2):
+            t0 = time.perf_counter()
+            seeded = seeds(ref_inputs, config, info, *window, device, progress=progress)
+            timings["reference"] = time.perf_counter() - t0
+            t0 = time.perf_counter()
+            got, masks = seeded_run(impl, ref_inputs, config, seeded, info, ct, *window, device, progress=progress)
+            timings[impl.name] = time.perf_counter() - t0
+            received = as_received(inputs, got.upstream)
+            if attempt or received is None:
+                break
+            ref_inputs = received   # seeded again from that do: the dS seeds depend on it
         t0 = time.perf_counter()
-        seeded = seeds(inputs, config, info, *window, device, progress=progress)
-        timings["reference"] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        got, masks = seeded_run(impl, inputs, config, seeded, info, ct, *window, device, progress=progress)
-        timings[impl.name] = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        ref = reference_run(inputs, config, seeded, info, ct, *window, device, progress=progress)
+        ref = reference_run(ref_inputs, config, seeded, info, ct, *window, device, progress=progress,
+                            upstream=got.upstream)
         timings["reference"] += time.perf_counter() - t0
     names = outputs_that_apply(inputs, config)
     # no upstream gradient: every gradient is 0 on both sides, which no backward can fail; not compared
@@ -231,13 +282,27 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
             for n in names if n in got.outputs and n not in blind]
     if window is None:
         carry_from_dg(rows, got.outputs, ref.outputs, inputs, config)
+    if any(r.failed for r in rows):
+        # over its tolerance: is the tolerance within the compared precision's reach on this dump?
+        t0 = time.perf_counter()
+        floor_out = precision_floor_outputs(ref_inputs, config, impl.precision, device, progress,
+                                            None if window is None else (seeded, info, ct, window, got.upstream))
+        timings["noise floor"] = time.perf_counter() - t0
+        for r in rows:
+            # (a tensor returned in 16 bits has the storage rule instead: bf16 mode's tolerance, judged)
+            if r.failed and r.name in floor_out and r.storage is None:
+                fl = floor_out[r.name]
+                ref_t = ref.outputs[r.name].cpu() if masks else ref.outputs[r.name]
+                r.judge_precision(compare(r.name, fl.to(ref_t.device), ref_t,
+                                          _window_mask(r.name, masks, B, T, ref_t.ndim)).ratio, impl.precision)
     not_provided = {n: blind.get(n) or got.not_provided.get(n, "not returned")
                     for n in names if n not in got.outputs or n in blind}
     if not rows:
         where = "" if window is None else f" on chunks {window[0]}:{window[1]}"
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}{where}")
+    received_as = received_note(impl.name, inputs, got.upstream)
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
-                       [*([config_note] if config_note else []), *got.notes])
+                       [*([config_note] if config_note else []), *got.notes, *([received_as] if received_as else [])])
     result.window = None if window is None else list(window)
     bad_in = nonfinite_inputs(inputs)
     if bad_in:
@@ -245,7 +310,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
         result.nonfinite_inputs = {"tensors": bad_in, "agree": agree}
         result.notes.append(nonfinite_note(bad_in, agree))
     elif any(r.nonfinite for r in rows):
-        note = exp_range_note(inputs, config, ct, impl.name)
+        note = exp_range_note(inputs, config, ct, impl.name, got.outputs, ref.outputs)
         if note:
             result.notes.append(note)
     if save is not None:
@@ -263,6 +328,24 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl: Implementation | None =
 
 
 LOW_DTYPES = (torch.bfloat16, torch.float16)
+
+
+def precision_floor_outputs(inputs: KDAInputs, config: KDAConfig, precision: str, device: str, progress=None,
+                            windowed: tuple | None = None) -> dict:
+    """The outputs and gradients of the noise floor (the chunked reference at ``precision``, ``noise``): the
+    whole dump, or with ``windowed`` = ``(seeds, info, table, (lo, hi), upstream)`` the same windows as the
+    run. What ``Compare.judge_precision`` measures a failing tensor's reach against."""
+    from . import noise
+
+    if windowed is None:
+        with ticking(progress, "noise floor (the reference in float32)", None):
+            return noise.floor_reference(inputs, config, precision, (), device)[0]
+    from .window import reference_run
+
+    seeded, info, ct, (lo, hi), upstream = windowed
+    return reference_run(inputs, config, seeded, info, ct, lo, hi, device, dtype=torch.float32,
+                         dot_dtype=noise.DOT_DTYPES[precision], name="noise floor", progress=progress,
+                         upstream=upstream).outputs
 
 
 def _saved(t: torch.Tensor) -> torch.Tensor:

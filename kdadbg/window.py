@@ -113,22 +113,24 @@ def seeds(inputs: KDAInputs, config: KDAConfig, info: ChunkInfo, lo: int, hi: in
 
 def reference_run(inputs: KDAInputs, config: KDAConfig, seeded: dict, info: ChunkInfo, ct: ChunkTable, lo: int,
                   hi: int, device: str, taps: TapSelection | None = None, dtype: torch.dtype = torch.float64,
-                  dot_dtype: torch.dtype | None = None, name: str = "reference", progress=None) -> ImplRun:
+                  dot_dtype: torch.dtype | None = None, name: str = "reference", progress=None,
+                  upstream: dict | None = None) -> ImplRun:
     """The chunked reference (``dtype``, ``dot_dtype``: the noise floor's float32 model) on the windows of
     ``[lo, hi)`` from :func:`seeds`, stitched like :func:`seeded_run`; the seeds enter in float64.
-    ``name`` labels its progress."""
+    ``name`` labels its progress; ``upstream``: the implementation's ``ImplRun.upstream``, whose 16-bit ``dht``
+    seeds the reference receives as the implementation did (``localise.window_inputs``)."""
     from .impls.reference import Reference
 
     ref = Reference(dtype=dtype, dot_dtype=dot_dtype)
     ref.name = name
     run, _ = seeded_run(ref, inputs, config, seeded, info, ct, lo, hi, device, taps=taps, progress=progress,
-                        seed_dtype=torch.float64)
+                        seed_dtype=torch.float64, upstream=upstream)
     return run
 
 
 def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo,
                ct: ChunkTable, lo: int, hi: int, device: str, taps: TapSelection | None = None, progress=None,
-               seed_dtype: torch.dtype = torch.float32) -> tuple[ImplRun, dict]:
+               seed_dtype: torch.dtype = torch.float32, upstream: dict | None = None) -> tuple[ImplRun, dict]:
     """Run ``impl`` on the windows of ``[lo, hi)`` (``ref_taps`` holds the reference's ``S`` entering and
     ``dS`` leaving each window, :func:`seeds`) and stitch: outputs in the dump's shapes, NaN outside the
     windows; taps for chunks ``lo..hi-1``. Stitched float32 (float64 where ``impl`` gives float64).
@@ -143,12 +145,12 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
     outs: dict[str, torch.Tensor] = {}
     heads = list(taps.head_list(inputs.HV)) if taps is not None else []   # taps are per value head
     stitched_taps: dict[str, torch.Tensor] = {}
-    notes, not_provided = [], {}
+    notes, not_provided, received = [], {}, {}
     from .progress import ticking
     from .run import interpreter_seconds
 
     for i, w in enumerate(windows):
-        w_in = window_inputs(inputs, config, ref_taps, info, w.first, w.last, seed_dtype)
+        w_in = window_inputs(inputs, config, ref_taps, info, w.first, w.last, seed_dtype, upstream)
         nwc = w.last - w.first + 1
         sel = None if taps is None else TapSelection(names=taps.names, chunks=(0, nwc), heads=tuple(heads))
         stage = f"{impl.name} on window {i + 1}/{len(windows)} (chunks {w.first}-{w.last})"
@@ -156,6 +158,7 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
             run = impl.run(w_in, config, device=device, taps=sel)
         notes += [n for n in run.notes if n not in notes]
         not_provided.update(run.not_provided)
+        received.update(run.upstream)
         pos = token_positions(inputs, info, w)
         tok_mask[pos] = True
         for name, t in run.outputs.items():
@@ -195,7 +198,7 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
                  f"absolute token positions (an offset or padding bug) or carried in from outside the window is "
                  f"not in this run; a whole run (no --chunks, or diff --full-run) has it")
     run = ImplRun(outputs, stitched_taps, list(range(lo, hi)) if stitched_taps else [],
-                  tap_heads if stitched_taps else [], not_provided, notes)
+                  tap_heads if stitched_taps else [], not_provided, notes, upstream=received)
     return run, {"tokens": tok_mask, "ht": ht_mask, "dh0": dh0_mask}
 
 

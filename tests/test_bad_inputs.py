@@ -595,3 +595,19 @@ def test_r13_an_output_nan_where_the_reference_is_finite_is_a_bug(tmp_path):
     assert (first["tap"], first["label"], first["nonfinite"]) == ("o", "BUG", 1)
     r = kdadbg("run", dump, "--impl", f"{impl}:one_nan", "--device", "cpu")
     assert r.exit_code == 1 and "FAIL" in r.stdout
+
+
+@pytest.mark.parametrize("ret, found", [("o.to(torch.complex64)", "expected a real float dtype, found complex64"),
+                                        ("torch.empty_like(o, device='meta')", "found a meta tensor")])
+def test_an_output_kdadbg_cannot_compare_is_one_line(tmp_path, ret, found):
+    """User trial, round 40: a complex o was compared on its real part (torch's warning aside), a meta o
+    raised a traceback from the metrics; each is one line naming the implementation and the output, exit 2."""
+    dump = _dump(tmp_path)
+    impl = tmp_path / "impl.py"
+    impl.write_text("import sys, torch\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+                    "def odd(*a, **k):\n    o, ht = _k(*a, **k)\n    return %s, ht\n" % (str(REPO), ret))
+    r = kdadbg("run", dump, "--impl", f"{impl}:odd", "--device", "cpu")
+    lines = [x for x in r.stderr.strip().splitlines() if x.startswith("error")]   # (the progress lines aside)
+    assert r.exit_code == 2 and len(lines) == 1 and found in lines[0], r.output
+    assert "Traceback" not in r.output
+    assert f"{impl}:odd" in lines[0] and "output 'o'" in lines[0]

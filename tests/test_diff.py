@@ -1,6 +1,7 @@
 """``kdadbg diff``: cells, dataflow order, noise floor, window rerun, taps files, JSON, and the
 proof that it finds bugs: planted faults must be named exactly (tap and chunk) as the first divergence."""
 
+import dataclasses
 import json
 import math
 from pathlib import Path
@@ -354,7 +355,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 6 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 7 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -1102,3 +1103,106 @@ def test_a_triangular_tap_nan_on_both_sides_below_its_diagonal_is_not_compared_o
     from kdadbg.compare.metrics import not_compared_reason
     assert "on and below its diagonal" in not_compared_reason(256, "dMqk")
     assert "below its diagonal" in not_compared_reason(256, "dL")
+
+
+class _TapOffAtCallChunk(Implementation):
+    """The float64 reference with one tap 1 % off at chunk ``chunk`` of each call: a fault tied to where the
+    chunk sits in the call, which a window's rerun (a call of its own) moves."""
+
+    takes_initial_state, provides_taps = True, True
+
+    def __init__(self, tap, chunk):
+        self.name, self.tap, self.chunk = f"reference, {tap} off at chunk {chunk} of the call", tap, chunk
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.impls.reference import Reference
+
+        res = Reference().run(inputs, config, device=device, taps=taps)
+        if self.tap in res.taps and self.chunk in res.tap_chunks:
+            res.taps[self.tap][res.tap_chunks.index(self.chunk)] *= 1.01
+        return res
+
+
+@pytest.mark.parametrize("tap, chunk, said", [
+    ("gT", 1, "gT reads only its chunk's own tokens, so nothing is carried into it"),
+    ("S", 2, "in the whole run S at chunk 1, which seeds the window, is within tolerance")])
+def test_an_inherited_verdict_says_what_could_have_carried_the_error_in(tap, chunk, said):
+    """User trial, round 40: a fault tied to where a chunk sits (the decay at the boundary after chunk 3, a
+    varlen boundary off by one) was named at the right cell, then "inherited ... the error was carried in",
+    with every cell before it OK in the same diff. The inherited line now says what the whole run measured of
+    what could carry it in (origin.carried_by): nothing for a forward-prepare tap; the seeding state's cell,
+    within tolerance, for S."""
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, _TapOffAtCallChunk(tap, chunk), window=3)
+    first = res.first_divergence
+    assert (first["tap"], first["chunk"], res.origin["verdict"]) == (tap, chunk, "inherited"), (first, res.origin)
+    if tap == "gT":
+        assert res.origin["carried_by"] is None
+    else:
+        assert res.origin["carried_by"]["tap"] == "S" and res.origin["carried_by"]["chunk"] == 1
+        assert res.origin["carried_by"]["label"] == "OK"
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    console = Console(record=True, width=200)
+    difftables.render_first(console, res)
+    out = " ".join(console.export_text().split())
+    assert said in out, out
+
+
+class _TapsInOtherConventions(Implementation):
+    """The float64 reference with its taps as another convention writes them, read without declaring it:
+    ``units`` log2 (gates / ln 2, their gradients * ln 2) or ``wrong`` (a 1 % gate error, no convention),
+    ``transposed`` states."""
+
+    takes_initial_state, provides_taps = True, True
+
+    def __init__(self, how):
+        self.name, self.how = f"reference, taps {how}", how
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.impls.reference import Reference
+
+        res = Reference().run(inputs, config, device=device, taps=taps)
+        for n, t in res.taps.items():
+            if self.how == "log2" and n in ("gc", "gT"):
+                res.taps[n] = t / LN2
+            elif self.how == "log2" and n in ("dgc", "dgT"):
+                res.taps[n] = t * LN2
+            elif self.how == "wrong" and n in ("gc", "gT"):
+                res.taps[n] = t * 1.01
+            elif self.how == "transposed" and n in ("S", "dS"):
+                res.taps[n] = t.transpose(-1, -2).contiguous()
+        return res
+
+
+@pytest.mark.parametrize("how, said", [
+    ("log2", "gc, gT, dgc, dgT are the reference's times exactly 1/ln 2 (a gate) or ln 2 (its gradient)"),
+    ("transposed", "match the reference transposed, within tolerance"),
+    ("wrong", None)])
+def test_taps_in_an_undeclared_convention_get_a_note_naming_it(how, said):
+    """User trial, round 40: log2 taps read as natural-log (ratio exactly 0.4427 in gc, gT, dgc, dgT) and
+    [V,K] states read as [K,V] were reported as kernel BUGs with no word of the convention (S: "did not start
+    the sequence from its initial state"). A note names the convention and how to declare it; a gate 1 %
+    off, which no convention explains, gets none. Nothing is converted on a guess: the cells stay BUG."""
+    case = dataclasses.replace(get_case("basic"), K=16, V=16)
+    inputs, config = make_inputs(case)
+    res = diff_dump(inputs, config, _TapsInOtherConventions(how), window=0)
+    assert res.verdict == "fail"
+    notes = [n for n in res.notes if "the reference's times exactly" in n or "transposed" in n]
+    if said is None:
+        assert notes == [], notes
+    else:
+        assert len(notes) == 1 and said in notes[0], res.notes
+
+
+def test_a_dump_whose_gates_flush_the_state_every_chunk_says_it_cannot_test_the_decay_between_chunks():
+    """User trial, round 40: at -5 per token and chunk 32, exp(gT) is below float32's range in every chunk, so
+    a planted fault in the decay between chunks gave bits identical to the clean run: a pass that said nothing
+    of it. A note names those chunks; the basic preset, whose state carries over, has none."""
+    case = dataclasses.replace(get_case("strong_gates"), T=96, chunk_size=32)
+    res = diff_dump(*make_inputs(case), resolve_impl("reference"), window=0)
+    notes = [n for n in res.notes if "cannot show a fault in the decay carried between chunks" in n]
+    assert res.verdict == "pass" and len(notes) == 1 and notes[0].startswith("in 3 of 3 chunks (0-2)"), res.notes
+    res = diff_dump(*make_inputs(get_case("basic")), resolve_impl("reference"), window=0)
+    assert not [n for n in res.notes if "decay carried between chunks" in n]

@@ -603,3 +603,56 @@ def test_dt_bias_goes_flat_as_fla_takes_it(tmp_path):
     assert no_gpu_hint(RuntimeError("0 active drivers ([]). There should only be one."), "fla.ops.kda:chunk_kda") \
         .startswith("; Triton found no GPU: on the CPU fla's chunk_kda runs as --impl fla")
     assert no_gpu_hint(RuntimeError("shape mismatch"), "fla.ops.kda:chunk_kda") == ""
+
+
+def test_an_fp32_backward_behind_a_bf16_o_is_judged_on_the_do_it_received():
+    """User trial, round 40: a float32 implementation that returns o in bf16 (as production kernels store it)
+    receives do in bf16 (autograd hands an output's gradient in its dtype); against a reference fed the dump's
+    float32 do, its exact backward read as thousands of BUG cells ("dU chunk 21 ... introduced here"). The
+    reference and the noise floor now take do as it was received, with a note: run, diff, and a seeded
+    window pass."""
+    inputs, config = case_inputs("basic")
+    assert inputs.do.dtype == torch.float32
+    fn = impl("bf16_out")
+    res = check(inputs, config, impl=fn)
+    assert res.verdict == "pass", [(t.name, t.ratio, t.tol) for t in res.tensors]
+    assert any("received the upstream gradient rounded (do to bfloat16" in n for n in res.notes), res.notes
+    assert {t.name for t in res.tensors} >= {"dq", "dk", "dv", "dg", "dbeta"}
+    d = diff_dump(inputs, config, fn, window=0)
+    n = d.counts()
+    assert d.verdict == "pass" and n["bug"] == 0 and n["row_cells"] > 0, n
+    assert any("received the upstream gradient rounded" in x for x in d.notes)
+    w = check(inputs, config, impl=fn, chunks=(1, 3))
+    assert w.verdict == "pass", [(t.name, t.ratio, t.tol) for t in w.tensors]
+    ds = diff_dump(inputs, config, fn, chunks=(1, 3), seeded=True, window=0)
+    assert ds.verdict == "pass" and ds.counts()["row_cells"] > 0
+    # the same rounding where the dump's do is already bf16 changes nothing, and says nothing
+    same = dataclasses.replace(inputs, do=inputs.do.to(torch.bfloat16).float())
+    assert not any("received the upstream" in x for x in check(same, config, impl=fn).notes)
+
+
+def test_the_python_api_takes_a_function_or_a_name_as_impl():
+    """User trial, round 40: check(impl=<function>) and impl="path.py:fn" raised AttributeError ('function'
+    object has no attribute 'config_for'). check and diff_dump take a function, a name or path as --impl
+    takes it, or an Implementation; anything else is one line."""
+    from tests.impls.torch_kda import chunk_kda
+
+    inputs, config = case_inputs("basic")
+    assert check(inputs, config, impl=chunk_kda).verdict == "pass"
+    assert check(inputs, config, impl=f"{IMPL}:chunk_kda").impl["name"] == f"{IMPL}:chunk_kda"
+    assert diff_dump(inputs, config, chunk_kda, window=0).verdict == "pass"
+    assert diff_dump(inputs, config, "reference", window=0).verdict == "pass"
+    with pytest.raises(KdadbgError, match="impl: expected an Implementation.*found int"):
+        check(inputs, config, impl=3)
+
+
+def test_a_taps_spec_takes_any_case_and_its_error_names_the_implementation(tmp_path):
+    """User trial, round 40: TapsSpec("VK") was refused (the dump's keyword values take any case), and a bad
+    TapsSpec built inside a function said nothing of which implementation."""
+    assert TapsSpec("VK", "Log2") == TapsSpec("vk", "log2")
+    impl_file = tmp_path / "bad_spec.py"
+    impl_file.write_text("from kdadbg.impls import TapsSpec\n\ndef fn(q, k, v, g, beta, **kw):\n"
+                         "    TapsSpec('kvv')\n")
+    inputs, config = case_inputs("basic")
+    with pytest.raises(KdadbgError, match=rf"^--impl {impl_file}:fn: taps state layout: expected kv or vk, found 'kvv'"):
+        check(inputs, config, impl=f"{impl_file}:fn")

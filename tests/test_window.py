@@ -214,7 +214,7 @@ def test_a_seeded_diff_compares_the_same_cells_as_with_the_whole_reference(monke
         return {n: t.clone() for n, t in run_reference(inputs, config, taps=("S", "dS")).taps.items()}
 
     def whole_reference(inputs, config, seeded, info, ct, lo, hi, device, taps=None, dtype=torch.float64,
-                        dot_dtype=None, name="reference", progress=None):
+                        dot_dtype=None, name="reference", progress=None, upstream=None):
         res = run_reference(inputs, config, taps=taps.names, dtype=dtype, dot_dtype=dot_dtype)
         return ImplRun(res.outputs, {n: t[lo:hi] for n, t in res.taps.items()}, list(range(lo, hi)),
                        list(range(inputs.HV)))

@@ -117,6 +117,8 @@ class Compare:
     # own dg against the reference (the error carried in), and the implementation's value against that sum
     carried: float | None = None
     carried_own: float | None = None
+    # over tol: the same tensor from the reference at the compared precision (the noise floor, noise.floor_reference)
+    precision_floor: float | None = None
 
     @property
     def failed(self) -> bool:
@@ -158,6 +160,24 @@ class Compare:
                                                                                self.abs_floor)):
             self.unrep = (f"returned in {self.storage}, whose rounding alone is ratio "
                           f"{floor:.2g} against tol {self.tol:g}; within bf16 mode's tol {tol16:g}")
+        return self
+
+    def judge_precision(self, floor: float, precision: str) -> "Compare":
+        """A failing tensor (over its tolerance, neither UNREP nor carried in) whose reference at the compared
+        precision (``floor``: the noise floor's ratio, ``noise.floor_reference``) is itself over the tolerance
+        is UNREP where it is within ``noise.K_DRIFT`` times that floor (``DRIFT_ABS`` added): the precision
+        cannot hold it to its tolerance, as a diff cell's floor says (``compare.cells.judge``); further, a
+        failure still. Non-finite values are never UNREP here; a tensor returned in 16 bits has the storage
+        rule instead (``judge_storage``: bf16 mode's tolerance), which its callers apply first."""
+        from ..noise import DRIFT_ABS, K_DRIFT
+
+        self.precision_floor = floor
+        if (self.failed and self.nonfinite == 0 and math.isfinite(floor) and floor > self.tol
+                and self.ratio <= K_DRIFT * floor + DRIFT_ABS):
+            at = "float32" if precision == "fp32" else "float32 with bf16 matrix-product operands"
+            self.unrep = (f"the compared precision cannot hold it to its tolerance: the reference in {at} (the "
+                          f"noise floor) is ratio {floor:.3g} > tol {self.tol:g}, and this is within "
+                          f"{K_DRIFT:g}x of it")
         return self
 
     def as_dict(self) -> dict:

@@ -89,5 +89,24 @@ def resolve_impl(spec: str | None, precision: str = "fp32", taps_spec: TapsSpec 
                       f"found no such name or file")
 
 
-__all__ = ["Implementation", "ImplError", "ImplRun", "TapsSpec", "check_supported", "convert_taps", "register",
+def as_implementation(impl, precision: str = "fp32") -> Implementation:
+    """What the Python API's ``impl=`` takes: an :class:`Implementation`, a name or path as ``--impl`` takes it
+    (``"ours"``, ``"fla"``, ``"path.py:fn"``, a taps file), or a function in fla's ``chunk_kda`` convention;
+    None: ours at ``precision``. One line (``KdadbgError``) for anything else."""
+    from .function import Function
+
+    if impl is None:
+        return resolve_impl("ours", precision)
+    if isinstance(impl, Implementation):
+        return impl
+    if isinstance(impl, (str, Path)):
+        return resolve_impl(str(impl), precision)
+    if callable(impl):
+        name = f"{getattr(impl, '__module__', '?')}:{getattr(impl, '__qualname__', repr(impl))}"
+        return Function(impl, name, precision)
+    raise KdadbgError(f"impl: expected an Implementation, a name or PATH.py:FUNCTION as --impl takes, or a "
+                      f"function in chunk_kda's convention; found {type(impl).__name__}")
+
+
+__all__ = ["Implementation", "as_implementation", "ImplError", "ImplRun", "TapsSpec", "check_supported", "convert_taps", "register",
            "names_a_taps_file", "resolve_impl", "shapes_of", "REGISTRY"]

@@ -53,6 +53,10 @@ class TapsSpec:
     heads: tuple[int, ...] | None = None
 
     def __post_init__(self):
+        for f in ("state_layout", "gate_units"):   # as the dump's keyword values: any case
+            v = getattr(self, f)
+            if isinstance(v, str):
+                object.__setattr__(self, f, v.strip().lower())
         if self.state_layout not in ("kv", "vk"):
             raise KdadbgError(f"taps state layout: expected kv or vk, found {self.state_layout!r}")
         if self.gate_units not in ("ln", "log2"):
@@ -95,9 +99,44 @@ class ImplRun:
     not_provided: dict[str, str] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
     tap_storage: dict[str, torch.dtype] = field(default_factory=dict)   # taps the implementation stores in 16 bits
+    # upstream gradient -> the 16-bit dtype the implementation's backward received it in, where that rounded the
+    # dump's (autograd hands a bf16 output's gradient in bf16; FlashKDA takes bf16): ``as_received``
+    upstream: dict[str, torch.dtype] = field(default_factory=dict)
 
 
 STORAGE_DTYPES = (torch.bfloat16, torch.float16)
+UPSTREAM = ("do", "dht")
+
+
+def rounded_upstream(inputs: KDAInputs, name: str, dtype: torch.dtype) -> bool:
+    """Whether handing the dump's upstream gradient ``name`` to a backward in ``dtype`` (16 bits) changes it."""
+    t = getattr(inputs, name)
+    if t is None or dtype not in STORAGE_DTYPES or t.dtype == dtype:
+        return False
+    return not bool(torch.equal(t.to(dtype).to(t.dtype), t))
+
+
+def as_received(inputs: KDAInputs, upstream: dict[str, torch.dtype]) -> KDAInputs | None:
+    """The dump's inputs with ``do`` and ``dht`` as the implementation's backward received them (``upstream``:
+    rounded to those 16-bit dtypes, kept in their own dtype), or None where that changed nothing. The reference
+    and the noise floor then take the same upstream gradient: the rounding happened before the backward under
+    test, which is judged on what it was given."""
+    import dataclasses
+
+    changed = {n: getattr(inputs, n).to(dt).to(getattr(inputs, n).dtype) for n, dt in upstream.items()
+               if n in UPSTREAM and rounded_upstream(inputs, n, dt)}
+    return dataclasses.replace(inputs, **changed) if changed else None
+
+
+def received_note(name: str, inputs: KDAInputs, upstream: dict[str, torch.dtype]) -> str | None:
+    """What ``as_received`` did, for the notes (None where it did nothing)."""
+    parts = [f"{n} to {str(dt).removeprefix('torch.')}" for n, dt in upstream.items()
+             if n in UPSTREAM and rounded_upstream(inputs, n, dt)]
+    if not parts:
+        return None
+    return (f"{name}'s backward received the upstream gradient rounded ({', '.join(parts)}: an output's gradient "
+            f"reaches a backward in the output's dtype); the reference and the noise floor take the same rounded "
+            f"values, so that rounding, made before the backward under test, is not counted against it")
 
 
 def stored_as(t: torch.Tensor, dtype: torch.dtype | None) -> torch.Tensor:

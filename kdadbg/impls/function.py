@@ -34,7 +34,8 @@ from kdadbg_kernels.taps import TapSelection
 from ..chunks import chunk_table
 from ..config import KDAConfig, KDAInputs
 from ..errors import EXIT_BAD_INPUT, KdadbgError
-from .base import Implementation, ImplError, ImplRun, TapsSpec, check_tap_shapes, convert_taps, select_taps
+from .base import (STORAGE_DTYPES, Implementation, ImplError, ImplRun, TapsSpec, check_tap_shapes, convert_taps,
+                   select_taps)
 from .tapsfile import checked_outputs
 
 GRAD_OF = {"q": "dq", "k": "dk", "v": "dv", "g": "dg", "beta": "dbeta", "initial_state": "dh0",
@@ -221,7 +222,9 @@ class Function(Implementation):
         try:
             with torch.enable_grad():
                 ret = self.fn(leaves["q"], leaves["k"], leaves["v"], leaves["g"], leaves["beta"], **kwargs)
-        except KdadbgError:
+        except KdadbgError as e:   # kdadbg's own error inside the function (a bad TapsSpec): say whose
+            if not str(e).startswith(f"--impl {self.name}"):
+                e.args = (f"--impl {self.name}: {e}", *e.args[1:])
             raise
         except SystemExit as e:
             raise ImplError(f"--impl {self.name}: called sys.exit({e.code!r}) instead of returning (o, final_state)") \
@@ -239,7 +242,8 @@ class Function(Implementation):
         not_provided = {}
         if ht is None:
             not_provided["ht"] = "the function returned no final state"
-        grads = self._gradients(o, ht, leaves, x, config, flip, not_provided)
+        upstream = {}
+        grads = self._gradients(o, ht, leaves, x, config, flip, not_provided, upstream)
         outputs.update(checked_outputs(f"--impl {self.name}", grads, inputs, config))
         notes = [self.precision_note] if self.precision_note else []
         if self.precision == "bf16" and not self.own_precision and x.q.dtype in (torch.float32, torch.float64):
@@ -253,7 +257,7 @@ class Function(Implementation):
                          f"{'no final state' if ht is None else 'a final state outside the autograd graph'}, so "
                          f"its gradients lack dht's part and differ from the reference wherever it reaches; "
                          f"return the final state (output_final_state=True) before looking at the backward")
-        run = ImplRun(outputs, not_provided=not_provided, notes=notes)
+        run = ImplRun(outputs, not_provided=not_provided, notes=notes, upstream=upstream)
         if their_taps is not None and taps is not None:
             self._add_taps(run, their_taps, inputs, config, taps)
         elif their_taps is not None:  # run asks for none: say so, rather than seem to have checked them
@@ -273,18 +277,25 @@ class Function(Implementation):
                               f"{type(ht).__name__}")
         return o, ht, (ret[2] if len(ret) == 3 else None)
 
-    def _gradients(self, o, ht, leaves, x: KDAInputs, config: KDAConfig, flip: bool, not_provided: dict) -> dict:
+    def _gradients(self, o, ht, leaves, x: KDAInputs, config: KDAConfig, flip: bool, not_provided: dict,
+                   upstream: dict) -> dict:
+        """The gradients by autograd from the dump's ``do``, ``dht``; ``upstream`` gets the 16-bit dtype each
+        reached the backward in where that is not the dump's (``ImplRun.upstream``)."""
         names = [GRAD_OF[n] for n in leaves if n not in ("A_log", "dt_bias") or config.gate != "none"]
         if self.forward_only or o.grad_fn is None:
             why = "forward only" if self.forward_only else "o has no autograd graph (forward only)"
             not_provided.update({g: why for g in names})
             return {}
         outs, grads_in = [o], [x.do.to(o.dtype)]
+        if o.dtype in STORAGE_DTYPES and x.do.dtype != o.dtype:
+            upstream["do"] = o.dtype
         if ht is not None and ht.grad_fn is not None:
             dht = x.dht if x.dht is not None else torch.zeros_like(ht)
             dht = dht.transpose(-1, -2) if (flip and x.dht is not None) else dht
             outs.append(ht)
             grads_in.append(dht.to(ht.dtype))
+            if x.dht is not None and ht.dtype in STORAGE_DTYPES and x.dht.dtype != ht.dtype:
+                upstream["dht"] = ht.dtype
         wrt = {n: t for n, t in leaves.items() if GRAD_OF[n] in names}
         try:
             got = torch.autograd.grad(outs, list(wrt.values()), grads_in, allow_unused=True)

@@ -41,9 +41,12 @@ def checked_outputs(where: str, outputs: dict[str, torch.Tensor], inputs: KDAInp
         if tuple(t.shape) != want[name]:
             raise KdadbgError(f"{where}: output '{name}': expected shape [{','.join(map(str, want[name]))}] "
                               f"(the dump's), found [{','.join(map(str, t.shape))}]")
-        if not (t.is_floating_point() or t.is_complex()):
-            raise KdadbgError(f"{where}: output '{name}': expected a float dtype, found "
+        if not t.is_floating_point():
+            raise KdadbgError(f"{where}: output '{name}': expected a real float dtype, found "
                               f"{str(t.dtype).removeprefix('torch.')}")
+        if t.device.type == "meta":
+            raise KdadbgError(f"{where}: output '{name}': expected a tensor with values (on the CPU or a GPU), "
+                              f"found a meta tensor (shape only, no data)")
         out[name] = t
     return out
 

@@ -306,12 +306,28 @@ def _origin(console: Console, o: dict | None) -> None:
             within = ("within what the compared precision holds (UNREP: ratio " + fig(o['ratio']) + ", noise floor "
                       + fig(o.get('floor')) + ")") if o.get("label") == "UNREP" else \
                 f"within tolerance (ratio {fig(o['ratio'])})"
-            why = (f"; chunk {lo} starts its sequence, so nothing is carried in from within it: the error comes "
-                   f"from outside the sequence (a state not reset at the boundary, a wrong offset or initial-state "
-                   f"load) or is tied to absolute token positions, which the window's rerun starts afresh"
-                   if o.get("seq_start") else
-                   "; the error was carried in (or is tied to absolute token positions, which the window's rerun "
-                   "starts afresh)")
+            seed = o.get("carried_by", False)
+            positions = ("the error is tied to where the chunk sits (its absolute token positions, its place in "
+                         "its sequence, tokens read across a sequence boundary), which the window's rerun, "
+                         "starting afresh, does not reproduce")
+            if o.get("seq_start"):
+                why = (f"; chunk {lo} starts its sequence, so nothing is carried in from within it: the error comes "
+                       f"from outside the sequence (a state not reset at the boundary, a wrong offset or "
+                       f"initial-state load) or is tied to absolute token positions, which the window's rerun "
+                       f"starts afresh")
+            elif seed is None:   # a forward-prepare tap: it reads its own chunk's tokens only
+                why = (f"; {o['tap']} reads only its chunk's own tokens, so nothing is carried into it: " + positions
+                       + " (or the implementation reads tokens outside the chunk)")
+            elif seed and seed["label"] == "OK":
+                why = (f"; in the whole run {seed['tap']} at chunk {seed['chunk']}, which seeds the window, is within "
+                       f"tolerance (ratio {fig(seed['ratio'])}): no error over it was carried in, so either "
+                       + positions + ", or an error carried in below tolerance grew past it here")
+            elif seed:
+                why = (f"; the error was carried in: in the whole run {seed['tap']} at chunk {seed['chunk']}, which "
+                       f"seeds the window, is {seed['label']} (ratio {fig(seed['ratio'])})")
+            else:
+                why = ("; the error was carried in (or is tied to absolute token positions, which the window's rerun "
+                       "starts afresh)")
             console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
                           f"{why}", soft_wrap=True, highlight=False)
             w = o.get("first_in_window")

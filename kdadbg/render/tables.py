@@ -218,7 +218,11 @@ def render_run(console: Console, result) -> None:
     console.print(f"config: chunk_size={cfg.chunk_size} gate={cfg.gate}{lb} "
                   f"scale={cfg.scale:.6g} qk_l2norm={cfg.qk_l2norm} beta_sigmoid={cfg.beta_sigmoid} "
                   f"state_layout={cfg.state_layout}", soft_wrap=True, highlight=False)
-    unrep = [r for r in result.tensors if r.passed is False and r.unrep]
+    for r in result.tensors:
+        if r.passed is False and r.unrep and r.precision_floor is not None and r.storage is None:
+            console.print(f"UNREP: {r.name} ratio {r.ratio:.3g} over tol {r.tol:g}: {escape(r.unrep)}",
+                          soft_wrap=True, highlight=False)
+    unrep = [r for r in result.tensors if r.passed is False and r.unrep and r.storage is not None]
     if unrep:   # one line: which, their storage, the rounding's ratio against the tolerances
         lo, hi = min(r.floor for r in unrep), max(r.floor for r in unrep)
         tols = sorted({r.tol for r in unrep})

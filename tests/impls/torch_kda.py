@@ -151,7 +151,7 @@ def _kda(q, k, v, g, beta, scale, initial_state, output_final_state, cu_seqlens,
         ht = torch.cat(finals, 0)
         ht = (ht.transpose(-1, -2) if state_v_first else ht).contiguous()
         ht = ht if dt == torch.float64 else ht.float()
-    return o.to(v.dtype), ht
+    return o.to(torch.bfloat16 if fault == "bf16_out" else v.dtype), ht
 
 
 def _entry(fault):
@@ -213,3 +213,7 @@ Without cu_seqlens (or with N == 1) it is the clean function. No mark needed."""
 forward_only = _entry("no_grad")
 forward_only.__doc__ = """The clean function run under ``torch.no_grad()``: right values, no grad_fn,
 so an implementation that provides no gradients."""
+
+bf16_out = _entry("bf16_out")
+bf16_out.__doc__ = """No fault: computes in float32 as ``chunk_kda`` and returns o in bfloat16 (as a production
+kernel stores it), so that its backward receives do in bfloat16."""
