@@ -464,7 +464,9 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
             m = None if mask is None else mask.to(ref.device)
             row.carried = compare(n, exact, ref, m).ratio
             row.carried_own = compare(n, x.to(ref.device, torch.float64), exact, m).ratio
-        if row.failed and floor is not None and n in floor and row.storage is None:   # (16 bits: the storage rule)
+        # fp32 only (16 bits: the storage rule; bf16 mode's noise model rounds the products' operands only, and
+        # its floor of dg can be ten times what bf16 kernels reach: the whole tensor stays the backstop there)
+        if row.failed and precision == "fp32" and floor is not None and n in floor and row.storage is None:
             samples = floor[n] if isinstance(floor[n], tuple) else (floor[n],)
             ref = theirs[n].to(torch.float64)
             m = None if mask is None else mask.to(ref.device)

@@ -282,8 +282,9 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
             for n in names if n in got.outputs and n not in blind]
     if window is None:
         carry_from_dg(rows, got.outputs, ref.outputs, inputs, config)
-    if any(r.failed for r in rows):
-        # over its tolerance: is the tolerance within the compared precision's reach on this dump?
+    if impl.precision == "fp32" and any(r.failed for r in rows):
+        # over its tolerance: is the tolerance within float32's reach on this dump? (Not in bf16 mode, whose
+        # noise model rounds the products' operands only: its dg floor can be 10x what bf16 kernels reach)
         t0 = time.perf_counter()
         floor_out = precision_floor_outputs(ref_inputs, config, impl.precision, device, progress,
                                             None if window is None else (seeded, info, ct, window, got.upstream))

@@ -168,7 +168,9 @@ class Compare:
         is UNREP where it is within ``noise.K_DRIFT`` times that floor (``DRIFT_ABS`` added): the precision
         cannot hold it to its tolerance, as a diff cell's floor says (``compare.cells.judge``); further, a
         failure still. Non-finite values are never UNREP here; a tensor returned in 16 bits has the storage
-        rule instead (``judge_storage``: bf16 mode's tolerance), which its callers apply first."""
+        rule instead (``judge_storage``: bf16 mode's tolerance), which its callers apply first. Applied at fp32
+        only: bf16 mode's noise model rounds the products' operands alone, and its ``dg`` floor reached 3.7e-2
+        on a dump where bf16 kernels give 2-4e-3 (README, FlashKDA's gate gradient), too loose a bar."""
         from ..noise import DRIFT_ABS, K_DRIFT
 
         self.precision_floor = floor
