@@ -347,10 +347,22 @@ def command(*args, **kwargs):
     def deco(func):
         @functools.wraps(func)
         def wrapper(*a, **k):
-            caught = []
+            caught, interrupted = [], []
+            restore = _catch_interrupts(interrupted) if func.__name__ != "capture" else None
             try:
                 with warnings.catch_warnings(record=True) as caught:
-                    return func(*a, **k)
+                    out = func(*a, **k)
+                if interrupted:   # raised inside a finalizer ("Exception ignored in ..."): swallowed there
+                    raise KeyboardInterrupt
+                return out
+            except typer.Exit:
+                if interrupted:
+                    caught.clear()
+                    _interrupted()
+                raise
+            except KeyboardInterrupt:
+                caught.clear()
+                _interrupted()
             except KdadbgError as e:
                 caught.clear()
                 detail = getattr(e, "detail", None)
@@ -360,11 +372,42 @@ def command(*args, **kwargs):
                                                      not k.get("traceback") else ""))
                 raise typer.Exit(e.exit_code) from None
             finally:
+                if restore is not None:
+                    restore()
                 for w in caught:
                     if not _interpreter_float(w):
                         warnings.showwarning(w.message, w.category, w.filename, w.lineno)
         return app.command(*args, cls=Command, **kwargs)(wrapper)
     return deco
+
+
+EXIT_INTERRUPTED = 130   # 128 + SIGINT, as a shell reports a command it interrupted
+
+
+def _catch_interrupts(flag: list):
+    """Ctrl-C (SIGINT) raises KeyboardInterrupt as ever, and is remembered in ``flag``: one that arrives while
+    Python runs a finalizer is printed as "Exception ignored" and lost there, and the command would go on to
+    exit 0. Returns what restores the previous handler (None off the main thread, where none can be set)."""
+    import signal
+    import threading
+
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    previous = signal.getsignal(signal.SIGINT)
+
+    def handler(signum, frame):
+        flag.append(signum)
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, handler)
+    return lambda: signal.signal(signal.SIGINT, previous)
+
+
+def _interrupted():
+    """One line and exit 130 for a command stopped by Ctrl-C."""
+    report.print_error(_err(), "interrupted (SIGINT): the command stopped before it finished; every file it "
+                               "writes is written whole or not at all, and none was left partial")
+    raise typer.Exit(EXIT_INTERRUPTED)
 
 
 @command("gen")
@@ -489,7 +532,9 @@ def taps(
     chunk_range, head_list = parse_chunk_range(chunks), parse_heads(heads)
     if source in ("ours", "kernel", "kernels"):
         _note(kernel_precheck(dump))
-    with report.progress_display(_err()) as progress:
+    # with --json, stdout is the document: what the implementation prints while it runs goes to stderr
+    quiet = contextlib.redirect_stdout(sys.stderr) if json_ else contextlib.nullcontext()
+    with report.progress_display(_err()) as progress, quiet:
         info = export_taps(dump, out, source=source, names=names, chunks=chunk_range, heads=head_list,
                            device=device.value, overrides=overrides, force=force,
                            allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value,
@@ -553,7 +598,8 @@ def run(
     from .render import plot as render_plot
     from .run import check
 
-    with OutputSet({"--json": json_file, "--save": save, "--plot": plot}, inputs=[dump], force=force) as outs:
+    with OutputSet({"--json": json_file, "--save": save, "--plot": plot}, inputs=[dump], force=force,
+                   error_json=RUN_JSON) as outs:
         implementation = resolve_impl(impl, precision.value)
         if plot is not None:
             render_plot.check_plot(plot)
@@ -705,7 +751,8 @@ def diff(
     from .render.plot import check_plot
     from .selection import parse_chunk_range, parse_heads, parse_tap_names
 
-    with OutputSet({"--json": json_file, "--plot": plot}, inputs=[*files, against], force=force) as outs:
+    with OutputSet({"--json": json_file, "--plot": plot}, inputs=[*files, against], force=force,
+                   error_json=DIFF_JSON) as outs:
         if plot is not None:
             check_plot(plot)
         _refuse_inapplicable_diff(ctx, files, impl, against, chunks, window, repeat, full_run)

@@ -18,6 +18,8 @@ cannot hold is UNREP. The first divergence is the first cell over its tolerance 
 
 from __future__ import annotations
 
+import contextvars
+import functools
 from typing import Callable
 
 import torch
@@ -42,18 +44,42 @@ from .tolerances import tap_tolerances, tolerances
 Progress = Callable[[str, int, int], None]
 
 
+_BEATS: contextvars.ContextVar[list | None] = contextvars.ContextVar("kdadbg_diff_beats", default=None)
+
+
+def _stops_heartbeats(fn):
+    """``fn``'s stage heartbeats (``_stages``) stop when it returns or raises, whatever stage it was in."""
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        token = _BEATS.set([])
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            for beat in _BEATS.get():
+                beat.stop()
+            _BEATS.reset(token)
+    return wrapper
+
+
 def _stages(progress: Progress | None):
-    """One bar per stage: starting the next completes the previous."""
-    stages: list[str] = []
+    """One bar per stage: starting the next completes the previous; a stage's elapsed time shows while it
+    runs (``progress.Heartbeat``, stopped with the stage or when the diff ends: ``_stops_heartbeats``)."""
+    from .progress import Heartbeat
+
+    stages: list[tuple[str, Heartbeat]] = []
 
     def step(stage: str | None):
         """Complete the current stage and start ``stage`` (None: start nothing)."""
         if progress:
             if stages:
-                progress(stages.pop(), 1, 1)
+                name, beat = stages.pop()
+                beat.stop()
+                progress(name, 1, 1)
             if stage is not None:
-                stages.append(stage)
-                progress(stage, 0, 1)
+                beat = Heartbeat(progress, stage)
+                stages.append((stage, beat))
+                if _BEATS.get() is not None:
+                    _BEATS.get().append(beat)
     return step
 
 
@@ -64,6 +90,7 @@ def cell_tolerances(precision: str, tol_overrides) -> dict[str, float]:
     return {**tap_tolerances(precision, taps), **tolerances(precision, rows)}
 
 
+@_stops_heartbeats
 def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | None = None,
               device: str = "cpu", names: tuple[str, ...] = TAP_NAMES, chunks: tuple[int, int] | None = None,
               heads: tuple[int, ...] | None = None, tol_overrides: list[str] | None = None,
@@ -261,7 +288,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                      cells, impl=impl.describe(), drift_fails=drift_fails, missing=missing,
                      not_provided={n: blind.get(n) or run.not_provided.get(n, "not returned") for n in expected
                                    if n not in run.outputs or n in blind},
-                     notes=[*([config_note] if config_note else []), *run.notes,
+                     taps_asked=tuple(names) != TAP_NAMES, notes=[*([config_note] if config_note else []), *run.notes,
                             *([received_note(impl.name, dump_inputs, run.upstream)] if received is not None else [])])
     res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
     for n, r in carried_notes.items():
@@ -587,6 +614,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     cells = {n: cells[n] for n in ORDER if n in cells}
     res = DiffResult("files", (b["path"], a["path"]), precision, None, None, None, info, rows, hs, cells,
                      impl={"name": b["path"], "kind": "taps file"}, drift_fails=drift_fails, missing=missing,
+                     taps_asked=tuple(names) != TAP_NAMES,
                      not_provided=not_provided,
                      files={"reference": a["path"], "theirs": b["path"], "state_layout": spec.state_layout,
                             "gate_units": spec.gate_units})

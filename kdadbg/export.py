@@ -107,9 +107,14 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
             picked[name] = t
     applies = outputs_that_apply(inputs, config)
     outs = {n: run.outputs[n].detach().to("cpu") for n in applies if n in run.outputs}
-    path = write_taps_file(out, outs, picked, chunk_rows(table, lo, hi), head_list,
-                           taps_metadata(impl.name, dump, config, impl.precision if impl.kind != "reference"
-                                         else None, inputs=inputs), force=force)
+    from .progress import beating
+
+    with beating(progress, f"writing {out}"):
+        path = write_taps_file(out, outs, picked, chunk_rows(table, lo, hi), head_list,
+                               taps_metadata(impl.name, dump, config, impl.precision if impl.kind != "reference"
+                                             else None, inputs=inputs), force=force)
+    if progress is not None:
+        progress(f"writing {out}", 1, 1)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
     overflow = exp_overflow_note(nonfinite, inputs, config, table, lo, hi)
     return {"overflow_note": overflow,"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,

@@ -47,6 +47,22 @@ def _same_file(a: Path, b: Path) -> bool:
     return _identity(a) == _identity(b) or os.path.realpath(a) == os.path.realpath(b)
 
 
+def _writable_mode(path: Path) -> bool:
+    """Whether ``path``'s mode lets anyone write it: root passes ``os.access`` on any file, so a file or
+    folder made read-only (chmod a-w) is refused by its mode bits too, as it would be for its owner."""
+    try:
+        return bool(path.stat().st_mode & 0o222)
+    except OSError:
+        return True
+
+
+def _mode(path: Path) -> str:
+    try:
+        return f" (mode {path.stat().st_mode & 0o777:o})"
+    except OSError:
+        return ""
+
+
 def check_output(label: str, path, force: bool = False) -> Path:
     """Check one output path (see the module docstring); ``label`` names it (``--json``, ``OUT``)."""
     path = Path(path)
@@ -60,14 +76,14 @@ def check_output(label: str, path, force: bool = False) -> Path:
     if not folder.is_dir():
         found = "is a file, not a folder" if folder.exists() else "does not exist"
         raise KdadbgError(f"{where}: folder {folder} {found}")
-    if not os.access(folder, os.W_OK | os.X_OK):
-        raise KdadbgError(f"{where}: folder {folder} is not writable")
+    if not os.access(folder, os.W_OK | os.X_OK) or not _writable_mode(folder):
+        raise KdadbgError(f"{where}: folder {folder} is not writable{_mode(folder)}")
     if os.path.lexists(path):
         if not force:
             link = f" (a link to {os.readlink(path)})" if path.is_symlink() else ""
             raise OutputExists(f"{where}: already exists{link}; refusing to overwrite (use --force)")
-        if not path.is_symlink() and not os.access(path, os.W_OK):
-            raise KdadbgError(f"{where}: is read-only; not replacing it, even with --force")
+        if not path.is_symlink() and (not os.access(path, os.W_OK) or not _writable_mode(path)):
+            raise KdadbgError(f"{where}: is read-only{_mode(path)}; not replacing it, even with --force")
     return path
 
 
@@ -96,9 +112,14 @@ def check_outputs(outputs: dict[str, object], inputs=(), force: bool = False) ->
 class OutputSet:
     """The checked outputs of one command, staged in temporary files and moved into place together."""
 
-    def __init__(self, outputs: dict[str, object], inputs=(), force: bool = False):
+    def __init__(self, outputs: dict[str, object], inputs=(), force: bool = False, error_json: int | None = None):
+        """``error_json``: the schema number of ``--json``'s document; given, a command that fails with a
+        ``KdadbgError`` once its outputs are checked writes ``--json`` as ``{"schema", "verdict": "error",
+        "error", "exit"}`` (nothing else), so that a script reading the file never finds a stale verdict
+        that ``--force`` was asked to replace."""
         self.targets = check_outputs(outputs, inputs, force)
         self.force = force
+        self.error_json = error_json
         self._staged: dict[str, Path] = {}
         self.committed = False
 
@@ -112,6 +133,23 @@ class OutputSet:
             for label, tmp in self._staged.items():
                 msg = msg.replace(str(tmp), f"{label} {self.targets[label]}")
             exc.args = (msg, *exc.args[1:])
+        if isinstance(exc, KdadbgError) and self.error_json is not None and "--json" in self.targets \
+                and not self.committed:
+            self._write_error(str(exc), getattr(exc, "exit_code", 2))
+
+    def _write_error(self, message: str, code: int) -> None:
+        """``--json`` as the error document (``error_json``), moved into place alone; if that cannot be
+        written either, the error line is all there is."""
+        import json
+
+        self._staged = {}
+        tmp = self.stage("--json")
+        try:
+            tmp.write_text(json.dumps({"schema": self.error_json, "verdict": "error", "error": message,
+                                       "exit": code}, indent=2))
+            self.commit()
+        except (OSError, KdadbgError):
+            self.discard()
 
     def stage(self, label: str) -> Path | None:
         """A fresh temporary path beside ``label``'s target to write instead (None when not asked for)."""

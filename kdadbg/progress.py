@@ -16,13 +16,14 @@ Progress = Callable[[str, int, int], None]
 def ticking(progress: Progress | None, stage: str, estimate_s: float | None, every_s: float = 2.0,
             min_s: float = 10.0):
     """``with ticking(progress, "ours", 120.0): run()``: the bar counts seconds against the estimate
-    (never past it before the call ends); without an estimate, or one under ``min_s``, 0/1 then 1/1."""
+    (never past it before the call ends); without an estimate, or one under ``min_s``, 0/1 repeated while it
+    runs (``beating``: a log gets a line with the elapsed time every 5 s) then 1/1."""
     if progress is None:
         yield
         return
     if not estimate_s or estimate_s < min_s:
-        progress(stage, 0, 1)
-        yield
+        with beating(progress, stage, every_s):
+            yield
         progress(stage, 1, 1)
         return
     total = max(1, int(round(estimate_s)))
@@ -43,3 +44,37 @@ def ticking(progress: Progress | None, stage: str, estimate_s: float | None, eve
         stop.set()
         thread.join()
     progress(label, total, total)
+
+
+class Heartbeat:
+    """``progress(stage, 0, 1)`` every ``every_s`` from a thread until ``stop()``: a stage that reports nothing
+    itself (fla's kernels, one long reference call, a file being written) still shows its elapsed time, the
+    bar's clock on a terminal, a line at most every 5 s in a log (``render.tables.progress_display``)."""
+
+    def __init__(self, progress: Progress, stage: str, every_s: float = 2.0):
+        self._stop = threading.Event()
+        progress(stage, 0, 1)
+
+        def beat():
+            while not self._stop.wait(every_s):
+                progress(stage, 0, 1)
+
+        self._thread = threading.Thread(target=beat, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+@contextmanager
+def beating(progress: Progress | None, stage: str, every_s: float = 2.0):
+    """``with beating(progress, "fla"): run()``: a ``Heartbeat`` for the duration (nothing without progress)."""
+    if progress is None:
+        yield
+        return
+    beat = Heartbeat(progress, stage, every_s)
+    try:
+        yield
+    finally:
+        beat.stop()

@@ -367,23 +367,32 @@ def _state_out(S: torch.Tensor, layout: str) -> torch.Tensor:
     return S.transpose(-1, -2).contiguous() if layout == "vk" else S.contiguous()
 
 
-# Peak memory of a run over the size of all taps in ``dtype``: measured 10.3 GiB of RSS for 4.5 GiB
-# of float64 taps (T=8192, H=16, K=V=128, chunk 16), rounded up.
-_PEAK_OVER_TAPS = 2.5
+# Peak memory of a run: ``_PER_TAPS`` times the size of all taps plus ``_PER_TOKEN_TENSORS`` times one
+# [tokens, heads, max(K, V)] tensor, in ``dtype``. Fitted to the growth of the process's peak RSS over a float64
+# run (every tap) on this project's CPU machine, fla_layer gates, K = V = 128: 4.21 GiB at H 8, T 8192,
+# chunk 64; 4.56 at chunk 16; 2.25 at H 4, T 8192, chunk 64; 2.17 at H 8, T 4096, chunk 32 (the fit 0.55, 56;
+# rounded up, it gives 4.52, 4.90, 2.26, 2.31). The token-sized tensors (inputs, activations, gradients and
+# their autograd graph in float64) dominate; a single factor over the taps (2.5) had been fitted at chunk 16
+# and missed chunk 64 by 1.5x.
+_PER_TAPS = 0.6
+_PER_TOKEN_TENSORS = 60
 
 
 def _check_memory(n_chunks, H, C, K, V, dtype, device) -> None:
     """Refuse up front a run that cannot fit (every intermediate is computed, whatever is tapped)."""
     from .memory import free_bytes
 
-    need = _PEAK_OVER_TAPS * TapSelection().nbytes(n_chunks, H, C, K, V, itemsize=dtype.itemsize)
+    need = (_PER_TAPS * TapSelection().nbytes(n_chunks, H, C, K, V, itemsize=dtype.itemsize)
+            + _PER_TOKEN_TENSORS * n_chunks * C * H * max(K, V) * dtype.itemsize)
     free = free_bytes(str(torch.device(device).type))
     if need > free:
         raise KdadbgError(f"reference: about {need / 2**30:.1f} GiB needed for {n_chunks} chunks x {H} heads "
                           f"(K={K}, V={V}, chunk {C}), {free / 2**30:.1f} GiB free on {device}; "
                           + ("free GPU memory (another process holds it?), use --device cpu, "
                              if torch.device(device).type == "cuda" else "use --device cuda, ")
-                          + "or a shorter dump (fewer tokens or heads)")
+                          + "a window (run/diff --chunks A:B: the reference then walks only the states it "
+                            "needs and runs on the window alone), or a shorter dump (fewer tokens or heads; "
+                            "--heads and --taps do not shrink it: the reference computes every head and tap)")
 
 
 def run_reference(inputs: KDAInputs, config: KDAConfig, taps: Iterable[str] | None = TAP_NAMES,

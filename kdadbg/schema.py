@@ -14,4 +14,5 @@ DIFF_JSON = 7   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (
                 # amplification follow the first BUG where there is one (origin.of names the cell), tensors
                 # filled for diff A B; 6: origin_first_divergence (a DRIFT first divergence's own rerun),
                 # outputs_not_compared, carried_in_from_dg {"ratio", "own"} or null in tensors (as run's)
-                # and in a cell carried in (was a bool there, the ratio here); 7: precision_floor in tensors
+                # and in a cell carried in (was a bool there, the ratio here); 7: precision_floor in tensors,
+                # taps_not_provided (taps named with --taps not provided: verdict partial), origin.carried_by

@@ -611,3 +611,79 @@ def test_an_output_kdadbg_cannot_compare_is_one_line(tmp_path, ret, found):
     assert r.exit_code == 2 and len(lines) == 1 and found in lines[0], r.output
     assert "Traceback" not in r.output
     assert f"{impl}:odd" in lines[0] and "output 'o'" in lines[0]
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+@pytest.mark.parametrize("how", ["raised", "swallowed"])
+def test_ctrl_c_exits_130_with_one_line_even_when_a_finalizer_swallows_it(tmp_path, how):
+    """User trial, round 40: a Ctrl-C that arrived while Python ran a finalizer was printed as "Exception
+    ignored ... KeyboardInterrupt" and lost, and diff went on to exit 0; one raised plainly exited 130 with
+    nothing said. Both exit 130 with one line."""
+    dump = _dump(tmp_path)
+    impl = tmp_path / "impl.py"
+    impl.write_text("import os, signal, sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+                    "class Bomb:\n    def __del__(self):\n        os.kill(os.getpid(), signal.SIGINT)\n\n"
+                    "def raised(*a, **k):\n    raise KeyboardInterrupt\n\n"
+                    "def swallowed(*a, **k):\n    Bomb()\n    return _k(*a, **k)\n" % str(REPO))
+    r = kdadbg("run", dump, "--impl", f"{impl}:{how}", "--device", "cpu")
+    lines = [x for x in r.stderr.splitlines() if x.startswith("error")]
+    assert r.exit_code == 130 and len(lines) == 1 and "interrupted (SIGINT)" in lines[0], r.output
+    import signal
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the handler is put back
+
+
+@pytest.mark.parametrize("command", ["run", "diff"])
+def test_a_failed_command_leaves_an_error_document_not_a_stale_verdict(tmp_path, command):
+    """User trial, round 40: `run --json r.json --force` with an implementation that raised exited 1 and left
+    the previous run's r.json, "verdict": "pass", for a CI script to read. The --json file now says the
+    command failed, with its error and exit code; no other output is written."""
+    import json
+
+    dump = _dump(tmp_path)
+    impl = tmp_path / "impl.py"
+    impl.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as ok\n\n"
+                    "def boom(*a, **k):\n    raise RuntimeError('boom from my kernel')\n" % str(REPO))
+    js, png = tmp_path / "r.json", tmp_path / "r.png"
+    extra = ["--window", "0"] if command == "diff" else []
+    r = kdadbg(command, dump, "--impl", f"{impl}:ok", "--json", js, *extra, "--device", "cpu")
+    assert r.exit_code == 0 and json.loads(js.read_text())["verdict"] == "pass", r.output
+    r = kdadbg(command, dump, "--impl", f"{impl}:boom", "--json", js, "--plot", png, "--force", *extra,
+               "--device", "cpu")
+    doc = json.loads(js.read_text())
+    assert r.exit_code == 1 and doc["verdict"] == "error" and doc["exit"] == 1, (r.output, doc)
+    assert "boom from my kernel" in doc["error"] and doc["schema"] >= 5 and not png.exists()
+
+
+def test_taps_json_stays_parseable_when_the_implementation_prints(tmp_path):
+    """User trial, round 40: `taps --source mine.py:noisy --json | python -m json.tool` failed on the
+    implementation's own print on stdout. With --json, what it prints goes to stderr."""
+    import json
+
+    dump = _dump(tmp_path)
+    impl = tmp_path / "impl.py"
+    impl.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
+                    "def noisy(*a, **k):\n    print('DEBUG: my kernel prints to stdout')\n    return _k(*a, **k)\n"
+                    % str(REPO))
+    r = kdadbg("taps", dump, "-o", tmp_path / "t.safetensors", "--source", f"{impl}:noisy", "--json",
+               "--device", "cpu")
+    assert r.exit_code == 0 and json.loads(r.stdout)["schema"] == 1, r.output
+    assert "DEBUG: my kernel prints to stdout" in r.stderr
+
+
+def test_a_file_or_folder_made_read_only_is_refused_as_root_too(tmp_path):
+    """User trial, round 40: as root (a CI container's usual user) `--force` replaced a mode-444 file and
+    `taps` wrote into a mode-555 folder, which the README says are refused: os.access is true for root on
+    anything. The mode bits are checked too."""
+    dump = _dump(tmp_path)
+    ro = _existing(tmp_path, "ro.json")
+    os.chmod(ro, 0o444)
+    folder = _mkdir(tmp_path, "ro_dir")
+    os.chmod(folder, 0o555)
+    try:
+        r = kdadbg("run", dump, "--json", ro, "--force", "--device", "cpu")
+        assert r.exit_code == 2 and "is read-only (mode 444)" in r.stderr and ro.read_bytes() == b"keep me", r.output
+        r = kdadbg("taps", dump, "-o", folder / "t.safetensors", "--device", "cpu")
+        assert r.exit_code == 2 and "is not writable (mode 555)" in r.stderr and not list(folder.iterdir()), r.output
+    finally:
+        os.chmod(ro, 0o644)
+        os.chmod(folder, 0o755)

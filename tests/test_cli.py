@@ -430,3 +430,24 @@ def test_readme_taps_and_diff_examples_run_as_written(tmp_path, monkeypatch):
     assert any("-o ours.taps.safetensors" in line for line in ran), ran
     assert any(line.startswith("kdadbg diff ours.taps.safetensors theirs.taps.safetensors") for line in ran), ran
     assert any("--against theirs.taps.safetensors" in line for line in ran), ran
+
+
+def test_a_stage_that_reports_nothing_itself_still_shows_its_elapsed_time(tmp_path):
+    """User trial, round 40: `diff --impl fla` printed "fla: 0/1" then "fla: 1/1 (132.8 s)" and nothing in
+    between, as did the noise floor, the reference in `taps` and the file write. A stage without progress of
+    its own now beats: in a log, a line with its elapsed time at most every 5 s (here every 0.05 s)."""
+    import time
+
+    from kdadbg.progress import beating, ticking
+
+    calls = []
+    with beating(lambda *a: calls.append(a), "fla", every_s=0.05):
+        time.sleep(0.3)
+    assert len(calls) >= 4 and set(calls) == {("fla", 0, 1)}
+    n = len(calls)
+    time.sleep(0.15)
+    assert len(calls) == n                      # stopped with the stage
+    calls.clear()
+    with ticking(lambda *a: calls.append(a), "ref", None, every_s=0.05):
+        time.sleep(0.2)
+    assert calls[0] == ("ref", 0, 1) and calls[-1] == ("ref", 1, 1) and len(calls) >= 3

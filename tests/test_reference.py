@@ -253,3 +253,21 @@ def test_run_that_cannot_fit_is_refused_up_front(monkeypatch):
     monkeypatch.setattr(memory, "free_bytes", lambda device: 1000)
     with pytest.raises(KdadbgError, match=r"GiB needed for 2 chunks x 3 heads"):
         run_reference(inputs, cfg)
+
+
+def test_the_memory_estimate_holds_the_measured_peaks_at_every_chunk_size(monkeypatch):
+    """User trial, round 40: the guard's single factor over the taps (fitted at chunk 16) put T 8192, H 8,
+    K = V = 128 at 3.21 GiB at chunk 64, where 4.9 GiB of RSS was measured. The estimate is now taps and
+    token-sized tensors, within 10 % above the growth of peak RSS measured on this machine (GiB: 4.21 at chunk
+    64, 4.56 at chunk 16, 2.25 at H 4, 2.17 at T 4096 chunk 32), and its refusal names --chunks."""
+    import kdadbg.reference as ref
+    from kdadbg.errors import KdadbgError
+
+    monkeypatch.setattr("kdadbg.memory.free_bytes", lambda device: 0)
+    for (H, T, C), measured in {(8, 8192, 64): 4.21, (8, 8192, 16): 4.56, (4, 8192, 64): 2.25,
+                                (8, 4096, 32): 2.17}.items():
+        with pytest.raises(KdadbgError) as e:
+            ref._check_memory(T // C, H, C, 128, 128, torch.float64, "cpu")
+        est = float(str(e.value).split("about ")[1].split(" GiB")[0])
+        assert measured <= est <= 1.1 * measured + 0.1, (H, T, C, est, measured)
+    assert "--chunks A:B" in str(e.value)

@@ -396,3 +396,16 @@ def test_a_gradient_the_float32_reference_itself_cannot_hold_to_its_tolerance_is
     dg = next(t for t in bad.tensors if t.name == "dg")
     assert bad.verdict == "fail" and dg.failed and dg.unrep is None and dg.precision_floor is not None
     assert diff_dump(inputs, config, _Float32Reference(1.5), window=0).verdict == "fail"
+
+
+def test_a_tap_asked_for_by_name_and_not_provided_makes_the_diff_partial():
+    """User trial, round 40: `diff --taps dS` of an implementation without taps said "taps it does not provide:
+    dS" and "verdict: pass", exit 0: nothing compared what was asked for. Now partial, naming the tap (JSON
+    taps_not_provided); with every tap asked by default, the same implementation passes."""
+    inputs, config = make_inputs(get_case("basic"))
+    fn = resolve_impl(f"{REPO / 'tests' / 'impls' / 'torch_kda.py'}:chunk_kda")
+    res = diff_dump(inputs, config, fn, names=("dS",), window=0)
+    assert res.verdict == "partial" and res.taps_not_provided == ["dS"]
+    assert res.as_json()["taps_not_provided"] == ["dS"]
+    assert "the taps asked for dS not provided" in rendered(difftables.render, res)
+    assert diff_dump(inputs, config, fn, window=0).verdict == "pass"

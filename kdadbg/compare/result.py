@@ -70,6 +70,7 @@ class DiffResult:
     # (diff.tensor_verdicts): {name: {ratio, max_abs, tol, storage, elements, pass, unrep, carried_in_from_dg,
     # failed}}
     tensors: dict = field(default_factory=dict)
+    taps_asked: bool = False   # the taps were named (--taps): one not provided keeps the verdict from a pass
 
     # -- counting ---------------------------------------------------------------------------------
 
@@ -149,7 +150,8 @@ class DiffResult:
         """``fail`` (a failing cell, an output or gradient that fails as a whole tensor as ``run`` judges it:
         ``tensors_failing``, or NaN/Inf inputs where the sides disagree), ``not_compared`` (no
         cell compared any element: every one NaN/Inf on both sides; never a pass), ``partial`` (nothing
-        failed, but an output or gradient was not provided, e.g. by a forward-only implementation: exit 3,
+        failed, but an output or gradient, or a tap named with --taps, was not provided, e.g. by a
+        forward-only implementation: exit 3,
         not a full pass, as in ``run``; what a ``--chunks`` window leaves out by itself does not count), else
         ``pass``."""
         if self.nonfinite_inputs is not None and not self.nonfinite_inputs["agree"]:
@@ -160,7 +162,7 @@ class DiffResult:
             return "fail"
         if not any(bool((c.count > 0).any()) for c in self.cells.values()):
             return "not_compared"
-        if self.missing_outputs or self.outputs_not_compared:
+        if self.missing_outputs or self.outputs_not_compared or self.taps_not_provided:
             return "partial"
         return "pass"
 
@@ -174,6 +176,13 @@ class DiffResult:
     def tensors_failing(self) -> list[str]:
         """Outputs and gradients that fail as whole tensors (over the compared rows) by ``run``'s rule."""
         return [n for n, t in self.tensors.items() if t.get("failed")]
+
+    @property
+    def taps_not_provided(self) -> list[str]:
+        """Taps named with ``--taps`` that the implementation (or file B) does not provide: nothing compared
+        them, so the verdict is at best partial. (Not asked by name, every tap is asked of an implementation
+        that may write some or none: those it lacks are listed, not held against it.)"""
+        return list(self.missing.get("taps", [])) if self.taps_asked else []
 
     @property
     def missing_outputs(self) -> dict[str, str]:
@@ -348,7 +357,7 @@ class DiffResult:
             "config": None if self.config is None else self.config.as_dict(),
             "chunks": self.chunks, "heads": self.heads, "drift_fails": self.drift_fails,
             "compared": self.counts(), "outputs_not_compared": self.outputs_not_compared,
-            "not_provided": self.not_provided,
+            "not_provided": self.not_provided, "taps_not_provided": self.taps_not_provided,
             "nonfinite_inputs": self.nonfinite_inputs,
             "first_divergence": jsonable(first), "first_bug": jsonable(bug),
             "first_nonfinite": jsonable(self.first_nonfinite), "tensors": jsonable(self.tensors),

@@ -105,6 +105,8 @@ def partial_reason(res) -> str:
                      f"{missing_word(res.not_provided.get(n, '') for n in res.missing_outputs)}")
     if res.outputs_not_compared:
         parts.append(f"{', '.join(res.outputs_not_compared)} not compared (NaN/Inf on both sides in every row)")
+    if res.taps_not_provided:
+        parts.append(f"the taps asked for {', '.join(res.taps_not_provided)} not provided")
     return "; ".join(parts)
 
 

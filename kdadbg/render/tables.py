@@ -209,7 +209,7 @@ def render_run(console: Console, result) -> None:
                   _num(r.tol), verdict)
     for name, why in result.not_provided.items():
         word = missing_word([why])
-        t.add_row(name, "-", "0", "-", "-", "-", "-", "-", "-",
+        t.add_row(name, "—", "0", "—", "—", "—", "—", "—", "—",
                   f"[yellow]{word}[/yellow] ({escape(why.removeprefix('not compared: '))})")
     console.print(t)
     for note in result.notes:
