@@ -116,7 +116,7 @@ class OutputSet:
         """``error_json``: the schema number of ``--json``'s document; given, a command that fails with a
         ``KdadbgError`` once its outputs are checked writes ``--json`` as ``{"schema", "verdict": "error",
         "error", "exit"}`` (nothing else), so that a script reading the file never finds a stale verdict
-        that ``--force`` was asked to replace."""
+        that ``--force`` was asked to replace; not where writing ``--json`` itself failed (nothing is left)."""
         self.targets = check_outputs(outputs, inputs, force)
         self.force = force
         self.error_json = error_json
@@ -127,6 +127,7 @@ class OutputSet:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        json_written = "--json" in self._staged   # the failure was in writing the outputs themselves
         self.discard()
         if isinstance(exc, KdadbgError) and exc.args:  # a staged file named by its option and target instead
             msg = str(exc.args[0])
@@ -134,7 +135,7 @@ class OutputSet:
                 msg = msg.replace(str(tmp), f"{label} {self.targets[label]}")
             exc.args = (msg, *exc.args[1:])
         if isinstance(exc, KdadbgError) and self.error_json is not None and "--json" in self.targets \
-                and not self.committed:
+                and not self.committed and not json_written:
             self._write_error(str(exc), getattr(exc, "exit_code", 2))
 
     def _write_error(self, message: str, code: int) -> None:
