@@ -348,7 +348,8 @@ def command(*args, **kwargs):
         @functools.wraps(func)
         def wrapper(*a, **k):
             caught, interrupted = [], []
-            restore = _catch_interrupts(interrupted) if func.__name__ != "capture" else None
+            # (capture waits for its command through a Ctrl-C and reports its own exit status)
+            restore = _catch_interrupts(interrupted) if (args[:1] or (func.__name__,))[0] != "capture" else None
             try:
                 with warnings.catch_warnings(record=True) as caught:
                     out = func(*a, **k)
@@ -394,6 +395,8 @@ def _catch_interrupts(flag: list):
     if threading.current_thread() is not threading.main_thread():
         return None
     previous = signal.getsignal(signal.SIGINT)
+    if previous is None:   # a handler installed from C: left alone (it could not be put back)
+        return None
 
     def handler(signum, frame):
         flag.append(signum)

@@ -232,7 +232,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         reference: the same for every sample)."""
         if seeded:
             fl = reference_run(inp, config, states, info, ct, lo, hi, device, taps=TapSelection(names=taps),
-                               dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor")
+                               dtype=torch.float32, dot_dtype=noise.DOT_DTYPES[precision], name="noise floor",
+                               upstream=run.upstream)   # its dht seeds as the reference's: as received
             fl_out, fl_taps = fl.outputs, fl.taps
         else:
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
@@ -289,7 +290,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                      not_provided={n: blind.get(n) or run.not_provided.get(n, "not returned") for n in expected
                                    if n not in run.outputs or n in blind},
                      taps_asked=tuple(names) != TAP_NAMES, notes=[*([config_note] if config_note else []), *run.notes,
-                            *([received_note(impl.name, dump_inputs, run.upstream)] if received is not None else [])])
+                            *([note] if (note := received_note(impl.name, dump_inputs, run.upstream, seeded))
+                              else [])])
     res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
@@ -429,9 +431,10 @@ def decay_coverage_note(exponents: list[dict]) -> str | None:
 def carried_seed(res: DiffResult, origin: dict) -> None:
     """For an ``inherited`` rerun: what could have carried the error in, as this diff measured it (``origin``
     gets ``carried_by``): None for a forward-prepare tap, which reads only its chunk's own tokens (nothing is
-    carried into it); else the cell of the state seeding the window in this run (``S`` entering its first
-    chunk for a forward tap, ``dS`` arriving after its last for a backward one) with its label and ratio, where
-    the diff compared it. ``S`` within tolerance there says the state carried no error in over tolerance."""
+    carried into it); else the worst cell of the states seeding the window in this run (``S`` entering its
+    first chunk; for a backward tap also ``dS`` arriving after its last) over the rerun's value heads, with its
+    label and ratio, where the diff compared them. Within tolerance there, the states carried no error in
+    over tolerance."""
     if origin.get("verdict") != "inherited" or "window" not in origin:
         return
     from .compare.quantities import QUANTITIES
@@ -442,15 +445,26 @@ def carried_seed(res: DiffResult, origin: dict) -> None:
         origin["carried_by"] = None
         return
     lo, hi = origin["window"]
-    name, chunk = ("S", lo) if stage.startswith("fwd") else ("dS", hi + 1)
-    cells = res.cells.get(name)
-    if cells is None or chunk not in cells.chunks or (name == "dS" and res.info.seq.get(chunk) != origin["seq"]):
-        return
-    r, j = cells.chunks.index(chunk), cells.column(origin["head"])
-    if j is None or int(cells.count[r, j]) == 0:
-        return
-    origin["carried_by"] = {"tap": name, "chunk": chunk, "label": label_of(cells, r, j),
-                            "ratio": float(cells.ratio[r, j]), "tol": cells.tol}
+    seeds = [("S", lo)] + ([] if stage.startswith("fwd") else [("dS", hi + 1)])
+    heads = origin.get("value_heads") or [origin["head"]]   # dq/dk under GVA: the q/k head's value heads
+    rank = {"OK": 0, "UNREP": 0, "DRIFT": 1, "BUG": 2}
+    worst = None
+    for name, chunk in seeds:
+        cells = res.cells.get(name)
+        if cells is None or chunk not in cells.chunks or res.info.seq.get(chunk) != origin["seq"]:
+            continue
+        r = cells.chunks.index(chunk)
+        for h in heads:
+            j = cells.column(h)
+            if j is None or int(cells.count[r, j]) == 0:
+                continue
+            cell = {"tap": name, "chunk": chunk, "head": h, "label": label_of(cells, r, j),
+                    "ratio": float(cells.ratio[r, j]), "tol": cells.tol}
+            if worst is None or (rank.get(cell["label"], 0), cell["ratio"] / cell["tol"]) > \
+                    (rank.get(worst["label"], 0), worst["ratio"] / worst["tol"]):
+                worst = cell
+    if worst is not None:
+        origin["carried_by"] = worst
 
 
 def written_nowhere(names: list[str], cells: dict) -> list[str]:

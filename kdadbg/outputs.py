@@ -134,9 +134,12 @@ class OutputSet:
             for label, tmp in self._staged.items():
                 msg = msg.replace(str(tmp), f"{label} {self.targets[label]}")
             exc.args = (msg, *exc.args[1:])
-        if isinstance(exc, KdadbgError) and self.error_json is not None and "--json" in self.targets \
-                and not self.committed and not json_written:
-            self._write_error(str(exc), getattr(exc, "exit_code", 2))
+        if isinstance(exc, (KdadbgError, KeyboardInterrupt)) and self.error_json is not None \
+                and "--json" in self.targets and not self.committed and not json_written:
+            if isinstance(exc, KeyboardInterrupt):
+                self._write_error("interrupted (SIGINT) before the command finished", 130)
+            else:
+                self._write_error(str(exc), getattr(exc, "exit_code", 2))
 
     def _write_error(self, message: str, code: int) -> None:
         """``--json`` as the error document (``error_json``), moved into place alone; if that cannot be

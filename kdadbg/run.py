@@ -301,7 +301,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
     if not rows:
         where = "" if window is None else f" on chunks {window[0]}:{window[1]}"
         raise KdadbgError(f"nothing to compare: --impl {impl.name} provides none of {', '.join(names)}{where}")
-    received_as = received_note(impl.name, inputs, got.upstream)
+    received_as = received_note(impl.name, inputs, got.upstream, windows=window is not None)
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
                        [*([config_note] if config_note else []), *got.notes, *([received_as] if received_as else [])])
     result.window = None if window is None else list(window)

@@ -625,9 +625,15 @@ def test_ctrl_c_exits_130_with_one_line_even_when_a_finalizer_swallows_it(tmp_pa
                     "class Bomb:\n    def __del__(self):\n        os.kill(os.getpid(), signal.SIGINT)\n\n"
                     "def raised(*a, **k):\n    raise KeyboardInterrupt\n\n"
                     "def swallowed(*a, **k):\n    Bomb()\n    return _k(*a, **k)\n" % str(REPO))
-    r = kdadbg("run", dump, "--impl", f"{impl}:{how}", "--device", "cpu")
+    js = tmp_path / "r.json"
+    js.write_text('{"verdict": "pass"}')   # an earlier run's
+    r = kdadbg("run", dump, "--impl", f"{impl}:{how}", "--device", "cpu", "--json", js, "--force")
     lines = [x for x in r.stderr.splitlines() if x.startswith("error")]
     assert r.exit_code == 130 and len(lines) == 1 and "interrupted (SIGINT)" in lines[0], r.output
+    if how == "raised":   # interrupted before the result: --json says so, never the earlier "pass"
+        import json
+        doc = json.loads(js.read_text())
+        assert doc["verdict"] == "error" and doc["exit"] == 130 and "interrupted" in doc["error"], doc
     import signal
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler   # the handler is put back
 

@@ -641,3 +641,16 @@ def test_a_theirs_file_given_as_a_dump_names_capture_and_its_dump(kernel_run):
     desc = describe_dump(d["theirs"])
     assert not desc["ok"] and "written by `kdadbg capture` beside" in desc["verdict"], desc["verdict"]
     assert d["dump"].split("/")[-1] in desc["verdict"]
+
+
+def test_ctrl_c_during_capture_reports_the_commands_own_exit_status(tmp_path):
+    """Review, round 40: Ctrl-C during `kdadbg capture` (the whole process group gets it) was turned into exit
+    130 "interrupted" by the CLI's handler, though capture waits for its command and reports its status: a
+    command that ignores SIGINT and exits 0 leaves capture exiting 0, with no "interrupted" line."""
+    child = ("import os, signal, time; signal.signal(signal.SIGINT, signal.SIG_IGN); "
+             "os.killpg(os.getpgid(0), signal.SIGINT); time.sleep(1); print('child done')")
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "d"), "--",
+                          sys.executable, "-c", child], capture_output=True, text=True, timeout=120,
+                         start_new_session=True)
+    assert res.returncode == 0 and "child done" in res.stdout, (res.returncode, res.stderr)
+    assert "interrupted (SIGINT)" not in res.stderr

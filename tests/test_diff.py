@@ -1125,7 +1125,7 @@ class _TapOffAtCallChunk(Implementation):
 
 @pytest.mark.parametrize("tap, chunk, said", [
     ("gT", 1, "gT reads only its chunk's own tokens, so nothing is carried into it"),
-    ("S", 2, "in the whole run S at chunk 1, which seeds the window, is within tolerance")])
+    ("S", 2, "in the whole run the state seeding the window is within tolerance (the worst: S at chunk 1")])
 def test_an_inherited_verdict_says_what_could_have_carried_the_error_in(tap, chunk, said):
     """User trial, round 40: a fault tied to where a chunk sits (the decay at the boundary after chunk 3, a
     varlen boundary off by one) was named at the right cell, then "inherited ... the error was carried in",
@@ -1206,3 +1206,36 @@ def test_a_dump_whose_gates_flush_the_state_every_chunk_says_it_cannot_test_the_
     assert res.verdict == "pass" and len(notes) == 1 and notes[0].startswith("in 3 of 3 chunks (0-2)"), res.notes
     res = diff_dump(*make_inputs(get_case("basic")), resolve_impl("reference"), window=0)
     assert not [n for n in res.notes if "decay carried between chunks" in n]
+
+
+def test_carried_by_of_a_dq_dk_origin_under_gva_reads_the_value_heads_of_its_q_k_head():
+    """Review, round 40: carried_by looked up the seeding dS of q/k head 1 as value head 1; under GVA (2 value
+    heads per q/k head) it is value heads 2 and 3. A dS 10 % off there read "OK, ratio 0": now BUG, head 2
+    or 3."""
+    import types
+
+    from kdadbg.compare import compare_cells
+    from kdadbg.diff import carried_seed
+
+    info = ChunkInfo.from_table(chunk_table(1, 64, None, 16))
+    ref = torch.randn(4, 4, 8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    cand = ref.clone()
+    cand[3, 2:4] *= 1.1
+    cells = compare_cells({"dS": cand}, {"dS": ref}, {"dS": [0, 1, 2, 3]}, [0, 1, 2, 3], info, tap_tolerances("fp32"))
+    origin = {"verdict": "inherited", "window": [2, 2], "seq": 0, "tap": "dk", "chunk": 2, "head": 1,
+              "value_heads": [2, 3]}
+    carried_seed(types.SimpleNamespace(cells=cells, info=info), origin)
+    c = origin["carried_by"]
+    assert (c["tap"], c["chunk"], c["label"]) == ("dS", 3, "BUG") and c["head"] in (2, 3), c
+
+
+def test_a_tap_asked_for_by_name_missing_from_either_file_makes_diff_a_b_partial(tmp_path):
+    """Review, round 40: `diff A B --taps S,dS` was partial where B lacked S, but passed where A (the reference
+    side) lacked it: each file's missing named tap now keeps the verdict from a pass."""
+    inputs, cfg = inputs_for("basic")
+    full = write_reference_taps(tmp_path, inputs, cfg, "full.safetensors", taps=("S", "dS"))
+    only = write_reference_taps(tmp_path, inputs, cfg, "only.safetensors", taps=("dS",))
+    for a, b in ((only, full), (full, only)):
+        res = diff_taps_files(read_taps_file(a), read_taps_file(b), names=("S", "dS"))
+        assert res.verdict == "partial" and res.taps_not_provided == ["S"], (a.name, res.missing)
+    assert diff_taps_files(read_taps_file(full), read_taps_file(full), names=("S", "dS")).verdict == "pass"

@@ -656,3 +656,44 @@ def test_a_taps_spec_takes_any_case_and_its_error_names_the_implementation(tmp_p
     inputs, config = case_inputs("basic")
     with pytest.raises(KdadbgError, match=rf"^--impl {impl_file}:fn: taps state layout: expected kv or vk, found 'kvv'"):
         check(inputs, config, impl=f"{impl_file}:fn")
+
+
+def _dv_fault(v):
+    from tests.impls import torch_kda as tk
+
+    f = torch.ones(1, v.shape[1], 1, 1, dtype=v.dtype)
+    f[:, 16:32] += 1.5e-4           # dv of chunk 1's tokens 1.5e-4 off: 15x fp32's tolerance
+    return tk._ScaleGrad.apply(v, f)
+
+
+def _dv_fault_fn(ht_dtype):
+    from tests.impls import torch_kda as tk
+
+    def fn(q, k, v, g, beta, **kw):
+        o, ht = tk.chunk_kda(q, k, _dv_fault(v), g, beta, **kw)
+        return o, (None if ht is None else ht.to(ht_dtype))
+    return fn
+
+
+@pytest.mark.parametrize("ht_dtype", [torch.float32, torch.bfloat16])
+def test_a_seeded_window_of_an_implementation_with_a_bf16_final_state_still_finds_a_gradient_bug(ht_dtype):
+    """Review, round 40: in a seeded diff window the reference took the dht seeds rounded to a bf16 ht (as the
+    implementation received them) and the noise floor did not: the floor took the rounding as noise (dv
+    floors 2e-7 -> 1e-4) and a dv 1.5e-4 off read UNREP, verdict pass. Both take them as received now."""
+    inputs, config = case_inputs("t64")
+    res = diff_dump(inputs, config, _dv_fault_fn(ht_dtype), chunks=(0, 2), seeded=True, window=0)
+    dv = [c for c in res.as_json()["cells"] if c["tap"] == "dv" and c["chunk"] == 1]
+    assert res.verdict == "fail" and any(c["label"] == "BUG" for c in dv), [(c["ratio"], c["floor"]) for c in dv]
+    assert res.as_json()["tensors"]["dv"]["failed"]
+
+
+def test_the_windows_dht_seeds_received_rounded_are_said():
+    """Review, round 40: on a dump without dht, a seeded window's dht seeds reached an implementation with a
+    bf16 final state rounded (and the reference took them so) with nothing said."""
+    inputs, config = case_inputs("h0_only")
+    assert inputs.dht is None
+    fn = _dv_fault_fn(torch.bfloat16)
+    ct = chunk_table(*inputs.shape[:2], inputs.cu_seqlens, config.chunk_size)
+    res = check(inputs, config, impl=fn, chunks=(0, max(1, ct.n_chunks - 1)))
+    assert any("the windows' dht seeds to bfloat16" in n for n in res.notes), res.notes
+    assert not any("dht seeds" in n for n in check(inputs, config, impl=fn).notes)

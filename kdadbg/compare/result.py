@@ -179,10 +179,12 @@ class DiffResult:
 
     @property
     def taps_not_provided(self) -> list[str]:
-        """Taps named with ``--taps`` that the implementation (or file B) does not provide: nothing compared
-        them, so the verdict is at best partial. (Not asked by name, every tap is asked of an implementation
+        """Taps named with ``--taps`` that the implementation (or either file of ``diff A B``) does not provide:
+        nothing compared them, so the verdict is at best partial. (Not asked by name, every tap is asked of an implementation
         that may write some or none: those it lacks are listed, not held against it.)"""
-        return list(self.missing.get("taps", [])) if self.taps_asked else []
+        if not self.taps_asked:
+            return []
+        return list(dict.fromkeys([*self.missing.get("taps", []), *self.missing.get("not_in_reference_file", [])]))
 
     @property
     def missing_outputs(self) -> dict[str, str]:

@@ -113,7 +113,8 @@ def rounded_upstream(inputs: KDAInputs, name: str, dtype: torch.dtype) -> bool:
     t = getattr(inputs, name)
     if t is None or dtype not in STORAGE_DTYPES or t.dtype == dtype:
         return False
-    return not bool(torch.equal(t.to(dtype).to(t.dtype), t))
+    r = t.to(dtype).to(t.dtype)
+    return not bool(((r == t) | (torch.isnan(r) & torch.isnan(t))).all())   # (NaN kept is not a change)
 
 
 def as_received(inputs: KDAInputs, upstream: dict[str, torch.dtype]) -> KDAInputs | None:
@@ -123,15 +124,21 @@ def as_received(inputs: KDAInputs, upstream: dict[str, torch.dtype]) -> KDAInput
     test, which is judged on what it was given."""
     import dataclasses
 
-    changed = {n: getattr(inputs, n).to(dt).to(getattr(inputs, n).dtype) for n, dt in upstream.items()
-               if n in UPSTREAM and rounded_upstream(inputs, n, dt)}
+    # kept in float32 (every 16-bit value exactly): rounding back to a 16-bit dump's other dtype would round twice
+    changed = {n: getattr(inputs, n).to(dt).to(torch.float32 if getattr(inputs, n).dtype in STORAGE_DTYPES
+                                                 else getattr(inputs, n).dtype)
+               for n, dt in upstream.items() if n in UPSTREAM and rounded_upstream(inputs, n, dt)}
     return dataclasses.replace(inputs, **changed) if changed else None
 
 
-def received_note(name: str, inputs: KDAInputs, upstream: dict[str, torch.dtype]) -> str | None:
-    """What ``as_received`` did, for the notes (None where it did nothing)."""
+def received_note(name: str, inputs: KDAInputs, upstream: dict[str, torch.dtype], windows: bool = False) -> str | None:
+    """What ``as_received`` did, for the notes (None where it did nothing). ``windows``: the implementation ran
+    on seeded windows, whose ``dht`` seeds (the reference's ``dS``) it received rounded as well, and the
+    reference's windows took them so (``localise.window_inputs``)."""
     parts = [f"{n} to {str(dt).removeprefix('torch.')}" for n, dt in upstream.items()
              if n in UPSTREAM and rounded_upstream(inputs, n, dt)]
+    if windows and "dht" in upstream and not any(p.startswith("dht ") for p in parts):
+        parts.append(f"the windows' dht seeds to {str(upstream['dht']).removeprefix('torch.')}")
     if not parts:
         return None
     return (f"{name}'s backward received the upstream gradient rounded ({', '.join(parts)}: an output's gradient "

@@ -15,6 +15,7 @@ from kdadbg_kernels.taps import STAGES
 
 from . import id_ranges
 from .tables import missing_word
+from ..compare.quantities import QUANTITIES
 
 STYLE = {"OK": "green", "DRIFT": "yellow", "BUG": "bold red", "UNREP": "magenta", "NOT_COMPARED": "dim"}
 
@@ -292,6 +293,9 @@ def render_first(console: Console, res) -> None:
                           soft_wrap=True, highlight=False)
 
 
+FWD_TAPS = tuple(n for n in QUANTITIES if QUANTITIES[n].stage.startswith("fwd"))
+
+
 def _origin(console: Console, o: dict | None) -> None:
     """The window rerun's verdict on the cell above it: introduced here, inherited, or why it did not run."""
     if o is not None and "window" not in o:
@@ -320,13 +324,15 @@ def _origin(console: Console, o: dict | None) -> None:
             elif seed is None:   # a forward-prepare tap: it reads its own chunk's tokens only
                 why = (f"; {o['tap']} reads only its chunk's own tokens, so nothing is carried into it: " + positions
                        + " (or the implementation reads tokens outside the chunk)")
-            elif seed and seed["label"] == "OK":
-                why = (f"; in the whole run {seed['tap']} at chunk {seed['chunk']}, which seeds the window, is within "
-                       f"tolerance (ratio {fig(seed['ratio'])}): no error over it was carried in, so either "
-                       + positions + ", or an error carried in below tolerance grew past it here")
+            elif seed and seed["label"] in ("OK", "UNREP"):
+                why = (f"; in the whole run the state{'s' if o['tap'] not in FWD_TAPS else ''} seeding the window "
+                       f"{'are' if o['tap'] not in FWD_TAPS else 'is'} within tolerance (the worst: {seed['tap']} at "
+                       f"chunk {seed['chunk']}, head {seed['head']}, ratio {fig(seed['ratio'])}): no error over it "
+                       f"was carried in, so either " + positions + ", or an error carried in below tolerance grew "
+                       f"past it here")
             elif seed:
-                why = (f"; the error was carried in: in the whole run {seed['tap']} at chunk {seed['chunk']}, which "
-                       f"seeds the window, is {seed['label']} (ratio {fig(seed['ratio'])})")
+                why = (f"; the error was carried in: in the whole run {seed['tap']} at chunk {seed['chunk']}, head "
+                       f"{seed['head']}, which seeds the window, is {seed['label']} (ratio {fig(seed['ratio'])})")
             else:
                 why = ("; the error was carried in (or is tied to absolute token positions, which the window's rerun "
                        "starts afresh)")
