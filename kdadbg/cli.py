@@ -614,6 +614,7 @@ def run(
         staged = outs.stage("--save")
         try:
             with report.progress_display(_err()) as progress:
+                progress = _starts(outs, progress)
                 result = check(inputs, config, impl=implementation, dump=str(dump), device=dev, tol_overrides=tol,
                                progress=progress, save=None if staged is None else str(staged),
                                chunks=_chunk_window(chunks, inputs, config), max_interpreter_s=max_interpreter_s)
@@ -633,6 +634,15 @@ def run(
     if code:
         raise typer.Exit(code)
 
+
+
+def _starts(outs, progress):
+    """``progress`` that marks ``outs`` started at its first call, when the computation's first stage begins
+    (every up-front check done): from then on a failure writes --json's error document (``OutputSet``)."""
+    def marking(*args):
+        outs.started = True
+        progress(*args)
+    return marking
 
 
 def _write_outputs(outs, result, json_file, plot_to, render):
@@ -765,6 +775,7 @@ def diff(
         if against is None and impl in (None, "ours", "kernel", "kernels") and len(files) == 1:
             kernel_precheck(files[0])   # refuses over-wide heads; the float64 note comes with the result's notes
         with report.progress_display(_err()) as progress:
+            progress = _starts(outs, progress)
             result = diff_paths(files, impl=impl, against=against, overrides=overrides, device=device.value,
                                 precision=precision.value, names=names, chunks=chunk_range, heads=head_list,
                                 spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,

@@ -114,12 +114,14 @@ class OutputSet:
 
     def __init__(self, outputs: dict[str, object], inputs=(), force: bool = False, error_json: int | None = None):
         """``error_json``: the schema number of ``--json``'s document; given, a command that fails with a
-        ``KdadbgError`` once its outputs are checked writes ``--json`` as ``{"schema", "verdict": "error",
-        "error", "exit"}`` (nothing else), so that a script reading the file never finds a stale verdict
-        that ``--force`` was asked to replace; not where writing ``--json`` itself failed (nothing is left)."""
+        ``KdadbgError`` (or is interrupted) once it has ``started`` computing writes ``--json`` as ``{"schema",
+        "verdict": "error", "error", "exit"}`` (nothing else), so that a script reading the file never finds a
+        stale verdict that ``--force`` was asked to replace. Not for what the up-front checks refuse (bad
+        input or usage: nothing is written), nor where writing ``--json`` itself failed (nothing is left)."""
         self.targets = check_outputs(outputs, inputs, force)
         self.force = force
         self.error_json = error_json
+        self.started = False   # set by the command once its checks are done and the computation starts
         self._staged: dict[str, Path] = {}
         self.committed = False
 
@@ -135,7 +137,7 @@ class OutputSet:
                 msg = msg.replace(str(tmp), f"{label} {self.targets[label]}")
             exc.args = (msg, *exc.args[1:])
         if isinstance(exc, (KdadbgError, KeyboardInterrupt)) and self.error_json is not None \
-                and "--json" in self.targets and not self.committed and not json_written:
+                and "--json" in self.targets and self.started and not self.committed and not json_written:
             if isinstance(exc, KeyboardInterrupt):
                 self._write_error("interrupted (SIGINT) before the command finished", 130)
             else:
