@@ -75,6 +75,7 @@ class CallInfo:
     module: str
     rank: int | None
     impl: str
+    inside: str = ""   # the captured call this one ran inside ("impl call N": a wrapper and its inner, both targets)
 
     @property
     def label(self) -> str:
@@ -90,6 +91,8 @@ class CallInfo:
                 "capture.impl": self.impl}
         if self.rank is not None:
             meta["capture.rank"] = str(self.rank)
+        if self.inside:
+            meta["capture.inside"] = self.inside
         return meta
 
 
@@ -331,6 +334,7 @@ class Capture:
         self._events: list = []
         self._queued_task = None
         self._lock = threading.RLock()
+        self._nested = threading.local()   # .calls: the captured calls running in this thread, outermost first
         self._active = False
         self._patches = self._stack = None
         self._step_hook = None
@@ -449,8 +453,10 @@ class Capture:
             bound = _Bound(sig, args, kwargs)
         except TypeError:
             return fn(*args, **kwargs)  # the target's own error
+        outer = getattr(self._nested, "calls", None) or []   # captured calls running in this thread
         with self._lock:
-            info = CallInfo(self._step, self._call, self._stack.current(), _rank(), impl)
+            info = CallInfo(self._step, self._call, self._stack.current(), _rank(), impl,
+                            f"{outer[-1].impl} call {outer[-1].call}" if outer else "")
             self._call += 1
             self.calls_seen += 1
             self._seen_modules.add(info.module)
@@ -462,11 +468,16 @@ class Capture:
         call = self._prepare(info, bound) if left_out is None else None
         if call is None:
             return fn(*args, **kwargs)
+        if not hasattr(self._nested, "calls"):
+            self._nested.calls = []
+        self._nested.calls.append(info)
         try:
             out = bound.call(fn)
         except BaseException:
             self._forget(call)
             raise
+        finally:
+            self._nested.calls.pop()
         o, ht = (out, None) if isinstance(out, torch.Tensor) else (
             (out[0], out[1] if len(out) > 1 else None) if isinstance(out, (tuple, list)) and out else (None, None))
         if not isinstance(o, torch.Tensor) or not o.requires_grad:
@@ -716,7 +727,7 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
                     {**taps_metadata("capture", dump, config, inputs=inputs), **origin}, force=force)
     return {"dump": str(dump), "theirs": str(theirs), "step": info.step, "call": info.call, "module": info.module,
             "rank": info.rank, "impl": info.impl, "reason": reason, "nonfinite": nonfinite,
-            "dht": "dht" in call.grads, "outputs": sorted(outputs)}
+            "dht": "dht" in call.grads, "outputs": sorted(outputs), "inside": info.inside or None}
 
 
 def capture(out, *, targets=None, model: torch.nn.Module | None = None, calls=None, modules=None,

@@ -39,6 +39,11 @@ def naive_kda(q, k, v, g, beta, scale=None, initial_state=None, output_final_sta
     return torch.stack(outs, 1), final
 
 
+def wrapper_kda(q, k, v, g, beta, **kwargs):
+    """A wrapper that calls ``naive_kda`` (through this module, so a capture of both sees both calls)."""
+    return naive_kda(q, k, v, g, beta, **kwargs)
+
+
 class Attn(nn.Module):
     def __init__(self, impl: str, use_state: bool):
         super().__init__()
@@ -56,7 +61,9 @@ class Attn(nn.Module):
         kw = dict(initial_state=self.h0, output_final_state=True, use_qk_l2norm_in_kernel=True,
                   use_gate_in_kernel=True, use_beta_sigmoid_in_kernel=True, lower_bound=-5.0, A_log=self.A_log,
                   dt_bias=self.dt_bias, chunk_size=16)
-        if self.impl == "kernels":
+        if self.impl == "wrapper":
+            o, ht = wrapper_kda(q, k, v, g, beta, **kw)
+        elif self.impl == "kernels":
             import kdadbg_kernels
 
             o, ht = kdadbg_kernels.chunk_kda(q, k, v, g, beta, precision="fp32", **kw)

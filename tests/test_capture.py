@@ -654,3 +654,23 @@ def test_ctrl_c_during_capture_reports_the_commands_own_exit_status(tmp_path):
                          start_new_session=True)
     assert res.returncode == 0 and "child done" in res.stdout, (res.returncode, res.stderr)
     assert "interrupted (SIGINT)" not in res.stderr
+
+
+def test_a_target_called_inside_another_target_is_marked_inside_it(tmp_path):
+    """Round 39's leftover: --target on a wrapper and on the function it calls captured both calls with nothing
+    said. Both are still captured (each as its own call saw its inputs), the inner one marked inside the
+    outer: the dump's capture.inside, the manifest's inside, the summary's note."""
+    model = TinyModel("wrapper")
+    with capture(tmp_path, model=model, targets=["capture_toy:wrapper_kda", NAIVE]) as cap:
+        train_step(model, batch())
+    got = [(d["call"], d["impl"], d["inside"]) for d in cap.written]
+    assert got == [(0, "capture_toy:wrapper_kda", None), (1, "capture_toy:naive_kda", "capture_toy:wrapper_kda call 0"),
+                   (2, "capture_toy:wrapper_kda", None), (3, "capture_toy:naive_kda", "capture_toy:wrapper_kda call 2")], got
+    assert describe_dump(cap.written[1]["dump"])["metadata"]["capture.inside"] == "capture_toy:wrapper_kda call 0"
+    from kdadbg.render.tables import render_captured
+    from rich.console import Console
+
+    out, err = Console(record=True, width=300), Console(record=True, width=300)
+    render_captured(out, err, {"dumps": cap.written, "errors": [], "unresolved": [], "skipped": [], "refused": 0,
+                               "manifests": ["m"], "exit_code": 0, "out": str(tmp_path), "calls_seen": 4}, 0)
+    assert "2 of the dumps are calls made inside another captured call" in " ".join(err.export_text().split())

@@ -297,8 +297,14 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
         where = f"step {d['step']} call {d['call']}" + (f" module {d['module']}" if d["module"] else "") + (
             f" rank {d['rank']}" if d["rank"] is not None else "")
         bad = f", nonfinite: {','.join(d['nonfinite'])}" if d["nonfinite"] else ""
-        console.print(escape(f"{d['dump']}  {where}  {d['impl']} ({d['reason']}{bad})"), soft_wrap=True,
+        inside = f", inside {d['inside']}" if d.get("inside") else ""
+        console.print(escape(f"{d['dump']}  {where}  {d['impl']} ({d['reason']}{bad}{inside})"), soft_wrap=True,
                       highlight=False)
+    nested = [d for d in result["dumps"] if d.get("inside")]
+    if nested:
+        print_note(err, f"{len(nested)} of the dumps {'is a call' if len(nested) == 1 else 'are calls'} made inside "
+                        f"another captured call (a target that calls another target, e.g. a wrapper and the "
+                        f"function it calls): the same attention may be in two dumps, each as its own call saw it")
     for e in result["errors"]:
         print_error(err, e)
     for u in result["unresolved"]:
