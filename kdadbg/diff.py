@@ -28,7 +28,7 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare.carried import carried_from_dg, carried_in
+from .compare.carried import REDUCED, carried_from_dg, carried_in
 from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_cells, nan_positions_agree,
                       nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
 from .config import KDAConfig, KDAInputs
@@ -210,7 +210,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
     # no upstream gradient (do all zero, no nonzero dht): every gradient is 0 on both sides; not compared
-    blind = blind_gradients(inputs, ref.outputs)
+    blind = blind_gradients(inputs, ref.outputs, dump_inputs)
     outs = {n: t for n, t in run.outputs.items() if n in ref.outputs and n not in blind}
     # seeded windows: the stitched ht/dh0 hold the sequences a window ends/starts, which are exactly
     # those whose last/first chunk is selected, the only ones output_rows compares
@@ -507,7 +507,9 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
             row.carried_own = compare(n, x.to(ref.device, torch.float64), exact, m).ratio
         # fp32 only (16 bits: the storage rule; bf16 mode's noise model rounds the products' operands only, and
         # its floor of dg can be ten times what bf16 kernels reach: the whole tensor stays the backstop there)
-        if row.failed and precision == "fp32" and floor is not None and n in floor and row.storage is None:
+        # (nor dA_log, ddt_bias: theirs is the carried-in rule, which a wrong sum fails whatever its floor)
+        if row.failed and precision == "fp32" and floor is not None and n in floor and row.storage is None \
+                and n not in REDUCED:
             samples = floor[n] if isinstance(floor[n], tuple) else (floor[n],)
             ref = theirs[n].to(torch.float64)
             m = None if mask is None else mask.to(ref.device)

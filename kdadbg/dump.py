@@ -113,13 +113,23 @@ def no_upstream_gradient(inputs) -> bool:
 NOT_ASKED = "not computed by the captured call (it asked for no final state)"
 
 
-def blind_gradients(inputs, names) -> dict[str, str]:
+NO_UPSTREAM_RECEIVED = ("not compared: do as the implementation's backward received it (rounded to its output's "
+                        "16-bit dtype) is all zero and no nonzero dht reached it, so every gradient is 0 whatever "
+                        "the backward computes: the dump's upstream gradient is below what that dtype holds")
+
+
+def blind_gradients(inputs, names, dump_inputs=None) -> dict[str, str]:
     """The gradients among ``names`` that the dump cannot judge, each with why (``NO_UPSTREAM``): all of them
     where it has no upstream gradient (:func:`no_upstream_gradient`), else none. ``run`` and ``diff`` report
-    them not compared (the verdict at best partial) rather than compare 0 with 0."""
+    them not compared (the verdict at best partial) rather than compare 0 with 0. ``inputs``: the upstream
+    as the implementation received it (``impls.base.as_received``); ``dump_inputs``, the dump's, where that
+    differs: all zero only as received, the reason says the rounding did it."""
     from kdadbg_kernels.taps import GRADIENTS
 
-    return {n: NO_UPSTREAM for n in names if n in GRADIENTS} if no_upstream_gradient(inputs) else {}
+    if not no_upstream_gradient(inputs):
+        return {}
+    why = NO_UPSTREAM if dump_inputs is None or no_upstream_gradient(dump_inputs) else NO_UPSTREAM_RECEIVED
+    return {n: why for n in names if n in GRADIENTS}
 
 
 def kernel_precheck(path) -> str | None:

@@ -697,3 +697,27 @@ def test_the_windows_dht_seeds_received_rounded_are_said():
     res = check(inputs, config, impl=fn, chunks=(0, max(1, ct.n_chunks - 1)))
     assert any("the windows' dht seeds to bfloat16" in n for n in res.notes), res.notes
     assert not any("dht seeds" in n for n in check(inputs, config, impl=fn).notes)
+
+
+def test_a_do_that_a_float16_output_flushes_to_zero_judges_no_gradient():
+    """Adversarial trial, round 40: a dump whose do (x 1e-9, as a captured mean loss's can be) is below fp16's
+    smallest subnormal, and an implementation returning o in float16 with dk negated: its backward received an
+    all-zero do, both sides' gradients were 0, and run passed (diff said partial). The gradients are not
+    compared there (partial, the reason naming the rounding), and the note says how much the rounding took."""
+    inputs, config = case_inputs("basic")
+    tiny = dataclasses.replace(inputs, do=inputs.do * 1e-9, dht=None)
+
+    def fp16_out_dk_negated(q, k, v, g, beta, **kw):
+        from tests.impls import torch_kda as tk
+
+        k = tk._ScaleGrad.apply(k, -torch.ones(1, k.shape[1], 1, 1))
+        o, ht = tk.chunk_kda(q, k, v, g, beta, **kw)
+        return o.to(torch.float16), ht
+
+    res = check(tiny, config, impl=fp16_out_dk_negated)
+    assert res.verdict == "partial" and "dk" in res.not_provided, res.verdict
+    assert "rounded to its output's 16-bit dtype" in res.not_provided["dk"]
+    assert diff_dump(tiny, config, fp16_out_dk_negated, window=0).verdict == "partial"
+    milder = dataclasses.replace(inputs, do=inputs.do * 1e-6, dht=None)
+    note = [n for n in check(milder, config, impl=fp16_out_dk_negated).notes if "received the upstream" in n]
+    assert len(note) == 1 and "of its nonzero elements flushed to 0" in note[0], note

@@ -367,12 +367,13 @@ class _Float32Reference(Implementation):
     """The chunked reference itself in float32 (what a correct float32 implementation reaches), its dg scaled
     by ``dg_factor``."""
 
-    def __init__(self, dg_factor=1.0):
-        self.name, self.dg_factor = f"float32 reference, dg x{dg_factor:g}", dg_factor
+    def __init__(self, dg_factor=1.0, dA_log_factor=1.0):
+        self.name, self.dg_factor, self.dA_log_factor = f"float32 reference, dg x{dg_factor:g}", dg_factor, dA_log_factor
 
     def run(self, inputs, config, *, device, taps=None):
         out = dict(run_reference(inputs, config, taps=(), device=device, dtype=torch.float32).outputs)
         out["dg"] = out["dg"] * self.dg_factor
+        out["dA_log"] = out["dA_log"] * self.dA_log_factor
         return ImplRun(out)
 
 
@@ -409,3 +410,16 @@ def test_a_tap_asked_for_by_name_and_not_provided_makes_the_diff_partial():
     assert res.as_json()["taps_not_provided"] == ["dS"]
     assert "the taps asked for dS not provided" in rendered(difftables.render, res)
     assert diff_dump(inputs, config, fn, window=0).verdict == "pass"
+
+
+def test_a_wrong_reduction_is_never_unrep_by_its_noise_floor():
+    """Adversarial trial, round 40: dA_log 0.2 % off its own dg's sum on gates at the lower bound, where
+    dA_log's float32 floor (2e-4) is over fp32's 1e-5: run relabelled the wrong sum UNREP (within 10x its
+    floor) and passed, diff called it a BUG. dA_log and ddt_bias have the carried-in rule alone: a wrong sum
+    fails in both."""
+    case = dataclasses.replace(get_case("strong_gates"), T=96, K=16, V=16, chunk_size=32)
+    inputs, config = make_inputs(case, seed=0)
+    res = check(inputs, config, impl=_Float32Reference(dA_log_factor=1.002))
+    da = next(t for t in res.tensors if t.name == "dA_log")
+    assert res.verdict == "fail" and da.failed and da.unrep is None and da.precision_floor is None, (da.ratio, da.unrep)
+    assert diff_dump(inputs, config, _Float32Reference(dA_log_factor=1.002), window=0).verdict == "fail"

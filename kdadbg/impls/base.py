@@ -131,12 +131,28 @@ def as_received(inputs: KDAInputs, upstream: dict[str, torch.dtype]) -> KDAInput
     return dataclasses.replace(inputs, **changed) if changed else None
 
 
+def _rounding_said(t: torch.Tensor, dtype: torch.dtype) -> str:
+    """How much rounding ``t`` to ``dtype`` changed it: `` (ratio R`` of the rounding alone, fla's metric, and the
+    share of its nonzero elements it flushed to 0 where any ``)``."""
+    x = t.detach().to(torch.float64)
+    r = t.detach().to(dtype).to(torch.float64)
+    m = torch.isfinite(x)
+    x, r = x[m], r[m]
+    if not x.numel():
+        return ""
+    ratio = float((r - x).pow(2).mean().sqrt() / (x.pow(2).mean().sqrt() + 1e-300))
+    nonzero = x != 0
+    flushed = float(((r == 0) & nonzero).sum()) / max(1, int(nonzero.sum()))
+    return f" (the rounding alone ratio {ratio:.2g}" + (f"; {flushed:.1%} of its nonzero elements flushed to 0"
+                                                      if flushed else "") + ")"
+
+
 def received_note(name: str, inputs: KDAInputs, upstream: dict[str, torch.dtype], windows: bool = False) -> str | None:
     """What ``as_received`` did, for the notes (None where it did nothing). ``windows``: the implementation ran
     on seeded windows, whose ``dht`` seeds (the reference's ``dS``) it received rounded as well, and the
     reference's windows took them so (``localise.window_inputs``)."""
-    parts = [f"{n} to {str(dt).removeprefix('torch.')}" for n, dt in upstream.items()
-             if n in UPSTREAM and rounded_upstream(inputs, n, dt)]
+    parts = [f"{n} to {str(dt).removeprefix('torch.')}{_rounding_said(getattr(inputs, n), dt)}"
+             for n, dt in upstream.items() if n in UPSTREAM and rounded_upstream(inputs, n, dt)]
     if windows and "dht" in upstream and not any(p.startswith("dht ") for p in parts):
         parts.append(f"the windows' dht seeds to {str(upstream['dht']).removeprefix('torch.')}")
     if not parts:
