@@ -255,7 +255,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
 
     # dA_log/ddt_bias split into their sum's own error and dg's (not in a window: its sums hold its chunks only)
     carried = carried_from_dg(mine, theirs, row_ids, run.outputs, inputs, config, ct, chunk_list, head_list, info,
-                              tols, G) if noise_floor and not seeded else {}
+                              tols, G, ref_dg=ref.outputs.get("dg") if precision == "fp32" else None) \
+        if noise_floor and not seeded else {}
     carried_notes = {}
 
     # rows returned in 16 bits and judged at fp32's tolerances: as `run` judges such a tensor, a cell its floor
@@ -293,6 +294,16 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                             *([note] if (note := received_note(impl.name, dump_inputs, run.upstream, seeded))
                               else [])])
     res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
+    if carried and precision == "fp32" and "dg" in ref.outputs:
+        from .compare.carried import COHERENT, coherence
+
+        per = coherence(run.outputs["dg"], ref.outputs["dg"], inputs, config)
+        for n in carried:
+            worst = float(torch.nan_to_num(per[n], nan=0.0).max())
+            if n in cells and bool(cells[n].failing.any()) and worst > COHERENT:
+                res.notes.append(f"{n}: not carried in from dg: dg's error sums into it coherently ({worst:.3g} "
+                                 f"against at most {COHERENT:g} for rounding), a bias in dg that its own rows "
+                                 f"cannot show, not its rounding carried in")
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "

@@ -104,7 +104,7 @@ class RunResult:
                          "cosine": finite_or_none(t.cosine) if t.cosine_defined else None, "count": t.count,
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
                          "carried_in_from_dg": carried_json(t), "precision_floor": finite_or_none(t.precision_floor)
-                         if t.precision_floor is not None else None,
+                         if t.precision_floor is not None else None, "coherent": t.coherent,
                          "scale": t.scale if t.compared else None,
                          "abs_floor": t.abs_floor if t.compared else None, **({"reason": t.reason} if t.reason else {})}
                         for t in self.tensors],
@@ -281,7 +281,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
                    _window_mask(n, masks, B, T, ref.outputs[n].ndim), tols[n], tols16[n])
             for n in names if n in got.outputs and n not in blind]
     if window is None:
-        carry_from_dg(rows, got.outputs, ref.outputs, inputs, config)
+        carry_from_dg(rows, got.outputs, ref.outputs, inputs, config, impl.precision)
     from .compare.carried import REDUCED
 
     if impl.precision == "fp32" and any(r.failed and r.name not in REDUCED for r in rows):
@@ -369,14 +369,16 @@ def judged(name: str, x: torch.Tensor, ref: torch.Tensor, mask, tol: float, tol1
     return row
 
 
-def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, config: KDAConfig) -> None:
+def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, config: KDAConfig,
+                  precision: str = "fp32") -> None:
     """``diff``'s carried-in rule (``compare.carried``) for whole tensors: ``dA_log`` and ``ddt_bias`` are
     sums of ``dg`` over a head's tokens, so where the gate gradient cancels ``dg`` within its bar can put them
     over theirs (our bf16 kernels' ``dA_log`` 0.0121 against 1e-2 on the CI-size ``kimi`` dump). Such a row
     over its tolerance whose value is within the tolerance of the exact float64 sum of the implementation's
     own ``dg`` is carried in from ``dg`` (``Compare.carried``): not a failure; ``dg`` is judged on its own row.
-    A wrong reduction (its own sum off) still fails."""
-    from .compare.carried import REDUCED, reductions_of
+    A wrong reduction (its own sum off) still fails, and at fp32 so does one whose ``dg`` error sums coherently
+    (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding)."""
+    from .compare.carried import COHERENT, REDUCED, coherence, reductions_of
 
     by = {r.name: r for r in rows}
     if config.gate == "none" or "dg" not in outputs or inputs.dt_bias is None:
@@ -389,6 +391,11 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
         sums = sums if sums is not None else reductions_of(outputs["dg"], inputs, config)
         exact = sums[n].reshape(outputs[n].shape)
         own = compare(n, outputs[n].detach().cpu(), exact)
+        if precision == "fp32" and "dg" in ref:
+            c = coherence(outputs["dg"], ref["dg"], inputs, config)[n]
+            if bool((torch.nan_to_num(c, nan=0.0) > COHERENT).any()):
+                r.coherent = float(torch.nan_to_num(c, nan=0.0).max())
+                continue
         if own.compared and own.ratio <= r.tol:
             r.carried = compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio
             r.carried_own = own.ratio

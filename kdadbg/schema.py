@@ -6,7 +6,8 @@ TAPS_JSON = 1      # kdadbg taps --json: the summary of kdadbg.export.export_tap
 RUN_JSON = 5    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdadbg run"); 3: verdict partial/
                 # not_compared, pass null + reason, compared.not_compared, nulls, scale and abs_floor; 4: a
                 # tensor's carried_in_from_dg (dA_log/ddt_bias whose own sum is right: not a failure); 5: a
-                # tensor's precision_floor (the noise floor's ratio where it was over tolerance: UNREP within 10x)
+                # tensor's precision_floor (the noise floor's ratio where it was over tolerance: UNREP within 10x),
+                # coherent (dA_log/ddt_bias whose dg error sums coherently: not carried in)
 DIFF_JSON = 7   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
                 # NOT_COMPARED cells, verdict not_compared, compared.not_compared, min_tolerance counts, scales;
                 # 4: tensors (each output and gradient judged as run judges it; the verdict fails with them),

@@ -423,3 +423,37 @@ def test_a_wrong_reduction_is_never_unrep_by_its_noise_floor():
     da = next(t for t in res.tensors if t.name == "dA_log")
     assert res.verdict == "fail" and da.failed and da.unrep is None and da.precision_floor is None, (da.ratio, da.unrep)
     assert diff_dump(inputs, config, _Float32Reference(dA_log_factor=1.002), window=0).verdict == "fail"
+
+
+class _BiasedDecayGradient(Implementation):
+    """The float64 reference with head 1's dg moved by ``bias`` times its RMS, everywhere in one direction, and
+    dA_log, ddt_bias formed exactly from that dg (their sums right): a bias in dg."""
+
+    def __init__(self, bias):
+        self.name, self.bias = f"reference, dg biased {bias:g}", bias
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.compare.carried import reductions_of
+
+        out = {n: t.clone() for n, t in run_reference(inputs, config, taps=(), device=device).outputs.items()}
+        dg = out["dg"]
+        dg[:, :, 1] += self.bias * dg[:, :, 1].pow(2).mean().sqrt()
+        sums = reductions_of(dg, inputs, config)
+        out["dA_log"], out["ddt_bias"] = sums["dA_log"], sums["ddt_bias"]
+        return ImplRun(out)
+
+
+def test_a_bias_in_dg_that_its_rows_cannot_show_is_not_carried_in_at_fp32():
+    """Adversarial trial, round 40: dg biased by 5e-4 of its RMS on one head (its rows within ten times their
+    float32 floor: UNREP), dA_log and ddt_bias formed from it: both passed as "carried in from dg" at fp32,
+    though dA_log was 57x its own floor. dg's rounding errors cancel in the sums (coherence at most 7.8 measured),
+    a bias adds up (82): past COHERENT (30) the sum is not excused, in run and in diff; a clean run passes."""
+    from kdadbg.compare.carried import COHERENT
+
+    inputs, config = make_inputs(dataclasses.replace(get_case("chunk64_strong"), T=512, H=4), seed=0)
+    res = check(inputs, config, impl=_BiasedDecayGradient(5e-4))
+    da = next(t for t in res.tensors if t.name == "dA_log")
+    assert res.verdict == "fail" and da.failed and da.coherent > COHERENT, (da.ratio, da.coherent, da.carried)
+    d = diff_dump(inputs, config, _BiasedDecayGradient(5e-4), window=0)
+    assert d.verdict == "fail" and any("sums into it coherently" in n for n in d.notes)
+    assert check(inputs, config, impl=_BiasedDecayGradient(0.0)).verdict == "pass"

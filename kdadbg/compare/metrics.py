@@ -119,6 +119,8 @@ class Compare:
     carried_own: float | None = None
     # over tol: the same tensor from the reference at the compared precision (the noise floor, noise.floor_reference)
     precision_floor: float | None = None
+    # dA_log/ddt_bias over tol at fp32 whose dg error sums coherently (compare.carried.coherence): not carried in
+    coherent: float | None = None
 
     @property
     def failed(self) -> bool:

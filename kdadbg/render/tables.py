@@ -190,6 +190,8 @@ def progress_display(console: Console):
 
 def render_run(console: Console, result) -> None:
     """The ``kdadbg run`` table: one row per output and gradient, then the verdict."""
+    from ..compare.carried import COHERENT
+
     cfg = result.config
     t = Table(title=f"{escape(result.dump)}: --impl {escape(result.impl.get('name', '?'))} ({result.precision}, "
                     f"{result.device}) vs float64 reference", title_justify="left")
@@ -237,6 +239,10 @@ def render_run(console: Console, result) -> None:
                           f"of the implementation's own dg is {r.carried:.3g} from the reference, and its {r.name} "
                           f"{r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its own row",
                           soft_wrap=True, highlight=False)
+        if r.coherent is not None:
+            console.print(f"not carried in: {r.name} over its tolerance, and dg's error sums into it coherently "
+                          f"({r.coherent:.3g} against at most {COHERENT:g} for rounding): a bias in dg, which its own "
+                          f"row cannot show, not dg's rounding carried in", soft_wrap=True, highlight=False)
     console.print(run_verdict_line(result), soft_wrap=True, highlight=False)
 
 
