@@ -313,9 +313,9 @@ def _origin(console: Console, o: dict | None) -> None:
                       + fig(o.get('floor')) + ")") if o.get("label") == "UNREP" else \
                 f"within tolerance (ratio {fig(o['ratio'])})"
             seed = o.get("carried_by", False)
-            positions = ("the error is tied to where the chunk sits (its absolute token positions, its place in "
-                         "its sequence, tokens read across a sequence boundary), which the window's rerun, "
-                         "starting afresh, does not reproduce")
+            positions = ("the error is tied to where the chunk sits (its absolute token positions, its batch row "
+                         "or sequence, its place in its sequence, tokens read across a sequence boundary), which "
+                         "the window's rerun, one sequence of its own starting afresh, does not reproduce")
             if o.get("seq_start"):
                 why = (f"; chunk {lo} starts its sequence, so nothing is carried in from within it: the error comes "
                        f"from outside the sequence (a state not reset at the boundary, a wrong offset or "
@@ -333,9 +333,10 @@ def _origin(console: Console, o: dict | None) -> None:
             elif seed:
                 why = (f"; the error was carried in: in the whole run {seed['tap']} at chunk {seed['chunk']}, head "
                        f"{seed['head']}, which seeds the window, is {seed['label']} (ratio {fig(seed['ratio'])})")
-            else:
-                why = ("; the error was carried in (or is tied to absolute token positions, which the window's rerun "
-                       "starts afresh)")
+            else:   # no state taps to measure what was carried in
+                why = ("; the error was carried in, or is tied to where the chunk sits (its absolute token positions, "
+                       "its batch row or sequence), which the window's rerun, one sequence of its own (B = 1) "
+                       "starting afresh, does not reproduce; taps of S and dS would tell the two apart")
             console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
                           f"{why}", soft_wrap=True, highlight=False)
             w = o.get("first_in_window")
