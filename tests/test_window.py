@@ -314,7 +314,7 @@ def test_a_fault_at_an_absolute_token_is_named_where_the_window_rerun_moves_it(t
     assert (w["tap"], w["chunk"], w["seq"], w["chunk_in_seq"], w["token"]) == ("o", 2, 0, 2, 36), w
     text = _text(res)
     assert "the window's rerun itself diverges first at o chunk 2" in text and "token 36" in text, text
-    assert "carried in (or is tied to absolute token positions" in text
+    assert "or is tied to where the chunk sits (its absolute token positions, its batch row or sequence)" in text
     # --window 0: no rerun, and the JSON says so instead of null (which reads as "nothing diverged")
     none = diff_dump(inputs, config, _positional(tmp_path, 20), names=(), window=0)
     assert none.origin == {"verdict": None, "reason": "not run (--window 0)"}
