@@ -44,10 +44,10 @@ def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
 
 
 # How coherently dg's error sums into dA_log/ddt_bias: |sum of its terms' errors| / sqrt(sum of their squares).
-# Rounding errors partly cancel: measured on this project's CPU (benchmarks-free, kdadbg.compare.carried
-# coherence), the float32 reference reaches 6.4 (dA_log, per head) and 11.5 (ddt_bias, per channel) on
-# chunk64_strong at T 512, H 4; our bf16 kernels up to 7.8 and 7.3 on the kimi, kimi_c64, fla_layer and
-# kimi_varlen presets, seeds 0 and 1. A bias in dg (5e-4 of its RMS on one head) gave 82 there. Beyond
+# Rounding errors partly cancel: on this project's CPU (benchmarks/coherence.py, docs/cpu/coherence.log) the
+# float32 reference reaches 6.4 (dA_log, per head) and 11.5 (ddt_bias, per channel; 15.6 with bf16 products)
+# on chunk64_strong at T 512, H 4; our bf16 kernels up to 7.8 and 7.3 on the kimi, kimi_c64, fla_layer and
+# kimi_varlen presets, seeds 0 and 1. A bias in dg (5e-4 of its RMS on one head) gave 90 (dA_log). Beyond
 # COHERENT, at fp32, a dA_log/ddt_bias over its bar is not excused as carried in from dg: the error is dg's
 # bias, which dg's own rows (UNREP within ten times their floor) did not show.
 COHERENT = 30.0
