@@ -17,6 +17,8 @@ was expected and what was found. Tensors with other names are ignored (``describ
 
 from __future__ import annotations
 
+import math
+
 from pathlib import Path
 
 import torch
@@ -356,17 +358,29 @@ def check_values(where: str, name: str, t: torch.Tensor, T: int, allow_nonfinite
                                 f"load_dump(..., allow_nonfinite=True))")
 
 
+_STATS_SLICE = 1 << 22   # elements per slice: the float64 temporaries stay ~100 MB whatever the tensor's size
+
+
 def _stats(t: torch.Tensor) -> dict:
-    """min/max/mean over the finite values and NaN/Inf counts; None for a dtype with no order (complex)."""
+    """min/max/mean over the finite values and NaN/Inf counts; None for a dtype with no order (complex).
+    Taken slice by slice, so that it needs little memory beyond the tensor itself (a float64 copy of a bf16
+    tensor is four times its size)."""
     if t.is_complex():
         return {"min": None, "max": None, "mean": None, "nan": None, "inf": None}
-    x = t.detach().to(torch.float64).flatten()
-    finite = torch.isfinite(x)
-    xf = x[finite]
-    have = xf.numel() > 0
-    return {"min": float(xf.min()) if have else None, "max": float(xf.max()) if have else None,
-            "mean": float(xf.mean()) if have else None, "nan": int(torch.isnan(x).sum()),
-            "inf": int(torch.isinf(x).sum())}
+    flat = t.detach().flatten()
+    lo, hi, total, count, nan, inf = math.inf, -math.inf, 0.0, 0, 0, 0
+    for i in range(0, flat.numel(), _STATS_SLICE):
+        x = flat[i:i + _STATS_SLICE].to(torch.float64)
+        nan += int(torch.isnan(x).sum())
+        inf += int(torch.isinf(x).sum())
+        xf = x[torch.isfinite(x)]
+        if xf.numel():
+            lo, hi = min(lo, float(xf.min())), max(hi, float(xf.max()))
+            total += float(xf.sum())
+            count += xf.numel()
+    have = count > 0
+    return {"min": lo if have else None, "max": hi if have else None, "mean": total / count if have else None,
+            "nan": nan, "inf": inf}
 
 
 _NO_STATS = {"min": None, "max": None, "mean": None, "nan": None, "inf": None}
