@@ -410,28 +410,39 @@ def _window_mask(name: str, masks: dict | None, B: int, T: int, ndim: int):
     return masks["tokens"].reshape(B, T, *([1] * (ndim - 2)))
 
 
+def _interpreter_estimator(impl: Implementation, device: str):
+    """What estimates ``impl``'s time under the Triton interpreter (our kernels, fla's), None for anything
+    else or on a GPU."""
+    if device != "cpu":
+        return None
+    if impl.kind == "ours":
+        from .impls.ours import interpreter_estimate
+        return interpreter_estimate
+    if impl.kind == "fla":
+        from .impls.fla import interpreter_estimate
+        return interpreter_estimate
+    return None
+
+
 def interpreter_seconds(impl: Implementation, inputs: KDAInputs, config: KDAConfig, device: str,
                         n_chunks: int | None = None) -> float | None:
-    """The estimated seconds of our kernels under the Triton interpreter, None for anything else."""
-    if impl.kind != "ours" or device != "cpu":
-        return None
-    from .impls.ours import interpreter_estimate
-
-    return interpreter_estimate(inputs, config, n_chunks)[0]
+    """The estimated seconds of our kernels or fla's under the Triton interpreter, None for anything else."""
+    estimate = _interpreter_estimator(impl, device)
+    return None if estimate is None else estimate(inputs, config, n_chunks)[0]
 
 
 def refuse_slow_interpreter(impl: Implementation, inputs: KDAInputs, config: KDAConfig, device: str,
                             n_chunks: int | None, max_s: float | None) -> None:
-    """One line, before any work, when our kernels under the Triton interpreter would take more than
-    ``max_s`` seconds by the measured rate (:func:`kdadbg.impls.ours.interpreter_estimate`)."""
+    """One line, before any work, when our kernels (or fla's) under the Triton interpreter would take more
+    than ``max_s`` seconds by the measured rate (:func:`kdadbg.impls.ours.interpreter_estimate`,
+    :func:`kdadbg.impls.fla.interpreter_estimate`)."""
     if max_s is not None and not max_s >= 0:
         raise KdadbgError(f"--max-interpreter-s: expected seconds, 0 or more, found {max_s:g}")
-    if max_s is None or impl.kind != "ours" or device != "cpu":
+    estimate = _interpreter_estimator(impl, device)
+    if max_s is None or estimate is None:
         return
-    from .impls.ours import interpreter_estimate
-
-    est, how = interpreter_estimate(inputs, config, n_chunks)
+    est, how = estimate(inputs, config, n_chunks)
     if est > max_s:
-        raise KdadbgError(f"--impl ours under the Triton interpreter (no GPU): estimated {est:.0f} s ({how}), over "
+        raise KdadbgError(f"--impl {impl.name} under the Triton interpreter (no GPU): estimated {est:.0f} s ({how}), over "
                           f"--max-interpreter-s {max_s:g}; use --device cuda, another --impl (e.g. reference), a "
                           f"chunk window (--chunks A:B), or raise --max-interpreter-s")

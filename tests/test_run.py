@@ -321,3 +321,29 @@ def test_the_exp_range_note_speaks_only_of_nan_in_the_chunks_it_explains():
     assert len(note([5])) == 1 and "outside them" not in note([5])[0]
     both = note([5, 66])
     assert len(both) == 1 and "the NaN/Inf in chunk 2 lies outside them" in both[0], both
+
+
+def test_fla_under_the_interpreter_is_estimated_and_refused_past_the_limit():
+    """User trial, round 40: `diff --impl fla` on the CPU ran 132.8 s with nothing but "fla: 0/1", and
+    --max-interpreter-s guarded only our kernels (fla at T 8192, H 16 would run for hours). fla's time is
+    estimated at its measured rate (3.4 s per chunk x head at K = V = 128: T 512, H 2 took 54.4 s) and refused
+    past the limit, before any work; the progress counts seconds against the estimate."""
+    import dataclasses
+
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.impls import Implementation
+    from kdadbg.impls.fla import interpreter_estimate
+    from kdadbg.run import interpreter_seconds, refuse_slow_interpreter
+
+    small, cfg = make_inputs(dataclasses.replace(get_case("fla_layer"), T=512, H=2, K=128, V=128))
+    est, how = interpreter_estimate(small, cfg)
+    assert 0.8 * 54.4 <= est <= 1.2 * 54.4 and "8 chunks x 2 heads" in how, (est, how)
+    big, cfg = make_inputs(dataclasses.replace(get_case("fla_layer"), T=8192, H=4, K=128, V=128))
+
+    class FakeFla(Implementation):
+        kind, name = "fla", "fla"
+
+    with pytest.raises(KdadbgError, match=r"--impl fla under the Triton interpreter \(no GPU\): estimated \d+ s"):
+        refuse_slow_interpreter(FakeFla(), big, cfg, "cpu", None, 300)
+    refuse_slow_interpreter(FakeFla(), big, cfg, "cuda", None, 300)          # on a GPU: nothing to estimate
+    assert interpreter_seconds(FakeFla(), small, cfg, "cpu") == est

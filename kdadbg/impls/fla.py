@@ -349,6 +349,28 @@ def to_taps(rec: Recorded, ct: ChunkTable, scale: float, state_v_first: bool, na
     return taps
 
 
+# fla's kernels under the Triton interpreter (no GPU), forward + backward through autograd: measured on this
+# project's 2-core CPU with fla-core 0.6.0, float32 fla_layer dumps at chunk 64 (round 40): T 256 / 512, H 2,
+# K = V = 128: 29.0 / 54.4 s; T 256, K = V = 64, H 2 / 4: 18.6 / 38.1 s. Per chunk x head A + B K V / 128^2.
+FLA_INTERP_FIXED_S = 3.6
+FLA_INTERP_A_S = 2.0
+FLA_INTERP_B_S = 1.4
+
+
+def interpreter_estimate(inputs: KDAInputs, config: KDAConfig, n_chunks: int | None = None) -> tuple[float, str]:
+    """``(seconds, how)``: fla's forward + backward under the Triton interpreter on ``n_chunks`` chunks (None:
+    all of the dump's at its chunk size) and every value head, by the rate measured above."""
+    from ..chunks import chunk_table
+
+    B, T, _, K, V = inputs.shape
+    H = inputs.HV
+    if n_chunks is None:
+        n_chunks = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size).n_chunks
+    per = FLA_INTERP_A_S + FLA_INTERP_B_S * K * V / (128 * 128)
+    return (FLA_INTERP_FIXED_S + n_chunks * H * per,
+            f"{n_chunks} chunks x {H} heads at {per:.2f} s each, fla's rate measured on a 2-core CPU")
+
+
 class Fla(Implementation):
     """fla-core 0.6.0's ``chunk_kda`` (Triton path). ``safe_gate``: None picks fla's safe gate for the
     lower-bound gate when its bound is in ``[-5, 0)``; True or False forces it."""
