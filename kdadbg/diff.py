@@ -294,12 +294,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                             *([note] if (note := received_note(impl.name, dump_inputs, run.upstream, seeded))
                               else [])])
     res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
-    if carried and precision == "fp32" and "dg" in ref.outputs:
-        from .compare.carried import COHERENT, coherence
+    from .compare.carried import COHERENT
 
-        per = coherence(run.outputs["dg"], ref.outputs["dg"], inputs, config)
-        for n in carried:
-            worst = float(torch.nan_to_num(per[n], nan=0.0).max())
+    for n, split in carried.items():   # the coherence carried_from_dg measured (at fp32)
+        if split.coherent is not None:
+            worst = float(split.coherent.max())
             if n in cells and bool(cells[n].failing.any()) and worst > COHERENT:
                 res.notes.append(f"{n}: not carried in from dg: dg's error sums into it coherently ({worst:.3g} "
                                  f"against at most {COHERENT:g} for rounding), a bias in dg that its own rows "

@@ -383,7 +383,7 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
     by = {r.name: r for r in rows}
     if config.gate == "none" or "dg" not in outputs or inputs.dt_bias is None:
         return
-    sums = None
+    sums = coh = None
     for n in REDUCED:
         r = by.get(n)
         if r is None or r.passed is not False or r.unrep or n not in outputs:
@@ -392,9 +392,10 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
         exact = sums[n].reshape(outputs[n].shape)
         own = compare(n, outputs[n].detach().cpu(), exact)
         if precision == "fp32" and "dg" in ref:
-            c = coherence(outputs["dg"], ref["dg"], inputs, config)[n]
-            if bool((torch.nan_to_num(c, nan=0.0) > COHERENT).any()):
-                r.coherent = float(torch.nan_to_num(c, nan=0.0).max())
+            coh = coh if coh is not None else coherence(outputs["dg"], ref["dg"], inputs, config)   # both sums at once
+            c = float(torch.nan_to_num(coh[n], nan=0.0).max())
+            if c > COHERENT:
+                r.coherent = c
                 continue
         if own.compared and own.ratio <= r.tol:
             r.carried = compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio

@@ -87,6 +87,7 @@ class Split(NamedTuple):
     sum_wrong: torch.Tensor   # (finitely) beyond it
     own: torch.Tensor         # the implementation's value against that exact sum (the sum's own error)
     exact: torch.Tensor       # the exact sum's rows, cut as the diff's rows
+    coherent: torch.Tensor | None = None   # [R, Hs] how coherently dg's error sums in (COHERENT), with ref_dg
 
 
 def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inputs, config, ct, chunk_list,
@@ -121,10 +122,12 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
         bar = torch.maximum(torch.full_like(own[n].ratio, tols[n]),
                             (2 + math.log2(max(reach[n][1], 2))) * U32 * rms(absolute[n]) / rms(exact[n]).clamp_min(1e-300))
         ok = torch.isfinite(got[n].ratio) & (own[n].ratio <= bar)
+        c = None
         if coh is not None:   # dg's error summing coherently: a bias in dg, not its rounding carried in
-            c = coh[n].reshape(R, Hs, -1).to(dev)
-            ok = ok & ~(torch.nan_to_num(c, nan=0.0).amax(-1) > COHERENT)
-        out[n] = Split(got[n].ratio, ok, torch.isfinite(own[n].ratio) & (own[n].ratio > bar), own[n].ratio, exact[n])
+            c = torch.nan_to_num(coh[n].reshape(R, Hs, -1).to(dev), nan=0.0).amax(-1)
+            ok = ok & ~(c > COHERENT)
+        out[n] = Split(got[n].ratio, ok, torch.isfinite(own[n].ratio) & (own[n].ratio > bar), own[n].ratio, exact[n],
+                       c)
     return out
 
 
