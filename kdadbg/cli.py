@@ -630,10 +630,18 @@ def run(
     report.render_run(_out(), result)
     if plotted is not None:
         _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
+    _replaced_note(outs)
     code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
     if code:
         raise typer.Exit(code)
 
+
+
+def _replaced_note(outs) -> None:
+    """The note that ``--json`` replaced, without --force, the error document a failed run left there."""
+    for label, path in outs.replacing.items():
+        _note(f"{label} {path} held the error document of an earlier failed run; replaced by this result "
+              f"without --force (a result file still needs --force)")
 
 
 def _starts(outs, progress):
@@ -787,6 +795,7 @@ def diff(
     diffreport.render(out, result)
     if plotted is not None:
         diffreport.render_plot(out, {**plotted, "path": str(plot)})
+    _replaced_note(outs)
     code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
     if code:
         raise typer.Exit(code)

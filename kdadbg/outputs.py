@@ -87,10 +87,32 @@ def check_output(label: str, path, force: bool = False) -> Path:
     return path
 
 
-def check_outputs(outputs: dict[str, object], inputs=(), force: bool = False) -> dict[str, Path]:
+ERROR_KEYS = frozenset({"schema", "verdict", "error", "exit"})
+
+
+def is_error_document(path, schema: int | None = None) -> bool:
+    """Whether ``path`` is a regular file holding exactly the error document ``OutputSet`` writes for a
+    failed command (``{"schema", "verdict": "error", "error", "exit"}``; of ``schema`` when given): no
+    result is in it, so a rerun to the same path replaces it without ``--force``."""
+    import json
+
+    path = Path(path)
+    try:
+        if path.is_symlink() or not path.is_file() or path.stat().st_size > 1 << 16:
+            return False
+        doc = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return False
+    return (isinstance(doc, dict) and set(doc) == ERROR_KEYS and doc["verdict"] == "error"
+            and isinstance(doc["error"], str) and (schema is None or doc["schema"] == schema))
+
+
+def check_outputs(outputs: dict[str, object], inputs=(), force: bool = False,
+                  replace: frozenset = frozenset()) -> dict[str, Path]:
     """Check every output path of a command before it computes anything.
 
-    ``outputs``: label -> path (None = not asked for); ``inputs``: the paths the command reads.
+    ``outputs``: label -> path (None = not asked for); ``inputs``: the paths the command reads;
+    ``replace``: labels whose existing file may be replaced without ``force`` (an error document).
     Returns label -> ``Path`` for the outputs asked for. Example:
     ``check_outputs({"--json": "r.json", "--save": None}, inputs=["d.safetensors"])``.
     """
@@ -98,7 +120,7 @@ def check_outputs(outputs: dict[str, object], inputs=(), force: bool = False) ->
     for label, path in outputs.items():
         if path is None:
             continue
-        path = check_output(label, path, force)
+        path = check_output(label, path, force or label in replace)
         for src in inputs:
             if src is not None and _same_file(path, Path(src)):
                 raise KdadbgError(f"{label} {path}: is an input of this command ({src}); write to another file")
@@ -117,8 +139,14 @@ class OutputSet:
         ``KdadbgError`` (or is interrupted) once it has ``started`` computing writes ``--json`` as ``{"schema",
         "verdict": "error", "error", "exit"}`` (nothing else), so that a script reading the file never finds a
         stale verdict that ``--force`` was asked to replace. Not for what the up-front checks refuse (bad
-        input or usage: nothing is written), nor where writing ``--json`` itself failed (nothing is left)."""
-        self.targets = check_outputs(outputs, inputs, force)
+        input or usage: nothing is written), nor where writing ``--json`` itself failed (nothing is left).
+        Such a document, found at ``--json`` by a rerun, is replaced without ``force``; ``replacing`` says so
+        (the label and path, for the command to print as a note)."""
+        json_path = outputs.get("--json")
+        self.replacing: dict[str, Path] = {}
+        if error_json is not None and json_path is not None and not force and is_error_document(json_path):
+            self.replacing["--json"] = Path(json_path)
+        self.targets = check_outputs(outputs, inputs, force, replace=frozenset(self.replacing))
         self.force = force
         self.error_json = error_json
         self.started = False   # set by the command once its checks are done and the computation starts
@@ -184,7 +212,7 @@ class OutputSet:
                 if target.exists() and not target.is_symlink():
                     os.chmod(tmp, target.stat().st_mode & 0o777)
                 if os.path.lexists(target):
-                    if not self.force:
+                    if not self.force and not (label in self.replacing and is_error_document(target)):
                         raise KdadbgError(f"{label} {target}: appeared meanwhile; refusing to overwrite "
                                           f"(use --force)")
                     backup = _folder(target) / f".{target.name}.{secrets.token_hex(4)}.old"

@@ -658,6 +658,31 @@ def test_a_failed_command_leaves_an_error_document_not_a_stale_verdict(tmp_path,
     doc = json.loads(js.read_text())
     assert r.exit_code == 1 and doc["verdict"] == "error" and doc["exit"] == 1, (r.output, doc)
     assert "boom from my kernel" in doc["error"] and doc["schema"] >= 5 and not png.exists()
+    # the fixed rerun to the same paths replaces the error document without --force, and says so
+    r = kdadbg(command, dump, "--impl", f"{impl}:ok", "--json", js, "--plot", png, *extra, "--device", "cpu")
+    assert r.exit_code == 0 and json.loads(js.read_text())["verdict"] == "pass" and png.exists(), r.output
+    assert "held the error document of an earlier failed run" in " ".join(r.stderr.split()), r.stderr
+    # a result file is not an error document: the next rerun still needs --force, and leaves it whole
+    before = js.read_text()
+    r = kdadbg(command, dump, "--impl", f"{impl}:ok", "--json", js, *extra, "--device", "cpu")
+    assert r.exit_code == 2 and "already exists" in r.stderr and js.read_text() == before, r.output
+
+
+def test_only_kdadbgs_own_error_document_is_replaced_without_force(tmp_path):
+    """The rule behind the rerun above, on the files it must not take for an error document."""
+    import json
+
+    from kdadbg.outputs import is_error_document
+
+    doc = {"schema": 5, "verdict": "error", "error": "boom", "exit": 1}
+    cases = {"error.json": (json.dumps(doc), True), "result.json": (json.dumps({**doc, "tensors": []}), False),
+             "pass.json": (json.dumps({**doc, "verdict": "pass"}), False), "list.json": ("[1]", False),
+             "text.json": ("not json", False), "number.json": (json.dumps({**doc, "error": 3}), False)}
+    for name, (text, expected) in cases.items():
+        (tmp_path / name).write_text(text)
+        assert is_error_document(tmp_path / name) is expected, name
+    (tmp_path / "link.json").symlink_to(tmp_path / "error.json")
+    assert not is_error_document(tmp_path / "link.json") and not is_error_document(tmp_path / "missing.json")
 
 
 def test_taps_json_stays_parseable_when_the_implementation_prints(tmp_path):
