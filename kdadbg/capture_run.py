@@ -14,7 +14,6 @@ import json
 import math
 import os
 import subprocess
-import sys
 import tempfile
 import uuid
 from pathlib import Path

@@ -7,10 +7,7 @@ from typing import Callable
 
 import torch
 
-from kdadbg_kernels.taps import TapSelection
-
 from .chunks import chunk_table
-from .config import KDAConfig, KDAInputs
 from .dump import load_dump
 from .errors import KdadbgError
 from .selection import resolve_selection

@@ -19,7 +19,7 @@ from .config import KDAConfig, KDAInputs
 from .dump import blind_gradients
 from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
-from .impls import Implementation, as_implementation, check_supported, resolve_impl
+from .impls import Implementation, as_implementation, check_supported
 from .impls.base import as_received, received_note
 from .progress import ticking
 from .schema import RUN_JSON

@@ -1215,7 +1215,7 @@ def test_carried_by_of_a_dq_dk_origin_under_gva_reads_the_value_heads_of_its_q_k
     import types
 
     from kdadbg.compare import compare_cells
-    from kdadbg.diff import carried_seed
+    from kdadbg.diffnotes import carried_seed
 
     info = ChunkInfo.from_table(chunk_table(1, 64, None, 16))
     ref = torch.randn(4, 4, 8, 8, generator=torch.Generator().manual_seed(0), dtype=torch.float64)

@@ -36,7 +36,6 @@ import importlib.metadata
 import importlib.util
 import inspect
 import os
-import sys
 import warnings
 from dataclasses import dataclass, field
 

@@ -7,9 +7,6 @@ chosen when ``@triton.jit`` decorates, i.e. when the kernel modules are first im
 
 from __future__ import annotations
 
-import os
-import sys
-
 import torch
 
 from kdadbg_kernels.taps import TapSelection

@@ -1,0 +1,154 @@
+"""The notes ``diff`` adds to a result, each from what the diff measured: taps that are the reference's in
+another convention (``convention_notes``), a dump whose gates flush the state carried between chunks
+(``decay_coverage_note``), what could have carried an inherited error in (``carried_seed``), taps never written
+(``written_nowhere``), and outputs returned in 16 bits judged at fp32 (``precision_hint``)."""
+
+from __future__ import annotations
+
+import torch
+
+from . import noise
+from .compare import DiffResult
+
+
+def _pure_scale(x: torch.Tensor, r: torch.Tensor) -> float | None:
+    """The factor ``s`` with ``x ≈ s·r`` over the elements finite and nonzero on both sides, where that holds
+    to 1e-3 (RMS of ``x − s·r`` against RMS of ``x``); None otherwise."""
+    x, r = x.detach().to(torch.float64).cpu(), r.detach().to(torch.float64).cpu()
+    m = torch.isfinite(x) & torch.isfinite(r) & (r != 0) & (x != 0)
+    if int(m.sum()) < 2:
+        return None
+    x, r = x[m], r[m]
+    s = float((x * r).sum() / (r * r).sum())
+    return s if float((x - s * r).norm()) <= 1e-3 * float(x.norm()) else None
+
+
+def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
+    """Notes where failing taps are the reference's in another convention, which a taps declaration or the
+    function's conventions would explain (``TapsSpec``, ``--taps-gate-units``, ``--taps-state-layout``,
+    ``state_v_first``): gate taps a pure factor 1/ln 2 or ln 2 off (their gradients the inverse), states that
+    match transposed. Said, never converted: a guess would hide a bug that happens to look like a convention."""
+    import math
+
+    ln2 = math.log(2)
+    failing = {n for n, c in cells.items() if bool(c.failing.any())}
+    log2_read_as_ln, ln_read_as_log2 = [], []
+    for n in ("gc", "gT", "dgc", "dgT"):
+        if n not in failing or n not in cand:
+            continue
+        s = _pure_scale(cand[n], ref[n])
+        if s is None:
+            continue
+        up, down = (ln2, 1 / ln2) if n.startswith("d") else (1 / ln2, ln2)
+        if abs(s - up) < 1e-3 * up:
+            log2_read_as_ln.append(n)
+        elif abs(s - down) < 1e-3 * down:
+            ln_read_as_log2.append(n)
+    notes = []
+    if log2_read_as_ln:
+        notes.append(f"{', '.join(log2_read_as_ln)} {'is' if len(log2_read_as_ln) == 1 else 'are'} the reference's "
+                     f"times exactly 1/ln 2 (a gate) or ln 2 (its gradient): taps in log2 units read as natural-log; "
+                     f"declare their units (--taps-gate-units log2, or TapsSpec(gate_units='log2') from --impl "
+                     f"{impl.name})")
+    if ln_read_as_log2:
+        notes.append(f"{', '.join(ln_read_as_log2)} {'is' if len(ln_read_as_log2) == 1 else 'are'} the reference's "
+                     f"times exactly ln 2 (a gate) or 1/ln 2 (its gradient): natural-log taps declared as log2, or "
+                     f"an implementation that takes the dump's natural-log gate as log2 (2^g where e^g is meant: a "
+                     f"missing ln 2)")
+    flipped = []
+    for n in ("S", "dS"):
+        if n not in failing or n not in cand or cand[n].shape[-1] != cand[n].shape[-2]:
+            continue
+        x, r = cand[n].detach().to(torch.float64).cpu(), ref[n].detach().to(torch.float64).cpu()
+        xt = x.transpose(-1, -2)
+        m = torch.isfinite(xt) & torch.isfinite(r)
+        err = float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
+        if err <= cells[n].tol:
+            flipped.append(f"{n} (ratio {err:.3g})")
+    if flipped:
+        notes.append(f"{', '.join(flipped)} match{'es' if len(flipped) == 1 else ''} the reference transposed, "
+                     f"within tolerance: [V,K] states read as [K,V] or the other way; declare the taps' layout "
+                     f"(--taps-state-layout, or TapsSpec(state_layout=...) from --impl {impl.name}); a function "
+                     f"with a state_v_first parameter is handed states as the dump lays them out, one without it "
+                     f"[K,V]")
+    return notes
+
+
+def decay_coverage_note(exponents: list[dict]) -> str | None:
+    """Where most compared chunks decay every channel of every head past float32's range in one chunk
+    (``exp(gT)`` below float32's smallest normal, 1.2e-38): the state leaving such a chunk keeps nothing
+    measurable of the state entering it, so a fault in the decay carried between chunks cannot show on this
+    dump, whatever it passes. None where fewer than half the chunks do."""
+    from .noise import EXP_LIMIT_FP32
+    from .render import id_ranges
+
+    flushed = [e["chunk"] for e in exponents if e["gT"][1] < -EXP_LIMIT_FP32]
+    if not exponents or 2 * len(flushed) < len(exponents):
+        return None
+    return (f"in {len(flushed)} of {len(exponents)} chunks ({id_ranges(flushed)}) the gate decays every channel "
+            f"of every head past float32's range within the chunk (gT < -{EXP_LIMIT_FP32:.1f}: exp(gT) < 1.2e-38): "
+            f"the state leaving them keeps nothing measurable of the state entering them, so this dump cannot show "
+            f"a fault in the decay carried between chunks; a dump with milder gates (the kimi or fla_layer "
+            f"presets) tests it")
+
+
+def carried_seed(res: DiffResult, origin: dict) -> None:
+    """For an ``inherited`` rerun: what could have carried the error in, as this diff measured it (``origin``
+    gets ``carried_by``): None for a forward-prepare tap, which reads only its chunk's own tokens (nothing is
+    carried into it); else the worst cell of the states seeding the window in this run (``S`` entering its
+    first chunk; for a backward tap also ``dS`` arriving after its last) over the rerun's value heads, with its
+    label and ratio, where the diff compared them. Within tolerance there, the states carried no error in
+    over tolerance."""
+    if origin.get("verdict") != "inherited" or "window" not in origin:
+        return
+    from .compare.quantities import QUANTITIES
+    from .compare.result import label_of
+
+    stage = QUANTITIES[origin["tap"]].stage
+    if stage == "fwd_prepare":
+        origin["carried_by"] = None
+        return
+    lo, hi = origin["window"]
+    seeds = [("S", lo)] + ([] if stage.startswith("fwd") else [("dS", hi + 1)])
+    heads = origin.get("value_heads") or [origin["head"]]   # dq/dk under GVA: the q/k head's value heads
+    rank = {"OK": 0, "UNREP": 0, "DRIFT": 1, "BUG": 2}
+    worst = None
+    for name, chunk in seeds:
+        cells = res.cells.get(name)
+        if cells is None or chunk not in cells.chunks or res.info.seq.get(chunk) != origin["seq"]:
+            continue
+        r = cells.chunks.index(chunk)
+        for h in heads:
+            j = cells.column(h)
+            if j is None or int(cells.count[r, j]) == 0:
+                continue
+            cell = {"tap": name, "chunk": chunk, "head": h, "label": label_of(cells, r, j),
+                    "ratio": float(cells.ratio[r, j]), "tol": cells.tol}
+            if worst is None or (rank.get(cell["label"], 0), cell["ratio"] / cell["tol"]) > \
+                    (rank.get(worst["label"], 0), worst["ratio"] / worst["tol"]):
+                worst = cell
+    if worst is not None:
+        origin["carried_by"] = worst
+
+
+def written_nowhere(names: list[str], cells: dict) -> list[str]:
+    """Of the taps all NaN on the implementation's side, those whose reference is finite somewhere in the
+    compared (valid) rows: a cell of theirs compared an element (NaN against a finite value). A reference
+    NaN there too, finite only in its padding rows, says nothing of whether the tap was written."""
+    return [n for n in names if n in cells and bool((cells[n].count > 0).any())]
+
+
+def precision_hint(precision: str, cells: dict, dtypes: dict, name: str) -> str | None:
+    """A note where most output/gradient cells are UNREP at fp32 because the implementation returns them
+    in 16 bits: a pass that judged few cells, which ``--precision bf16`` (bf16's tolerances) would judge."""
+    low = {n: str(dt).removeprefix("torch.") for n, dt in dtypes.items() if dt in (torch.bfloat16, torch.float16)}
+    if precision != "fp32" or not low:
+        return None
+    rows = [c for n, c in cells.items() if not c.quantity.is_tap]
+    judged = sum(int((c.count > 0).sum()) for c in rows)
+    unrep = sum(int(((c.label == noise.UNREP) & (c.count > 0)).sum()) for c in rows)
+    if not judged or 2 * unrep <= judged:
+        return None
+    kinds = "; ".join(f"{', '.join(n for n in low if low[n] == d)} in {d}" for d in dict.fromkeys(low.values()))
+    return (f"{unrep} of {judged} output/gradient cells are UNREP: {name} returns {kinds}, values that fp32's "
+            f"tolerances cannot judge; --precision bf16 judges them at bf16's")
