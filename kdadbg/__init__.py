@@ -11,6 +11,41 @@ Library entry points (the CLI is a thin shell over them):
 """
 
 
+def _kernels_beside() -> None:
+    """In a source checkout (``kernels/`` beside this package), ``kdadbg_kernels`` is that folder: imported
+    from another tree it would be another copy's kernels (an editable install of one checkout, this one on
+    ``PYTHONPATH``: user trial, round 41, a clone testing the installed tree's kernels unawares). An
+    installed wheel has no such folder and keeps its own ``kdadbg_kernels``."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    here = Path(__file__).resolve().parent.parent / "kernels"
+    init = here / "__init__.py"
+    if not init.is_file():
+        return
+    loaded = sys.modules.get("kdadbg_kernels")
+    if loaded is not None:
+        where = Path(getattr(loaded, "__file__", "") or "").resolve().parent
+        if where != here:
+            import warnings
+
+            warnings.warn(f"kdadbg_kernels was imported from {where} before kdadbg, whose checkout has its own "
+                          f"kernels at {here}: the kernels run are {where}'s", stacklevel=2)
+        return
+    spec = importlib.util.spec_from_file_location("kdadbg_kernels", init, submodule_search_locations=[str(here)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["kdadbg_kernels"] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules["kdadbg_kernels"]
+        raise
+
+
+_kernels_beside()
+
+
 def __getattr__(name):
     if name in ("capture", "Capture"):  # lazily: importing kdadbg stays light
         from . import capturing

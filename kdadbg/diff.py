@@ -19,6 +19,7 @@ cannot hold is UNREP. The first divergence is the first cell over its tolerance 
 from __future__ import annotations
 
 import contextvars
+import dataclasses
 import functools
 from typing import Callable
 
@@ -37,8 +38,9 @@ from .impls import TapsSpec, as_implementation, check_supported, resolve_impl
 from .impls.base import as_received, convert_taps, received_note, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
 from .diffnotes import (carried_seed, convention_notes, decay_coverage_note, precision_hint,
-                        written_nowhere)
+                        transposed_states_note, written_nowhere)
 from .dump import blind_gradients
+from .reach import blank, nonfinite_reach, reach_note
 from .tapsfile import OUTPUT_NAMES
 from .run import LOW_DTYPES, carried_json, judged as judged_tensor
 from .tolerances import tap_tolerances, tolerances
@@ -186,6 +188,19 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         ref = run_reference(inputs, config, taps=ref_names, device=device)
         ref_taps, base = dict(ref.taps), 0
         states = ref_taps
+    exp_taps = ref_taps
+    # NaN/Inf inputs: what they can reach is left out on both sides (kdadbg.reach), the rest compared as always;
+    # the window rerun's seeds (states) and the exponents keep the reference's own values
+    reach = None if seeded else nonfinite_reach(inputs, config, ct)
+    reached = {}
+    if reach is not None:
+        reached = reach.masks(ref.outputs)
+        ref.outputs = blank(ref.outputs, reached)
+        every = range(ct.n_chunks)
+        ref_taps = blank(ref_taps, reach.tap_masks(ref_taps, [info.seq[c] for c in every], [info.t[c] for c in every],
+                                                   list(range(inputs.HV))))
+        run = dataclasses.replace(run, outputs=blank(run.outputs, reached), taps=blank(run.taps, reach.tap_masks(
+            run.taps, [info.seq[c] for c in run.tap_chunks], [info.t[c] for c in run.tap_chunks], run.tap_heads)))
 
     cand = {}
     for n in names:
@@ -239,6 +254,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             fl_out, fl_taps = fl.outputs, fl.taps
         else:
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
+            if reach is not None:
+                fl_out = blank(fl_out, reached)
+                every = range(ct.n_chunks)
+                fl_taps = blank(fl_taps, reach.tap_masks(fl_taps, [info.seq[c] for c in every],
+                                                         [info.t[c] for c in every], list(range(inputs.HV))))
         t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
         if bound:
             for n, dt in run.tap_storage.items():
@@ -257,7 +277,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
 
     # dA_log/ddt_bias split into their sum's own error and dg's (not in a window: its sums hold its chunks only)
     carried = carried_from_dg(mine, theirs, row_ids, run.outputs, inputs, config, ct, chunk_list, head_list, info,
-                              tols, G, ref_dg=ref.outputs.get("dg") if precision == "fp32" else None) \
+                              tols, G, ref_dg=ref.outputs.get("dg")) \
         if noise_floor and not seeded else {}
     carried_notes = {}
 
@@ -296,9 +316,13 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                             *([note] if (note := received_note(impl.name, dump_inputs, run.upstream, seeded))
                               else [])])
     res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
+    flipped = transposed_states_note(run.outputs, ref.outputs, {n for n in ("ht", "dh0") if n in cells and bool(
+        cells[n].failing.any())}, tols, impl.name)
+    if flipped:
+        res.notes.append(flipped)
     from .compare.carried import COHERENT
 
-    for n, split in carried.items():   # the coherence carried_from_dg measured (at fp32)
+    for n, split in carried.items():   # the coherence carried_from_dg measured
         if split.coherent is not None:
             worst = float(split.coherent.max())
             if n in cells and bool(cells[n].failing.any()) and worst > COHERENT:
@@ -321,11 +345,14 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     bad_in = nonfinite_inputs(inputs)
     if bad_in:
         agree = nan_positions_agree(run.outputs, ref.outputs)
-        res.nonfinite_inputs = {"tensors": bad_in, "agree": agree}
+        left_out = {n: int(m.sum()) for n, m in reached.items()}
+        res.nonfinite_inputs = {"tensors": bad_in, "agree": agree, "left_out": left_out}
         res.notes.append(nonfinite_note(bad_in, agree))
+        if left_out:
+            res.notes.append(reach_note(left_out))
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
-    res.exponents = exponent_ranges(ref_taps, info, chunk_list, head_list, base)
+    res.exponents = exponent_ranges(exp_taps, info, chunk_list, head_list, base)
     decay = decay_coverage_note(res.exponents)
     if decay:
         res.notes.append(decay)

@@ -152,3 +152,30 @@ def precision_hint(precision: str, cells: dict, dtypes: dict, name: str) -> str 
     kinds = "; ".join(f"{', '.join(n for n in low if low[n] == d)} in {d}" for d in dict.fromkeys(low.values()))
     return (f"{unrep} of {judged} output/gradient cells are UNREP: {name} returns {kinds}, values that fp32's "
             f"tolerances cannot judge; --precision bf16 judges them at bf16's")
+
+
+def transposed_states_note(outputs: dict, ref: dict, failing: set, tols: dict, impl_name: str) -> str | None:
+    """A note where a failing ``ht``/``dh0`` (whole tensors ``[N, HV, a, a]``) matches the reference transposed
+    within its tolerance: states returned as ``[K,V]`` where the dump lays them out ``[V,K]``, or the other way.
+    Said, never converted (a guess would hide a bug). User trial, round 41: a function returning ``ht`` as
+    ``[K,V]`` on a ``vk`` dump read "ht 1.409 FAIL" and "BUG, introduced here", with no word of the layout."""
+    import math
+
+    hits = []
+    for n in ("ht", "dh0"):
+        if n not in failing or n not in outputs or n not in ref:
+            continue
+        x, r = outputs[n].detach().to(torch.float64).cpu(), ref[n].detach().to(torch.float64).cpu()
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape != r.shape:
+            continue
+        xt = x.transpose(-1, -2)
+        m = torch.isfinite(xt) & torch.isfinite(r)
+        err = float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
+        if err <= tols[n]:
+            hits.append(f"{n} (ratio {err:.3g})")
+    if not hits:
+        return None
+    return (f"{', '.join(hits)} match{'es' if len(hits) == 1 else ''} the reference transposed, within tolerance: "
+            f"{impl_name} returns its states as [K,V] where the dump's are [V,K], or the other way; a function with "
+            f"a state_v_first parameter is handed and must return states as the dump lays them out (state_v_first "
+            f"True: [V,K]), one without it [K,V]")

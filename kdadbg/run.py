@@ -22,6 +22,7 @@ from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, as_implementation, check_supported
 from .impls.base import as_received, received_note
 from .progress import ticking
+from .reach import blank, nonfinite_reach, reach_note
 from .schema import RUN_JSON
 from .tapsfile import inputs_fingerprint, outputs_that_apply
 from .tolerances import tolerances
@@ -277,19 +278,25 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
     # no upstream gradient: every gradient is 0 on both sides, which no backward can fail; not compared
     blind = blind_gradients(ref_inputs, names, inputs)   # as received: a do flushed to 0 in fp16 judges nothing
     tols16 = tolerances("bf16", tol_overrides)
-    rows = [judged(n, got.outputs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
+    # NaN/Inf inputs: what they can reach is left out on both sides (kdadbg.reach); the rest compared as always
+    reach = nonfinite_reach(inputs, config, ct) if window is None else None
+    reached = reach.masks({n: t for n, t in ref.outputs.items() if n in names}) if reach is not None else {}
+    outs = blank(got.outputs, reached)   # (got.outputs kept as returned: --save writes them)
+    ref.outputs = blank(ref.outputs, reached)
+    rows = [judged(n, outs[n], ref.outputs[n].cpu() if masks else ref.outputs[n],
                    _window_mask(n, masks, B, T, ref.outputs[n].ndim), tols[n], tols16[n])
-            for n in names if n in got.outputs and n not in blind]
+            for n in names if n in outs and n not in blind]
     if window is None:
-        carry_from_dg(rows, got.outputs, ref.outputs, inputs, config, impl.precision)
+        carry_from_dg(rows, outs, ref.outputs, inputs, config)
     from .compare.carried import REDUCED
 
     if impl.precision == "fp32" and any(r.failed and r.name not in REDUCED for r in rows):
         # over its tolerance: is the tolerance within float32's reach on this dump? (Not in bf16 mode, whose
         # noise model rounds the products' operands only: its dg floor can be 10x what bf16 kernels reach)
         t0 = time.perf_counter()
-        floor_out = precision_floor_outputs(ref_inputs, config, impl.precision, device, progress,
-                                            None if window is None else (seeded, info, ct, window, got.upstream))
+        floor_out = blank(precision_floor_outputs(ref_inputs, config, impl.precision, device, progress,
+                                                  None if window is None else (seeded, info, ct, window,
+                                                                               got.upstream)), reached)
         timings["noise floor"] = time.perf_counter() - t0
         for r in rows:
             # (a tensor returned in 16 bits has the storage rule instead: bf16 mode's tolerance, judged)
@@ -307,11 +314,19 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
                        [*([config_note] if config_note else []), *got.notes, *([received_as] if received_as else [])])
     result.window = None if window is None else list(window)
+    from .diffnotes import transposed_states_note
+
+    flipped = transposed_states_note(outs, ref.outputs, {r.name for r in rows if r.failed}, tols, impl.name)
+    if flipped:
+        result.notes.append(flipped)
     bad_in = nonfinite_inputs(inputs)
     if bad_in:
-        agree = nan_positions_agree({n: got.outputs[n] for n in names if n in got.outputs}, ref.outputs)
-        result.nonfinite_inputs = {"tensors": bad_in, "agree": agree}
+        agree = nan_positions_agree({n: outs[n] for n in names if n in outs}, ref.outputs)
+        left_out = {n: int(m.sum()) for n, m in reached.items()}
+        result.nonfinite_inputs = {"tensors": bad_in, "agree": agree, "left_out": left_out}
         result.notes.append(nonfinite_note(bad_in, agree))
+        if left_out:
+            result.notes.append(reach_note(left_out))
     elif any(r.nonfinite for r in rows):
         note = exp_range_note(inputs, config, ct, impl.name, got.outputs, ref.outputs)
         if note:
@@ -369,15 +384,14 @@ def judged(name: str, x: torch.Tensor, ref: torch.Tensor, mask, tol: float, tol1
     return row
 
 
-def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, config: KDAConfig,
-                  precision: str = "fp32") -> None:
+def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, config: KDAConfig) -> None:
     """``diff``'s carried-in rule (``compare.carried``) for whole tensors: ``dA_log`` and ``ddt_bias`` are
     sums of ``dg`` over a head's tokens, so where the gate gradient cancels ``dg`` within its bar can put them
     over theirs (our bf16 kernels' ``dA_log`` 0.0121 against 1e-2 on the CI-size ``kimi`` dump). Such a row
     over its tolerance whose value is within the tolerance of the exact float64 sum of the implementation's
     own ``dg`` is carried in from ``dg`` (``Compare.carried``): not a failure; ``dg`` is judged on its own row.
-    A wrong reduction (its own sum off) still fails, and at fp32 so does one whose ``dg`` error sums coherently
-    (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding)."""
+    A wrong reduction (its own sum off) still fails, and so does one whose ``dg`` error sums coherently
+    (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding; at either precision)."""
     from .compare.carried import COHERENT, REDUCED, coherence, reductions_of
 
     by = {r.name: r for r in rows}
@@ -391,7 +405,7 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
         sums = sums if sums is not None else reductions_of(outputs["dg"], inputs, config)
         exact = sums[n].reshape(outputs[n].shape)
         own = compare(n, outputs[n].detach().cpu(), exact)
-        if precision == "fp32" and "dg" in ref:
+        if "dg" in ref:
             coh = coh if coh is not None else coherence(outputs["dg"], ref["dg"], inputs, config)   # both sums at once
             c = float(torch.nan_to_num(coh[n], nan=0.0).max())
             if c > COHERENT:

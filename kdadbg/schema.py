@@ -3,12 +3,13 @@ quotes (no torch here, so the command line can read them without importing it)."
 
 INSPECT_JSON = 1   # kdadbg inspect --json: kdadbg.dump.describe_dump (README, "kdadbg inspect")
 TAPS_JSON = 1      # kdadbg taps --json: the summary of kdadbg.export.export_taps (README, "kdadbg taps")
-RUN_JSON = 5    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdadbg run"); 3: verdict partial/
+RUN_JSON = 6    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdadbg run"); 3: verdict partial/
                 # not_compared, pass null + reason, compared.not_compared, nulls, scale and abs_floor; 4: a
                 # tensor's carried_in_from_dg (dA_log/ddt_bias whose own sum is right: not a failure); 5: a
                 # tensor's precision_floor (the noise floor's ratio where it was over tolerance: UNREP within 10x),
-                # coherent (dA_log/ddt_bias whose dg error sums coherently: not carried in)
-DIFF_JSON = 7   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
+                # coherent (dA_log/ddt_bias whose dg error sums coherently: not carried in); 6:
+                # nonfinite_inputs.left_out (what NaN/Inf inputs can reach, left out: kdadbg.reach)
+DIFF_JSON = 8   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
                 # NOT_COMPARED cells, verdict not_compared, compared.not_compared, min_tolerance counts, scales;
                 # 4: tensors (each output and gradient judged as run judges it; the verdict fails with them),
                 # origin.label and origin.floor (the window rerun against its noise floor); 5: origin and
@@ -16,4 +17,6 @@ DIFF_JSON = 7   # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (
                 # filled for diff A B; 6: origin_first_divergence (a DRIFT first divergence's own rerun),
                 # outputs_not_compared, carried_in_from_dg {"ratio", "own"} or null in tensors (as run's)
                 # and in a cell carried in (was a bool there, the ratio here); 7: precision_floor in tensors,
-                # taps_not_provided (taps named with --taps not provided: verdict partial), origin.carried_by
+                # taps_not_provided (taps named with --taps not provided: verdict partial), origin.carried_by;
+                # 8: a tensor's lead (a failing tensor's first cell over its tolerance, else null),
+                # nonfinite_inputs.left_out

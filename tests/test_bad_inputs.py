@@ -554,32 +554,33 @@ def test_r7_against_a_dump_or_an_unrelated_file_is_exit_2(tmp_path):
 def _nan_dump(tmp_path):
     import dataclasses
 
-    inputs, cfg = make_inputs(SMALL)
+    inputs, cfg = make_inputs(with_size(get_case("basic"), K=8, V=8))   # B 2, T 40, H 2, chunk 16
     q = inputs.q.clone()
     q[0, 3, 0, 2] = float("nan")
     return save_dump(tmp_path / "nan.safetensors", dataclasses.replace(inputs, q=q), cfg)
 
 
 @pytest.mark.parametrize("command", ["run", "diff"])
-def test_r13_nonfinite_inputs_are_said_and_judged_by_where_the_nans_are(tmp_path, command):
+def test_r13_nonfinite_inputs_are_said_and_what_they_reach_left_out(tmp_path, command):
+    """A NaN in q (batch row 0, token 3, head 0). Until round 41 the two sides had to put NaN in the same
+    elements: an implementation chunked otherwise (or a token recurrence) failed for where its NaN spread,
+    which its chunking decides, not its correctness. What the NaN can reach (batch row 0's head 0, the whole
+    forward from its 64-token block and backward) is left out on both sides; the rest is compared: ours,
+    another chunking and one that zeroes its NaN all pass there, and say what was left out. (Inside the
+    reach nothing is judged, not even a NaN replaced by 0: the cost of the bound, README.)"""
     dump = _nan_dump(tmp_path)
     impl = tmp_path / "impl.py"
     impl.write_text("import sys\nsys.path.insert(0, %r)\nfrom tests.impls.torch_kda import chunk_kda as _k\n\n"
-                    "def token_recurrence(*a, **k):\n    return _k(*a, **k)\n\n"
+                    "def chunked_otherwise(*a, **k):\n    k['chunk_size'] = 8\n    return _k(*a, **k)\n\n"
                     "def hides_nans(*a, **k):\n    o, ht = _k(*a, **k)\n    return o.nan_to_num(), ht\n"
                     % str(REPO))
-    # our kernels follow the reference's chunked algorithm: NaN lands in the same elements
-    r = kdadbg(command, dump, "--allow-nonfinite", "--device", "cpu")
-    # the gradients NaN on both sides everywhere compared nothing: PARTIAL (exit 3), not a pass, in run and
-    # in diff (whose cells that compared something are within tolerance; it said pass, exit 0, before)
-    assert r.exit_code == 3, r.output
-    assert "compares non-finite data" in r.stdout and "same output elements" in r.stdout
-    assert "not compared" in r.stdout
-    # a token recurrence spreads the NaN elsewhere in the backward; hiding them differs too
-    for fn in ("token_recurrence", "hides_nans"):
-        r = kdadbg(command, dump, "--allow-nonfinite", "--impl", f"{impl}:{fn}", "--device", "cpu")
-        assert r.exit_code == 1, r.output
-        assert "compares non-finite data" in r.stdout and "disagree" in r.stdout
+    for fn in (None, "chunked_otherwise", "hides_nans"):
+        extra = ["--impl", f"{impl}:{fn}"] if fn else []
+        r = kdadbg(command, dump, "--allow-nonfinite", *extra, "--device", "cpu")
+        out = " ".join(r.stdout.split())
+        assert r.exit_code == 0, (fn, r.output)
+        assert "compares non-finite data" in out and "same output elements" in out, out
+        assert "left out as NaN/Inf inputs can reach them" in out and "o: 320" in out, out   # 40 tokens x V 8 of head 0
 
 
 def test_r13_an_output_nan_where_the_reference_is_finite_is_a_bug(tmp_path):

@@ -451,3 +451,23 @@ def test_a_stage_that_reports_nothing_itself_still_shows_its_elapsed_time(tmp_pa
     with ticking(lambda *a: calls.append(a), "ref", None, every_s=0.05):
         time.sleep(0.2)
     assert calls[0] == ("ref", 0, 1) and calls[-1] == ("ref", 1, 1) and len(calls) >= 3
+
+
+def test_a_checkout_on_pythonpath_runs_its_own_kernels(tmp_path):
+    """User trial, round 41: a clone run with PYTHONPATH=clone imported kdadbg from the clone and
+    kdadbg_kernels, through the editable install, from the installed checkout: a kernel edited in the clone
+    was never run. A checkout's kdadbg takes the kernels/ beside it."""
+    import shutil
+
+    tree = tmp_path / "clone"
+    for part in ("kdadbg", "kernels"):
+        shutil.copytree(REPO / part, tree / part, ignore=shutil.ignore_patterns("__pycache__"))
+    code = ("import kdadbg, kdadbg_kernels, kdadbg_kernels.taps; "
+            "print(kdadbg.__file__); print(kdadbg_kernels.__file__); print(kdadbg_kernels.taps.__file__)")
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    r = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    files = r.stdout.split()
+    assert files == [str(tree / "kdadbg" / "__init__.py"), str(tree / "kernels" / "__init__.py"),
+                     str(tree / "kernels" / "taps.py")], files

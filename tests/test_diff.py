@@ -355,7 +355,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 7 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 8 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -637,7 +637,9 @@ def test_cli_diff_names_a_planted_fault(tmp_path, dump, kernel_device):
     with plant("dL_sign", 4):
         r = kdadbg("diff", dump, "--device", kernel_device, "--json", tmp_path / "d.json", "--plot", tmp_path / "d.png")
     assert r.exit_code == 1, r.output
-    assert "first divergence" in r.stdout and "introduced here" in r.stdout and "amplification of dL" in r.stdout
+    assert "first divergence" in r.stdout and "introduced in the window" in r.stdout and "amplification of dL" in r.stdout
+    # user trial, round 41: "introduced here" on a window of two chunks sent the user into chunk 4's own code
+    assert "the fault is in chunks 4..5: chunk 4 itself, or 5, whose dS reaches it" in " ".join(r.stdout.split())
     doc = json.loads((tmp_path / "d.json").read_text())
     fd = doc["first_divergence"]
     assert (doc["verdict"], fd["tap"], fd["chunk"], fd["origin"]) == ("fail", "dL", 4, "introduced")
@@ -738,7 +740,7 @@ def test_a_drift_first_divergence_before_the_first_bug_is_rerun_too(monkeypatch)
     text = console.export_text()
     lines = text.splitlines()
     at = [i for i, ln in enumerate(lines) if ln.startswith("first divergence") or ln.startswith("first BUG")]
-    assert len(at) == 2 and "introduced here" in " ".join(lines[at[0]:at[1]]) and "L at chunk 2" in text, text
+    assert len(at) == 2 and "introduced in the window" in " ".join(lines[at[0]:at[1]]) and "L at chunk 2" in text, text
     # where the first divergence is the first BUG, one rerun, as before
     one = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     assert one.origin_first is None and one.as_json()["origin_first_divergence"] is None
@@ -1148,6 +1150,8 @@ def test_an_inherited_verdict_says_what_could_have_carried_the_error_in(tap, chu
     difftables.render_first(console, res)
     out = " ".join(console.export_text().split())
     assert said in out, out
+    # user trial, round 41: nothing measured carried the error in, so the headline is not "inherited"
+    assert "not reproduced on the window: rerun on" in out and "inherited:" not in out, out
 
 
 class _TapsInOtherConventions(Implementation):

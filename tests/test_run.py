@@ -32,7 +32,7 @@ def test_run_passes_and_writes_json_and_save(dump, tmp_path):
     assert r.exit_code == 0, r.output
     assert "PASS" in r.stdout and "ratio" in r.stdout
     doc = json.loads(js.read_text())
-    assert doc["schema"] == 5 and doc["verdict"] == "pass" and doc["precision"] == "fp32"
+    assert doc["schema"] == 6 and doc["verdict"] == "pass" and doc["precision"] == "fp32"
     assert doc["impl"]["name"] == "ours" and doc["compared"]["elements"] > 0 and doc["not_provided"] == {}
     assert doc["knobs"] == {}
     assert [t["name"] for t in doc["tensors"]] == TENSORS

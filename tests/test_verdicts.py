@@ -8,6 +8,7 @@ files (diff A B) compare the outputs and gradients both hold."""
 import dataclasses
 import json
 
+import pytest
 import torch
 from rich.console import Console
 from typer.testing import CliRunner
@@ -64,7 +65,7 @@ def test_run_rows_with_nothing_compared_are_not_passes(tmp_path):
     assert rows["dv"].count > 0 and rows["dv"].passed is True
     assert res.verdict == "partial" and not res.passed
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 5 and doc["verdict"] == "partial"
+    assert doc["schema"] == 6 and doc["verdict"] == "partial"
     o = next(t for t in doc["tensors"] if t["name"] == "o")
     assert o["pass"] is None and o["reason"] and o["ratio"] is None and o["cosine"] is None and o["max_index"] is None
     assert doc["compared"]["tensors"] == 2 and "o" in doc["compared"]["not_compared"]
@@ -100,7 +101,7 @@ def test_diff_cells_with_nothing_compared_are_not_ok(tmp_path):
     n = res.counts()
     assert n["not_compared"] > 0 and n["ok"] == n["cells"]     # OK counts only cells that compared something
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 7 and doc["compared"]["not_compared"] == n["not_compared"]
+    assert doc["schema"] == 8 and doc["compared"]["not_compared"] == n["not_compared"]
     cells = [c for c in doc["cells"] if c["tap"] == "dqd"]
     assert cells and all(c["label"] == "NOT_COMPARED" and c["ratio"] is None and c["reason"] for c in cells)
     assert not any(c["label"] == "OK" for c in doc["cells"] if c["count"] == 0)
@@ -443,17 +444,136 @@ class _BiasedDecayGradient(Implementation):
         return ImplRun(out)
 
 
-def test_a_bias_in_dg_that_its_rows_cannot_show_is_not_carried_in_at_fp32():
+@pytest.mark.parametrize("precision, bias", [("fp32", 5e-4), ("bf16", 5e-3)])
+def test_a_bias_in_dg_that_its_rows_cannot_show_is_not_carried_in(precision, bias):
     """Adversarial trial, round 40: dg biased by 5e-4 of its RMS on one head (its rows within ten times their
     float32 floor: UNREP), dA_log and ddt_bias formed from it: both passed as "carried in from dg" at fp32,
     though dA_log was 57x its own floor. dg's rounding errors cancel in the sums (coherence at most 7.8 measured),
-    a bias adds up (82): past COHERENT (30) the sum is not excused, in run and in diff; a clean run passes."""
+    a bias adds up (82): past COHERENT (30) the sum is not excused, in run and in diff; a clean run passes.
+    User trial, round 41: the same in bf16 mode, where dg within its 2e-2 (a dg missing each chunk's last
+    token, 0.019) let a dA_log 14x its bar pass as carried in."""
     from kdadbg.compare.carried import COHERENT
 
+    def impl(b):
+        i = _BiasedDecayGradient(b)
+        i.precision = precision
+        return i
+
     inputs, config = make_inputs(dataclasses.replace(get_case("chunk64_strong"), T=512, H=4), seed=0)
-    res = check(inputs, config, impl=_BiasedDecayGradient(5e-4))
-    da = next(t for t in res.tensors if t.name == "dA_log")
+    res = check(inputs, config, impl=impl(bias))
+    dg, da = (next(t for t in res.tensors if t.name == n) for n in ("dg", "dA_log"))
+    assert not dg.failed and da.tol == {"fp32": 1e-5, "bf16": 1e-2}[precision], (dg.ratio, da.tol)
     assert res.verdict == "fail" and da.failed and da.coherent > COHERENT, (da.ratio, da.coherent, da.carried)
-    d = diff_dump(inputs, config, _BiasedDecayGradient(5e-4), window=0)
+    d = diff_dump(inputs, config, impl(bias), window=0)
     assert d.verdict == "fail" and any("sums into it coherently" in n for n in d.notes)
-    assert check(inputs, config, impl=_BiasedDecayGradient(0.0)).verdict == "pass"
+    assert bool(d.cells["dA_log"].failing[:, 1].all()), d.cells["dA_log"].label   # head 1's: BUG, never UNREP
+    assert check(inputs, config, impl=impl(0.0)).verdict == "pass"
+
+
+class _DroppedChunkLastToken(Implementation):
+    """The float64 reference in bf16 mode with dg zeroed at each chunk's last token on head 1, in every
+    sequence after the first (dA_log, ddt_bias formed exactly from that dg): user trial round 41's bug."""
+
+    def __init__(self, chunk_size):
+        self.name, self.precision, self.C = "reference, dg's chunk-last tokens dropped", "bf16", chunk_size
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.compare.carried import reductions_of
+
+        out = {n: t.clone() for n, t in run_reference(inputs, config, taps=(), device=device).outputs.items()}
+        cu = inputs.cu_seqlens.tolist()
+        for s, e in zip(cu[1:-1], cu[2:]):
+            out["dg"][:, s + self.C - 1:e:self.C, 1] = 0
+        sums = reductions_of(out["dg"], inputs, config)
+        out["dA_log"], out["ddt_bias"] = sums["dA_log"], sums["ddt_bias"]
+        return ImplRun(out)
+
+
+def test_a_tensor_that_fails_whole_with_no_divergent_cell_says_where_to_look():
+    """User trial, round 41: in bf16 mode a dg missing each chunk's last token (head 1, sequences after the
+    first) read UNREP in every chunk it touched (the bf16 floor of dg ten times what kernels reach), and the
+    diff said "no divergence" above "verdict: fail" from the whole-tensor rule, naming no chunk. The failing
+    tensor's first cell over its tolerance is named, in the text and in the JSON (`tensors.dg.lead`)."""
+    inputs, config = make_inputs(get_case("fla_layer_varlen"), seed=0)
+    res = diff_dump(inputs, config, _DroppedChunkLastToken(config.chunk_size), window=0)
+    assert res.verdict == "fail" and res.first_divergence is None and res.tensors_failing == ["dg"], res.counts()
+    lead = res.tensor_lead("dg")
+    seq_start = inputs.cu_seqlens.tolist()[1]
+    assert lead["label"] == "UNREP" and lead["head"] == 1 and res.info.seq[lead["chunk"]] >= 1, lead
+    assert res.info.start[lead["chunk"]] >= seq_start and lead["ratio"] > lead["tol"], lead
+    text = " ".join(rendered(difftables.render, res).split())
+    assert f"dg: first cell over its tolerance chunk {lead['chunk']}, head 1" in text, text
+    doc = res.as_json()
+    assert doc["tensors"]["dg"]["lead"]["chunk"] == lead["chunk"] and doc["tensors"]["o"]["lead"] is None
+
+
+class _Oracle(Implementation):
+    """The token-by-token float64 recurrence (kdadbg.oracle, gradients by autograd): NaN reaches exactly the
+    tokens the recurrence carries it to; ``nan_o``: its o made NaN at that (token, head) too."""
+
+    def __init__(self, nan_o=None):
+        self.name, self.nan_o = "oracle", nan_o
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.oracle import run_oracle
+
+        out = {n: t.detach().clone() for n, t in run_oracle(inputs, config).items()}
+        if self.nan_o is not None:
+            out["o"][:, self.nan_o[0], self.nan_o[1]] = float("nan")
+        return ImplRun(out)
+
+
+@pytest.mark.parametrize("token", [5, 70])
+def test_a_nan_input_is_not_blamed_on_an_implementation_that_keeps_it_causal(tmp_path, token):
+    """User trial, round 41: a NaN in one input token, captured with --when nonfinite: the chunked float64
+    reference spreads it to the earlier tokens of its chunk (0 x NaN in the causal products), so a correct
+    token-by-token implementation was a BUG at token 0 ("-7.3e-05, reference NaN") and diff and run failed.
+    What a NaN/Inf input can reach in any chunking is left out on both sides (kdadbg.reach); before its
+    64-token block o is still compared, and a NaN the implementation makes outside the reach still fails."""
+    inputs, config = make_inputs(get_case("fla_layer"))
+    v = inputs.v.clone()
+    v[0, token, 0] = float("nan")
+    inputs = dataclasses.replace(inputs, v=v)
+    res = check(inputs, config, impl=_Oracle())
+    o = next(t for t in res.tensors if t.name == "o")
+    assert res.verdict == "pass" and res.nonfinite_inputs["agree"], [(t.name, t.ratio, t.nonfinite) for t in res.tensors]
+    block = token // 64 * 64
+    reached = 256 - block            # o of head 0 from the block on
+    assert res.nonfinite_inputs["left_out"]["o"] == reached * 32 and o.count == (256 * 2 - reached) * 32, o.count
+    assert "dv" not in res.nonfinite_inputs["left_out"]   # dv reads the state's gradient alone: not v
+    assert any(n.startswith("left out as NaN/Inf inputs can reach them") for n in res.notes), res.notes
+    d = diff_dump(inputs, config, _Oracle(), window=0)
+    assert d.verdict == "pass" and d.counts()["bug"] == 0 and d.counts()["cells"] > 0, d.counts()
+    # a NaN the implementation makes where no NaN input reaches (head 1): named, and the verdict fails
+    bad = check(inputs, config, impl=_Oracle(nan_o=(3, 1)))
+    assert bad.verdict == "fail" and not bad.nonfinite_inputs["agree"]
+    d = diff_dump(inputs, config, _Oracle(nan_o=(3, 1)), window=0)
+    assert d.verdict == "fail" and d.first_nonfinite["tap"] == "o" and d.first_nonfinite["head"] == 1
+
+
+class _StatesTransposed(Implementation):
+    """The float64 reference with ht (and dh0) returned transposed: [K,V] where the dump's are [V,K]."""
+
+    def __init__(self):
+        self.name = "reference, states transposed"
+
+    def run(self, inputs, config, *, device, taps=None):
+        out = {n: t.clone() for n, t in run_reference(inputs, config, taps=(), device=device).outputs.items()}
+        for n in ("ht", "dh0"):
+            if n in out:
+                out[n] = out[n].transpose(-1, -2).contiguous()
+        return ImplRun(out)
+
+
+def test_states_returned_transposed_are_said_to_be():
+    """User trial, round 41: a function returning ht as [K,V] on a [V,K] dump read "ht 1.409 FAIL" (run) and
+    "BUG, introduced here" (diff), and nothing said "matches the reference transposed", as diff says of S/dS
+    taps. Both now say it, naming the implementation; a clean run says nothing of it."""
+    inputs, config = make_inputs(get_case("basic"))    # h0 and dht: ht and dh0 both compared, K = V
+    res = check(inputs, config, impl=_StatesTransposed())
+    assert res.verdict == "fail" and {t.name for t in res.tensors if t.failed} == {"ht", "dh0"}
+    assert any(n.startswith("ht (ratio") and "dh0 (ratio" in n and "match the reference transposed" in n
+               and "states transposed returns its states as [K,V]" in n for n in res.notes), res.notes
+    d = diff_dump(inputs, config, _StatesTransposed(), names=(), window=0)
+    assert d.verdict == "fail" and any("match the reference transposed" in n for n in d.notes), d.notes
+    assert not any("transposed" in n for n in check(inputs, config, impl=resolve_impl("reference")).notes)

@@ -119,7 +119,7 @@ class Compare:
     carried_own: float | None = None
     # over tol: the same tensor from the reference at the compared precision (the noise floor, noise.floor_reference)
     precision_floor: float | None = None
-    # dA_log/ddt_bias over tol at fp32 whose dg error sums coherently (compare.carried.coherence): not carried in
+    # dA_log/ddt_bias over tol whose dg error sums coherently (compare.carried.coherence): not carried in
     coherent: float | None = None
 
     @property
@@ -242,5 +242,6 @@ def nan_positions_agree(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tens
 def nonfinite_note(bad_inputs: dict[str, int], agree: bool) -> str:
     return ("the inputs hold NaN/Inf (" + ", ".join(f"{n}: {c}" for n, c in bad_inputs.items()) +
             "): this compares non-finite data, leaving out elements non-finite on both sides; " +
-            ("both sides put NaN/Inf in the same output elements" if agree else
-             "the two sides disagree on where the outputs are NaN/Inf: fail"))
+            ("both sides put NaN/Inf in the same output elements (outside what the inputs' NaN/Inf can reach)"
+             if agree else "the two sides disagree on where the outputs are NaN/Inf outside what the inputs' "
+             "NaN/Inf can reach: fail"))

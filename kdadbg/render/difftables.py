@@ -96,6 +96,14 @@ def render_tensors(console: Console, res) -> None:
         "; no cell of theirs is a BUG (those over tolerance are DRIFT or UNREP), which alone would not fail"
     console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over the "
                   f"compared rows): {what}{drift}", soft_wrap=True, highlight=False)
+    for n in failing:
+        lead = res.tensor_lead(n)
+        if lead is None or (res.first_divergence is not None and lead["tap"] == res.first_divergence["tap"]):
+            continue   # (where the first divergence is in this tensor, the lines above lead to it already)
+        floor = f", noise floor {fig(lead['floor'])}" if lead["floor"] is not None else ""
+        console.print(f"  {n}: first cell over its tolerance chunk {lead['chunk']}, {_head(lead)}: ratio "
+                      f"{fig(lead['ratio'])} > tol {lead['tol']:g} ({lead['label']}{floor}); start looking there",
+                      soft_wrap=True, highlight=False)
 
 
 def partial_reason(res) -> str:
@@ -145,7 +153,8 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     if max_columns is None:
         max_columns = max(4, (console.width - 32) // 6)
     grid = res.grid(max_columns)
-    title = "fla ratio per tap × chunk, worst head" + (
+    # (the metric's name, not the implementation's: "fla ratio" read as fla's own figures under --impl fla)
+    title = "ratio RMS(ref-x)/RMS(ref) per tap × chunk, worst head" + (
         f" (columns: {grid['bucket']} chunks each, worst cell)" if grid["bucket"] > 1 else "")
     t = Table(title=title, title_justify="left", padding=(0, 0), show_edge=False, pad_edge=False)
     t.add_column("tap", no_wrap=True, style="bold")
@@ -306,8 +315,17 @@ def _origin(console: Console, o: dict | None) -> None:
                f"{o['seeded']['dht']}")
         if o["verdict"] == "introduced":
             floor = f", {o['label']}, noise floor {fig(o['floor'])}" if o.get("floor") is not None else ""
-            console.print(f"  [bold red]introduced here[/bold red]: rerun on {how}: {o['tap']} at chunk {o['chunk']} "
-                          f"still diverges (ratio {fig(o['ratio'])}{floor})", soft_wrap=True, highlight=False)
+            c = o["chunk"]
+            if lo == hi:
+                where = f"the fault is in chunk {c} itself"
+            else:   # the window holds the chunks whose states reach c: the fault can be in any of them
+                others = id_ranges([x for x in range(lo, hi + 1) if x != c])
+                state = "S" if o["tap"] in FWD_TAPS else "dS"
+                where = (f"the fault is in chunks {lo}..{hi}: chunk {c} itself, or {others}, whose {state} "
+                         f"reaches it (--window 1 reruns chunk {c} alone)")
+            console.print(f"  [bold red]introduced in the window[/bold red]: rerun on {how}: {o['tap']} at chunk "
+                          f"{c} still diverges (ratio {fig(o['ratio'])}{floor}): {where}", soft_wrap=True,
+                          highlight=False)
         elif o["verdict"] == "inherited":
             within = ("within what the compared precision holds (UNREP: ratio " + fig(o['ratio']) + ", noise floor "
                       + fig(o.get('floor')) + ")") if o.get("label") == "UNREP" else \
@@ -337,7 +355,13 @@ def _origin(console: Console, o: dict | None) -> None:
                 why = ("; the error was carried in, or is tied to where the chunk sits (its absolute token positions, "
                        "its batch row or sequence), which the window's rerun, one sequence of its own (B = 1) "
                        "starting afresh, does not reproduce; taps of S and dS would tell the two apart")
-            console.print(f"  [yellow]inherited[/yellow]: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
+            # the headline says what the rerun showed: "inherited" only where a seed measured failing carried the
+            # error in (or, without state taps, could have); otherwise the rerun did not reproduce it (user
+            # trial, round 41: a fault tied to a sequence's place in the batch read "inherited")
+            carried = seed is False or (seed and seed["label"] not in ("OK", "UNREP"))
+            head = "[yellow]inherited[/yellow]" if carried and not o.get("seq_start") else \
+                "[yellow]not reproduced on the window[/yellow]"
+            console.print(f"  {head}: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
                           f"{why}", soft_wrap=True, highlight=False)
             w = o.get("first_in_window")
             if w is not None and (w["tap"], w["chunk"]) != (o["tap"], o["chunk"]):
