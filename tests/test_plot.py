@@ -156,6 +156,48 @@ def test_the_subtitle_names_the_first_divergences_head(tmp_path, monkeypatch):
     assert "at chunk 3, q/k head 1 (value heads 2-3): BUG" in fig._suptitle.get_text()
 
 
+NAME = "kimi_varlen_dump_name.safetensors"
+LONG_PATHS = [pytest.param("/home/someone/kimi_linear_experiments/varlen_sweeps/run_0042/layer_17/" + NAME, id="long"),
+              pytest.param("/home/someone/" + "a_rather_long_folder_name/" * 8 + NAME, id="wider_than_the_figure")]
+
+
+def titles(fig) -> list[str]:
+    """The lines of the figure's titles (suptitle and axes titles), each checked to lie within the figure's width."""
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in (fig._suptitle, *(ax.title for ax in fig.axes)) if t is not None and t.get_text()]
+    for t in texts:
+        box = t.get_window_extent(renderer)
+        assert box.x0 >= 0 and box.x1 <= fig.bbox.x1, (t.get_text(), box, fig.bbox)
+    return [line for t in texts for line in t.get_text().split("\n")]
+
+
+@pytest.mark.parametrize("path", LONG_PATHS)
+@pytest.mark.parametrize("command", ["run", "diff"])
+def test_a_long_dump_path_fits_the_title(tmp_path, monkeypatch, command, path):
+    """A user trial: ``run --plot``'s title was cut at the left edge (``adbg run: /tmp/trialA_user/d/kimivar…``);
+    ``diff --plot`` broke a long path anywhere, its file name included. Every title line lies within the figure;
+    the path is whole where it fits a line, else its file name is."""
+    import kdadbg.render.plot as P
+
+    figs = []
+    save = P._save
+    monkeypatch.setattr(P, "_save", lambda fig, canvas, p: figs.append(fig) or save(fig, canvas, p))
+    if command == "run":
+        ref = torch.randn(2, 8, dtype=torch.float64)
+        tensors = [compare(n, ref.float(), ref).judge(1e-5) for n in ("o", "dq", "dk", "dv")]
+        result = RunResult(path, "fp32", "cpu", make_inputs(get_case("basic"))[1], tensors)
+        plot_run(tmp_path / "r.png", run_plot_data(result))
+    else:
+        plot_diff(tmp_path / "d.png", {**fabricated(6), "title": f"kdadbg diff: {path}  ·  ours vs reference  ·  "
+                                                                 "fp32  ·  chunks 0:6, heads 0-1"})
+    lines = titles(figs[0])
+    assert any(line.startswith(f"kdadbg {command}") for line in lines), lines
+    if len(path) < 120:
+        assert any(path in line for line in lines), lines
+    else:
+        assert any(line.startswith("/home/someone/") and line.endswith("…/" + NAME) for line in lines), lines
+
+
 def test_bucket_columns_keep_the_worst():
     data = fabricated(200)
     labels, values, status, per, groups = bucket_columns(data["chunks"], data["log10_ratio"], data["status"])

@@ -91,6 +91,60 @@ def _sci(x: float) -> str:
     return f"{m}e{int(e)}"
 
 
+SEP = "  ·  "     # between the parts of a title: where a line is broken first
+
+
+def fit_title(fig, canvas_cls, text: str, fontsize: float) -> str:
+    """``text`` broken into lines that each fit the figure's width, measured with its renderer at
+    ``fontsize``: a line is broken at its ``SEP`` first, then at spaces (a count stays with its label,
+    ``"4 UNREP"``); a word still wider than the figure (a long dump path) keeps its file name and loses
+    the middle of its folders to an ellipsis (the full path is in the text report and the JSON). Draw it
+    with ``parse_math=False``: a ``$`` in a path is not mathtext.
+    Example: ``fig.suptitle(fit_title(fig, FigureCanvasAgg, "kdadbg run: /a/long/path/d.safetensors", 10))``."""
+    import re
+
+    from matplotlib.font_manager import FontProperties
+
+    renderer = canvas_cls(fig).get_renderer()
+    prop = FontProperties(size=fontsize)
+    room = fig.bbox.width - 0.2 * fig.dpi    # the constrained layout's margins, and a little to spare
+
+    def fits(line: str) -> bool:
+        return renderer.get_text_width_height_descent(line, prop, ismath=False)[0] <= room
+
+    lines: list[str] = []
+
+    def pack(parts: list[str], joint: str, split) -> str | None:
+        """Append the full lines of ``parts`` joined by ``joint`` to ``lines``; return the last, unfinished one."""
+        cur = None
+        for part in parts:
+            if cur is not None and fits(cur + joint + part):
+                cur += joint + part
+                continue
+            if cur is not None:
+                lines.append(cur)
+            cur = part if fits(part) else split(part)
+        return cur
+
+    def words(part: str) -> str:
+        return pack(part.split(" "), " ", lambda word: _shorten(word, fits))
+
+    for line in re.sub(r"(\d) (?=[A-Za-z])", "\\1\u00a0", text).split("\n"):
+        lines.append(pack(line.split(SEP), SEP, words) or "")
+    return "\n".join(lines)
+
+
+def _shorten(word: str, fits) -> str:
+    """``word`` with its middle cut to an ellipsis until it fits: the file name (after the last ``/``) kept
+    whole where it fits alone, else both ends of the word."""
+    cut = word.rfind("/")
+    tail = word[cut:] if cut > 0 else ""
+    if tail and fits("…" + tail):
+        return next(word[:k] + "…" + tail for k in range(cut - 1, -1, -1) if fits(word[:k] + "…" + tail))
+    return next((word[:k] + "…" + word[-k:] for k in range(len(word) // 2, 0, -1)
+                 if fits(word[:k] + "…" + word[-k:])), "…")
+
+
 # the diff heatmap
 
 
@@ -264,15 +318,7 @@ def plot_diff(path, data: dict) -> Path:
         subtitle = (f"{first.get('what', 'first divergence')}: {rows[i]['name']} ({rows[i]['stage']}) at chunk "
                     f"{data['chunks'][first['col']]}{head}: {LABELS.get(status, status)}{first.get('after', '')}"
                     + (f"\n{data['compared']}" if data.get("compared") else ""))
-    # wrapped to the figure's width (about 11 characters an inch at this size): a long line was cut at both edges
-    import re
-    import textwrap
-
-    per_line = max(40, int(width * 11))
-    # a count stays with its label ("4 UNREP", "162 cells"): textwrap breaks at ASCII spaces only
-    text = re.sub(r"(\d) (?=[A-Za-z])", "\\1\u00a0", f"{data['title']}\n{subtitle}")
-    lines = [w for line in text.split("\n") for w in textwrap.wrap(line, per_line) or [""]]
-    fig.suptitle("\n".join(lines), fontsize=11)
+    fig.suptitle(fit_title(fig, Canvas, f"{data['title']}\n{subtitle}", 11), fontsize=11, parse_math=False)
 
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.05, fraction=0.035, aspect=30)
     ticks = list(range(int(vmin), int(vmax) + 1))
@@ -430,7 +476,7 @@ def plot_run(path, data: dict) -> Path:
     ax.set_xlabel("ratio RMS(ref - x) / (RMS(ref) + 1e-8), log scale")
     ax.grid(axis="x", which="major", color="#dddddd", lw=0.6)
     ax.set_axisbelow(True)
-    ax.set_title(data["title"], fontsize=10)
+    fig.suptitle(fit_title(fig, Canvas, data["title"], 10), fontsize=10, parse_math=False)
     handles = [Patch(color=PASS, label="pass"), Patch(color=FAIL, label="fail"),
                Line2D([], [], color="black", lw=2.2, label="tolerance")]
     if any(t["ratio"] is None or t.get("nonfinite", 0) > 0 for t in tensors):
