@@ -489,8 +489,13 @@ def taps(
     tap_names: Annotated[Optional[str], typer.Option("--taps", help="Comma-separated tap or stage names, all or "
                                                      "none (default all; see --list).")] = None,
     chunks: Annotated[Optional[str], typer.Option("--chunks", help="Global chunk range A:B (half-open, either "
-                                                  "side optional) or one chunk A.")] = None,
-    heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices.")] = None,
+                                                  "side optional) or one chunk A, of the taps.")] = None,
+    heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices, of the taps.")]
+    = None,
+    outputs: Annotated[bool, typer.Option("--outputs/--no-outputs", help="Write the outputs and gradients, whole "
+                                          "tensors whatever --chunks/--heads select (what diff's output rows and "
+                                          "whole-tensor verdicts compare); --no-outputs: the taps alone (diff then "
+                                          "lists the outputs as not provided: verdict partial).")] = True,
     device: Annotated[Device, typer.Option("--device", help="Where to compute.")] = Device.auto,
     precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands (--source ours): "
                                                  "fp32 (IEEE) or bf16.")] = Precision.fp32,
@@ -504,7 +509,8 @@ def taps(
 ):
     """Export outputs, gradients and per-chunk taps of a dump to a taps file (safetensors).
 
-    Each tap is stored as \\[chunks, heads, *per-chunk shape] with padding rows 0 (README: taps file layout).
+    Each tap is stored as \\[chunks, heads, *per-chunk shape] with padding rows 0 (README: taps file layout);
+    --taps/--chunks/--heads select the taps, the outputs and gradients are whole tensors (--no-outputs: none).
     --source reference: the float64 chunked reference (float64 taps); --source ours: our Triton
     kernels at --precision (float32 taps); --source PATH.py:FUNCTION: any implementation (--impl).
     Exit 1 when an exported value is NaN or Inf.
@@ -541,7 +547,7 @@ def taps(
         info = export_taps(dump, out, source=source, names=names, chunks=chunk_range, heads=head_list,
                            device=device.value, overrides=overrides, force=force,
                            allow_nonfinite=allow_nonfinite, progress=progress, precision=precision.value,
-                           max_interpreter_s=max_interpreter_s)
+                           max_interpreter_s=max_interpreter_s, outputs=outputs)
     if json_:
         report.print_json(_out(), {"schema": TAPS_JSON, **info})
     else:

@@ -52,13 +52,16 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
                 chunks: tuple[int | None, int | None] | None = None, heads: tuple[int, ...] | None = None,
                 device: str = "auto", overrides: dict | None = None, force: bool = False,
                 allow_nonfinite: bool = False, progress: Progress | None = None, precision: str = "fp32",
-                max_interpreter_s: float | None = None) -> dict:
+                max_interpreter_s: float | None = None, outputs: bool = True) -> dict:
     """Run the implementation ``source`` (``reference``, ``ours``/``kernel``, ``PATH.py:FN``, ... as
     ``--impl`` takes) on the dump ``dump`` and write the taps file ``out``; returns a summary.
 
     ``names``: taps to export (None = all); ``chunks``: half-open global chunk range, either end
-    None; ``heads``: value head indices (None = all; the taps file's ``head.index``); ``overrides``:
-    config values that beat the dump's.
+    None; ``heads``: value head indices (None = all; the taps file's ``head.index``); the selection is
+    the taps': ``outputs`` (the outputs and gradients, whole tensors in the dump's shapes, what ``diff``'s
+    output rows and whole-tensor verdicts compare) are written whole, or not at all (False); ``overrides``:
+    config values that beat the dump's. The summary's ``impl.precision`` and the file's ``precision`` say
+    what was computed: the kernels' dot-operand mode (``fp32``/``bf16``), ``float64`` for the reference.
     Example: ``export_taps("d.safetensors", "t.safetensors", names=("dS",), chunks=(0, 4))``.
     """
     from kdadbg_kernels.taps import TAP_NAMES
@@ -69,6 +72,8 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     if impl.kind == "taps file":
         raise KdadbgError(f"--source {source}: a taps file already is one; taps runs an implementation")
     names = TAP_NAMES if names is None else tuple(names)
+    if not names and not outputs:
+        raise KdadbgError("--no-outputs with --taps none: nothing to write (no taps, no outputs)")
     if Path(out).exists() and not force:
         raise KdadbgError(f"{out}: already exists; refusing to overwrite (use --force)")
     inputs, config = load_dump(dump, overrides, allow_nonfinite=allow_nonfinite)
@@ -102,19 +107,21 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
                         full[c - lo, head_list.index(h)] = t[i, j]
                 t = full
             picked[name] = t
-    applies = outputs_that_apply(inputs, config)
+    applies = outputs_that_apply(inputs, config) if outputs else ()
     outs = {n: run.outputs[n].detach().to("cpu") for n in applies if n in run.outputs}
+    computed = "float64" if impl.kind == "reference" else impl.precision
     from .progress import beating
 
     with beating(progress, f"writing {out}"):
         path = write_taps_file(out, outs, picked, chunk_rows(table, lo, hi), head_list,
-                               taps_metadata(impl.name, dump, config, impl.precision if impl.kind != "reference"
-                                             else None, inputs=inputs), force=force)
+                               taps_metadata(impl.name, dump, config, computed, inputs=inputs), force=force)
     if progress is not None:
         progress(f"writing {out}", 1, 1)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
     overflow = exp_overflow_note(nonfinite, inputs, config, table, lo, hi)
-    return {"overflow_note": overflow,"out": str(path), "dump": str(dump), "source": impl.name, "impl": impl.describe(), "device": dev,
-            "config": config.as_dict(), "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]
-            + [n for n in applies if n not in outs], "chunks": list(range(lo, hi)), "n_chunks": table.n_chunks, "heads": head_list,
-            "outputs": list(applies), "nonfinite": nonfinite, "bytes": path.stat().st_size}
+    return {"overflow_note": overflow, "out": str(path), "dump": str(dump), "source": impl.name,
+            "impl": {**impl.describe(), "precision": computed}, "device": dev, "config": config.as_dict(),
+            "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]
+            + [n for n in applies if n not in outs], "chunks": list(range(lo, hi)), "n_chunks": table.n_chunks,
+            "heads": head_list, "outputs": list(applies), "nonfinite": nonfinite, "bytes": path.stat().st_size,
+            "outputs_bytes": sum(t.numel() * t.element_size() for t in outs.values())}

@@ -2,7 +2,8 @@
 
 Layout (v1; other implementations may write it too)::
 
-    o, ht, dq, dk, dv, dg, dbeta      always; dump shapes, ht in the dump's state layout
+    o, ht, dq, dk, dv, dg, dbeta      always (not with taps --no-outputs); whole, dump shapes, ht in the
+                                      dump's state layout
     dh0                               when the dump has h0 (dump's state layout)
     dA_log, ddt_bias                  for the lower_bound and softplus gates
     tap.<name>                        [n_chunks_sel, n_heads_sel, *per-chunk shape]; padding rows 0
@@ -10,7 +11,8 @@ Layout (v1; other implementations may write it too)::
     head.index                                      int64 [n_heads_sel]
 
 Metadata: ``format`` (``kdadbg-taps-v1``), ``source`` (the implementation's name), ``dump`` (file name),
-the config keys of the dump format, ``kdadbg_version`` and, for kernels, ``precision``.
+the config keys of the dump format, ``kdadbg_version`` and ``precision`` (what the values were computed at:
+``fp32``/``bf16`` dot operands, ``float64`` for the reference; absent in older reference files).
 """
 
 from __future__ import annotations

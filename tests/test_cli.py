@@ -184,6 +184,48 @@ def test_taps_selection_layout_and_padding(tmp_path, basic):
     assert meta["source"] == "reference" and meta["dump"] == "basic.safetensors" and meta["gate"] == "lower_bound"
 
 
+def test_taps_no_outputs_writes_the_selected_taps_alone(tmp_path, basic):
+    """A user trial: ``taps --taps dS,dgc --chunks 2:4 --heads 1`` wrote every output and gradient whole (1.8 MB for
+    a few kB of taps) and said nothing of it. The selection is the taps'; the summary says the outputs are whole
+    tensors and what they cost; --no-outputs leaves them out, and both diffs still read such a file."""
+    full, a, b = tmp_path / "full.safetensors", tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    sel = ("--taps", "dS,dgc", "--chunks", "1:3", "--heads", "1", "--device", "cpu")
+    r = kdadbg("taps", basic, "-o", full, *sel)
+    assert r.exit_code == 0, r.output
+    assert "(whole tensors, " in r.stdout and "--no-outputs leaves them out" in r.stdout, r.stdout
+    r = kdadbg("taps", basic, "-o", a, *sel, "--no-outputs", "--json")
+    assert r.exit_code == 0, r.output
+    info = json.loads(r.stdout)
+    assert info["outputs"] == [] and info["outputs_bytes"] == 0 and info["not_provided"] == []
+    f = read_taps_file(a)
+    assert f["outputs"] == {} and set(f["taps"]) == {"dS", "dgc"} and f["taps"]["dS"].shape == (2, 1, 16, 16)
+    assert torch.equal(f["taps"]["dgc"], read_taps_file(full)["taps"]["dgc"])
+    assert info["bytes"] == a.stat().st_size < full.stat().st_size / 4
+    assert kdadbg("taps", basic, "-o", b, *sel, "--no-outputs", "--source", "ours").exit_code == 0
+    r = kdadbg("diff", a, b)          # the taps both hold: a pass
+    assert r.exit_code == 0 and "verdict: pass" in r.stdout, r.output
+    r = kdadbg("diff", basic, "--against", b, "--window", 0, "--device", "cpu")
+    assert r.exit_code == 3 and "verdict: partial" in r.stdout and "4 OK" in r.stdout, r.output  # outputs: not provided
+    assert_one_error_line(kdadbg("taps", basic, "-o", tmp_path / "n.safetensors", "--taps", "none", "--no-outputs"),
+                          "--no-outputs", "nothing to write")
+
+
+def test_taps_precision_says_what_was_computed(tmp_path, basic):
+    """A user trial: ``taps --source reference --json`` said ``"precision": "fp32"`` (the tolerance table the
+    reference is judged at under ``run``/``diff --impl reference``) though it computes in float64."""
+    out = tmp_path / "r.safetensors"
+    r = kdadbg("taps", basic, "-o", out, "--taps", "dS", "--json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["impl"]["precision"] == "float64"
+    assert read_taps_file(out)["metadata"]["precision"] == "float64"
+    # readers: diff --against the file judges it at --precision's tolerances, without a note on its precision
+    r = kdadbg("diff", basic, "--against", out, "--window", 0, "--device", "cpu", "--precision", "bf16", "--json",
+               tmp_path / "d.json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads((tmp_path / "d.json").read_text())
+    assert doc["verdict"] == "pass" and not any("written at precision" in n for n in doc["notes"]), doc["notes"]
+
+
 def test_taps_outputs_that_apply(tmp_path):
     dump, out = tmp_path / "d.safetensors", tmp_path / "t.safetensors"
     assert kdadbg("gen", dump, "--preset", "varlen_kv").exit_code == 0

@@ -145,7 +145,9 @@ def render_export(console: Console, info: dict) -> None:
     heads = ",".join(str(h) for h in info["heads"])
     console.print(f"wrote {escape(info['out'])} ({info['bytes']} bytes) from {info['source']} on {info['device']}: "
                   f"{len(info['taps'])} taps, chunks {lo}:{hi} of {info['n_chunks']}, heads {heads}; "
-                  f"outputs {', '.join(info['outputs'])}", soft_wrap=True, highlight=False)
+                  + (f"outputs {', '.join(info['outputs'])} (whole tensors, {info['outputs_bytes']} bytes; "
+                     f"--no-outputs leaves them out)" if info["outputs"] else "no outputs (--no-outputs)"),
+                  soft_wrap=True, highlight=False)
     if info["nonfinite"]:
         console.print(f"[red]non-finite values in:[/red] {', '.join(info['nonfinite'])}", soft_wrap=True)
         if info.get("overflow_note"):
