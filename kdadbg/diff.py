@@ -132,7 +132,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     impl = as_implementation(impl)
     precision = impl.precision
     config, config_note = impl.config_for(config)
-    check_supported(impl, inputs, config, dump or "")
+    check_supported(impl, inputs, config, dump or "", device)
     tols = cell_tolerances(precision, tol_overrides)
     B, T = inputs.shape[:2]
     G = inputs.group

@@ -83,7 +83,7 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     sel = resolve_selection(names, chunks, heads, table.n_chunks, H, gva=inputs.group > 1)
     dev = resolve_device(device)
 
-    check_supported(impl, inputs, config, str(dump))
+    check_supported(impl, inputs, config, str(dump), dev)
     if impl.kind == "ours":
         from .impls.ours import check_tap_memory
         check_tap_memory(inputs, config, sel, dev)  # a refusal comes before any progress line

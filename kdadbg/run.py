@@ -223,7 +223,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
 
     impl = as_implementation(impl, precision)
     config, config_note = impl.config_for(config)
-    check_supported(impl, inputs, config, dump)
+    check_supported(impl, inputs, config, dump, device)
     B, T = inputs.shape[:2]
     ct = chunk_table(B, T, inputs.cu_seqlens, config.chunk_size)
     window = None

@@ -180,6 +180,35 @@ def test_cpu_refuses_16_bit_inputs(monkeypatch):
         F.Fla("bf16").run(inputs, cfg, device="cpu")
 
 
+@pytest.mark.parametrize("command", ["run", "diff", "taps"])
+def test_cpu_refuses_16_bit_inputs_before_any_work(monkeypatch, command):
+    """User trial, round 41: `run --impl fla` on a bf16 dump on the CPU printed its progress line, then the
+    refusal, which the README says comes before any work. It comes with the up-front checks now (without
+    fla installed too: nothing of fla is loaded before it)."""
+    from kdadbg.diff import diff_dump
+    from kdadbg.export import export_taps
+    from kdadbg.run import check
+
+    monkeypatch.setattr(F, "installed_version", lambda: "0.6.0")
+    monkeypatch.setattr(F, "load_fla", lambda device: pytest.fail("fla was loaded before the refusal"))
+    inputs, cfg = make_inputs(case("bf16", chunk_size=32))
+    started = []
+    progress = lambda *a: started.append(a)   # noqa: E731
+    with pytest.raises(KdadbgError, match="--impl fla --device cpu: bfloat16 inputs"):
+        if command == "run":
+            check(inputs, cfg, impl=F.Fla("bf16"), device="cpu", progress=progress)
+        elif command == "diff":
+            diff_dump(inputs, cfg, F.Fla("bf16"), device="cpu", progress=progress)
+        else:   # (by name, as the command line gives it)
+            from kdadbg.dump import save_dump
+            import tempfile
+            with tempfile.TemporaryDirectory() as d:
+                dump = save_dump(f"{d}/d.safetensors", inputs, cfg)
+                export_taps(dump, f"{d}/t.safetensors", source="fla", precision="bf16", device="cpu",
+                            progress=progress)
+    assert started == [], started
+
+
 def test_run_and_diff_pass_at_bf16_tolerances():
     fla_runtime()
     from kdadbg.diff import diff_dump

@@ -243,11 +243,17 @@ def shapes_of(inputs: KDAInputs) -> dict:
             "has_dht": inputs.dht is not None}
 
 
-def check_supported(impl: Implementation, inputs: KDAInputs, config: KDAConfig, where: str = "") -> None:
-    """Refuse an unsupported dump before any work: one line, exit 2."""
+def check_supported(impl: Implementation, inputs: KDAInputs, config: KDAConfig, where: str = "",
+                    device: str | None = None) -> None:
+    """Refuse an unsupported dump before any work: one line, exit 2. ``device`` given, an implementation's
+    ``check_device(inputs, device)`` (where it has one) refuses what it cannot run there, before any
+    progress line too (fla's 16-bit path on the CPU: user trial, round 41)."""
     ok, why = impl.supports(config, shapes_of(inputs))
     if not ok:
         raise KdadbgError(f"{where + ': ' if where else ''}--impl {impl.name}: cannot run this dump: {why}")
+    on_device = getattr(impl, "check_device", None)
+    if device is not None and on_device is not None:
+        on_device(inputs, device)
     check = getattr(impl, "check_inputs", None)   # a file of results: made from these inputs?
     if check is not None:
         check(inputs, config)

@@ -404,12 +404,16 @@ class Fla(Implementation):
             return False, f"fla's safe_gate takes lower_bound in [-5, 0), found {config.lower_bound}"
         return True, ""
 
-    def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
+    def check_device(self, inputs: KDAInputs, device: str) -> None:
+        """fla's 16-bit path is refused on the CPU (below); ``check_supported`` asks before any work."""
         if device == "cpu" and inputs.q.dtype in (torch.bfloat16, torch.float16):
             raise KdadbgError(f"--impl fla --device cpu: {str(inputs.q.dtype).removeprefix('torch.')} inputs: the "
                               f"Triton interpreter computes a 16-bit tensor minus a float32 dot wrongly (values ~1e10 "
                               f"in fla's v_new), so fla's 16-bit path runs only on --device cuda; on the CPU give it "
                               f"a float32 dump (kdadbg gen ... --dtype float32, or save your tensors in float32)")
+
+    def run(self, inputs: KDAInputs, config: KDAConfig, *, device: str, taps: TapSelection | None = None) -> ImplRun:
+        self.check_device(inputs, device)
         chunk, chunk_fwd, chunk_bwd = load_fla(device)
         notes = []
         if inputs.q.dtype == torch.float64:
