@@ -873,6 +873,10 @@ def test_a_reduced_gradient_carried_in_from_dg_is_drift_and_a_wrong_sum_is_a_bug
     assert float(c.ratio[0, 1]) > max(1e-2, 10 * float(c.floor[0, 1])) and int(c.label[0, 1]) == DRIFT
     assert res.first_bug is None and res.passed
     assert any(n.startswith("dA_log: over its tolerance, carried in from dg") for n in res.notes)
+    # user trial, round 41: the count line put it among the DRIFT cells with no word; it says which now
+    from kdadbg.render.difftables import compared_line
+    assert res.counts()["carried"] == 1 and "1 DRIFT (1 of them dA_log/ddt_bias carried in from dg" in \
+        compared_line(res.counts())
     first = res.first_divergence     # the lead says where its error comes from
     assert (first["tap"], first["label"]) == ("dA_log", "DRIFT") and first["carried_in_from_dg"]["ratio"] > 10 * first["floor"]
     assert first["carried_in_from_dg"]["own"] <= 1e-2      # the sum's own error, as run's JSON gives it

@@ -77,9 +77,11 @@ class DiffResult:
     def counts(self) -> dict:
         """Cells and elements compared, split into taps and output rows, and cells per label."""
         out = {"cells": 0, "tap_cells": 0, "row_cells": 0, "elements": 0,
-               **{lab.lower(): 0 for lab in noise.LABELS}, "not_compared": 0}
+               **{lab.lower(): 0 for lab in noise.LABELS}, "not_compared": 0, "carried": 0}
         for c in self.cells.values():
             compared = c.count > 0
+            if c.carried is not None:   # DRIFT cells of dA_log/ddt_bias carried in from dg (compare.carried)
+                out["carried"] += int((torch.isfinite(c.carried) & compared).sum())
             n = int(compared.sum())
             out["not_compared"] += int((~compared).sum())
             out["cells"] += n
