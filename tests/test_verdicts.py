@@ -577,3 +577,17 @@ def test_states_returned_transposed_are_said_to_be():
     d = diff_dump(inputs, config, _StatesTransposed(), names=(), window=0)
     assert d.verdict == "fail" and any("match the reference transposed" in n for n in d.notes), d.notes
     assert not any("transposed" in n for n in check(inputs, config, impl=resolve_impl("reference")).notes)
+
+
+def test_the_exp_arguments_table_comes_only_with_a_nan_it_can_explain():
+    """User trial, round 41: every diff of a strong-gate dump printed "exp arguments per chunk", one row per
+    chunk, with no NaN/Inf anywhere. The table now comes with a first NaN/Inf only, and holds the chunks that
+    overflow float32 and the NaN's own chunk."""
+    inputs, config = make_inputs(get_case("fla_layer"))
+    clean = diff_dump(inputs, config, resolve_impl("reference"), window=0)
+    assert any(e["overflow_fp32"] for e in clean.exponents)     # the premise: exponents over 88.7
+    assert clean.first_nonfinite is None and "exp arguments" not in rendered(difftables.render, clean)
+    bad = diff_dump(inputs, config, NanOutput("o"), names=("gc",), window=0)
+    text = " ".join(rendered(difftables.render, bad).split())
+    flagged = [e["chunk"] for e in bad.exponents if e["overflow_fp32"]]
+    assert bad.first_nonfinite is not None and f"{len(flagged)} chunks of {len(bad.exponents)} over it" in text, text

@@ -385,25 +385,40 @@ def _worst(console: Console, cell: dict, kname: str, rname: str) -> None:
                   soft_wrap=True, highlight=False)
 
 
+EXPONENT_ROWS = 12   # rows of the exp-arguments table at most (the JSON's exponents has every chunk)
+
+
 def render_nonfinite(console: Console, res) -> None:
+    """The first NaN/Inf cell and, to explain it, the exp arguments of the chunks that overflow float32 and of
+    its own chunk. Nothing where no cell holds a NaN/Inf: an overflowing exponent the implementation handled
+    explains nothing (user trial, round 41: 16 rows on every diff of a strong-gate dump)."""
     nf = res.first_nonfinite
-    flagged = [e for e in res.exponents if e["overflow_fp32"]]
-    if nf is None and not flagged:
+    if nf is None:
         return
-    if nf is not None:
-        console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, "
-                      f"{_head(nf)}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, "
-                      f"reference {num(nf['reference'])}",
-                      soft_wrap=True, highlight=False)
-    t = Table(title="exp arguments per chunk (reference; above 88.7 overflows fp32)",
-              title_justify="left")
+    console.print(f"[bold magenta]first NaN/Inf[/bold magenta]: {nf['tap']} chunk {nf['chunk']}, "
+                  f"{_head(nf)}, element {nf['index']} ({_where(nf)}): {num(nf['kernel'])}, "
+                  f"reference {num(nf['reference'])}",
+                  soft_wrap=True, highlight=False)
+    rows = [e for e in res.exponents if e["overflow_fp32"] or e["chunk"] == nf["chunk"]]
+    if not rows:
+        return
+    flagged = sum(e["overflow_fp32"] for e in res.exponents)
+    console.print(f"exp arguments (reference; above 88.7 overflows fp32): {plural(flagged, 'chunk')} of "
+                  f"{len(res.exponents)} over it" + (f", and the first NaN/Inf's chunk {nf['chunk']}"
+                                                    if not any(e["chunk"] == nf["chunk"] and e["overflow_fp32"]
+                                                               for e in res.exponents) else ""),
+                  soft_wrap=True, highlight=False)   # (a line of its own: a table's title wraps to its width)
+    t = Table()
     for col in ("chunk", "seq", "gc", "gT - gc", "-gc", "max"):
         t.add_column(col, justify="right")
-    for e in res.exponents:
+    for e in rows[:EXPONENT_ROWS]:
         t.add_row(str(e["chunk"]), str(e["seq"]), *(f"{e[k][0]:.3g}..{e[k][1]:.3g}" for k in
                                                      ("gc", "gT_minus_gc", "neg_gc")),
                   f"{e['max_exponent']:.3g}", style="red" if e["overflow_fp32"] else None)
     console.print(t)
+    if len(rows) > EXPONENT_ROWS:
+        console.print(f"  ... {len(rows) - EXPONENT_ROWS} more (every chunk's: `exponents` in --json)",
+                      highlight=False)
 
 
 def render_missing(console: Console, res) -> None:
