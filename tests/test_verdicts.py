@@ -591,3 +591,14 @@ def test_the_exp_arguments_table_comes_only_with_a_nan_it_can_explain():
     text = " ".join(rendered(difftables.render, bad).split())
     flagged = [e["chunk"] for e in bad.exponents if e["overflow_fp32"]]
     assert bad.first_nonfinite is not None and f"{len(flagged)} chunks of {len(bad.exponents)} over it" in text, text
+
+
+def test_the_grid_legend_explains_what_the_grid_shows():
+    """User trial, round 41: every diff printed the same ~600-character legend, every symbol explained whether
+    shown or not. It names the symbols in the grid only."""
+    inputs, config = make_inputs(get_case("basic"))
+    clean = difftables.grid_legend(diff_dump(inputs, config, resolve_impl("reference"), window=0).grid())
+    assert "OK" in clean and "min tol" in clean and "DRIFT" not in clean and "unrep" not in clean
+    assert "NaN/Inf" not in clean and len(clean) < 300, clean
+    nan = difftables.grid_legend(diff_dump(inputs, config, NanOutput("o"), names=("gc",), window=0).grid())
+    assert "BUG" in nan and "NaN/Inf on one side" in nan, nan

@@ -184,15 +184,31 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
                   Text(" —", style=STYLE[worst]) if not math.isfinite(m["min_tol"]) else
                   Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
-    console.print("rows in dataflow order (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare; [italic]italic[/italic]: "
-                  "the implementation's outputs and gradients per chunk, ht at a sequence's last chunk, dh0 at its "
-                  "first); [green]OK[/green] within tolerance, [yellow]DRIFT[/yellow] within the noise floor, "
-                  "[bold red]BUG[/bold red] beyond it, [magenta]unrep[/magenta] a value the compared precision cannot "
-                  "hold, or not to its tolerance (not a divergence), · not compared (not provided or not selected), — not "
-                  "compared (every element NaN/Inf on both sides), or in a label's colour no finite ratio (NaN/Inf on "
-                  "one side); min tol: the smallest tolerance every compared cell but the UNREP ones would pass "
-                  "(their worst ratio; — where no such cell, or where no finite one)",
-                  soft_wrap=True, highlight=False)
+    console.print(grid_legend(grid), soft_wrap=True, highlight=False)
+
+
+def grid_legend(grid: dict) -> str:
+    """The grid's legend, for the symbols it shows: a ~600-character paragraph under every diff said all of
+    them every time (user trial, round 41)."""
+    seen = {"·" if c is None else c["label"] for row in grid["rows"] for c in row["cells"]}
+    finite = any(c is not None and c["label"] not in ("UNREP", "NOT_COMPARED") and c["ratio"] is not None
+                 and not math.isfinite(c["ratio"]) for row in grid["rows"] for c in row["cells"])
+    parts = ["rows in dataflow order ([italic]italic[/italic]: outputs and gradients, ht at a sequence's last chunk, "
+             "dh0 at its first)", "[green]OK[/green] within tolerance"]
+    if "DRIFT" in seen or "BUG" in seen:
+        parts.append("[yellow]DRIFT[/yellow] over it, within ten times the noise floor; [bold red]BUG[/bold red] "
+                     "beyond")
+    if "UNREP" in seen:
+        parts.append("[magenta]unrep[/magenta] over it where the compared precision cannot hold the value (not a "
+                     "divergence)")
+    if "·" in seen:
+        parts.append("· not provided or not selected")
+    if "NOT_COMPARED" in seen:
+        parts.append("— every element NaN/Inf on both sides")
+    if finite:
+        parts.append("a label's colour with no figure: NaN/Inf on one side")
+    parts.append("min tol: the tolerance every compared cell but UNREP ones would pass")
+    return "; ".join(parts)
 
 
 def render_head_quantities(console: Console, res) -> None:
