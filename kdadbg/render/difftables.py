@@ -315,9 +315,10 @@ def render_first(console: Console, res) -> None:
         steps = []
         for i, (c, r) in enumerate(zip(a["chunks"], a["ratios"])):
             g = a["growth"][i - 1] if i else None
-            steps.append(f"{c}:{short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
-        if steps:
-            console.print(f"  amplification of {a['tap']} ({a['direction']}, {_head(a)}): " + " → ".join(steps),
+            steps.append(f"chunk {c} {short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
+        if steps:   # (it read "1:5e-3 → 0:8e-7 (×0.000162)": user trial, round 41)
+            console.print(f"  amplification of {a['tap']} ({_head(a)}), its ratio chunk by chunk in the {a['direction']} "
+                          f"pass's order, ×: the change from the chunk before: " + " → ".join(steps),
                           soft_wrap=True, highlight=False)
 
 
