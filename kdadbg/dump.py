@@ -386,6 +386,38 @@ def _stats(t: torch.Tensor) -> dict:
 _NO_STATS = {"min": None, "max": None, "mean": None, "nan": None, "inf": None}
 
 
+def _first_nonfinite(t: torch.Tensor) -> list[int] | None:
+    """The index of ``t``'s first NaN/Inf (row-major), slice by slice as :func:`_stats`; None when all finite."""
+    flat = t.detach().flatten()
+    for i in range(0, flat.numel(), _STATS_SLICE):
+        bad = torch.nonzero(~torch.isfinite(flat[i:i + _STATS_SLICE]))
+        if bad.numel():
+            return [int(j) for j in torch.unravel_index(torch.tensor(i + int(bad[0])), tuple(t.shape))]
+    return None
+
+
+def _where(name: str, index: list[int], specs: dict, ct) -> dict:
+    """Where element ``index`` of dump tensor ``name`` sits: ``batch``, ``token`` (on the T axis), ``head``
+    (value head for g, v, beta, do and the states), ``sequence`` and ``chunk`` where they apply (None
+    otherwise; the chunk needs ``ct``, the dump's chunk table, None for an invalid dump)."""
+    at = {"batch": None, "token": None, "head": None, "sequence": None, "chunk": None}
+    if name in ("q", "k", "v", "g", "beta", "do"):
+        b, t, h = index[:3]
+        at.update(batch=b, token=t, head=h, sequence=b)
+        if ct is not None:
+            flat = b * specs["q"].shape[1] + t
+            inside = (ct.start <= flat) & (flat < ct.start + ct.length)
+            at["chunk"] = int(torch.nonzero(inside)[0]) if bool(inside.any()) else None
+            at["sequence"] = int(ct.seq[at["chunk"]]) if at["chunk"] is not None else at["sequence"]
+    elif name in ("h0", "dht"):
+        at.update(sequence=index[0], head=index[1])
+    elif name == "A_log":
+        at["head"] = index[0]
+    elif name == "dt_bias":
+        at["head"] = index[0] if len(index) == 2 else index[0] // specs["q"].shape[-1]
+    return at
+
+
 def describe_dump(path) -> dict:
     """What ``kdadbg inspect`` shows, as plain data; never raises for a bad dump.
 
@@ -401,10 +433,13 @@ def describe_dump(path) -> dict:
     not part of format v1; ``origin``: for a dump written by ``kdadbg.capture``, its ``capture.*``
     metadata without the prefix (``step``, ``call``, ``module``, ``rank``, ``impl``, ...), else None;
     ``unknown_metadata``: the metadata keys not read (``unknown_metadata``); ``warnings``: what makes a valid
-    dump a poor test (no upstream gradient).
+    dump a poor test (no upstream gradient); ``nonfinite``: per tensor holding NaN/Inf, ``{name, nan, inf,
+    first}`` (the index of its first one) and where that is (``batch, token, head, sequence, chunk``, None
+    where they do not apply). NaN/Inf values leave a dump valid (they are a finding: ``run``, ``diff`` and
+    ``taps`` take such a dump with ``--allow-nonfinite``), as capture's ``when="nonfinite"`` writes them.
     """
     out = {"path": str(path), "ok": False, "verdict": "", "metadata": {}, "config": None, "sizes": None,
-           "tensors": [], "extra": [], "origin": None, "unknown_metadata": [], "warnings": []}
+           "tensors": [], "extra": [], "origin": None, "unknown_metadata": [], "warnings": [], "nonfinite": []}
     try:
         specs, meta = read_header(path)
     except KdadbgError as e:
@@ -424,7 +459,7 @@ def describe_dump(path) -> dict:
     out["tensors"] = sorted(rows.values(), key=lambda r: (order.get(r["name"], len(order)), r["name"]))
     out["extra"] = [r["name"] for r in out["tensors"] if r["role"] == "extra"]
 
-    where, config, error, cu = str(path), None, None, None
+    where, config, error, cu, first = str(path), None, None, None, {}
     try:
         if "cu_seqlens" in specs:
             cu = read_tensors(path, ["cu_seqlens"])["cu_seqlens"]
@@ -444,14 +479,12 @@ def describe_dump(path) -> dict:
                 continue
             t = read_tensors(path, [name])[name]
             rows[name].update(_stats(t))
-            if error is None:
-                try:
-                    check_values(where, name, t, specs["q"].shape[1])
-                except KdadbgError as e:
-                    error = str(e)
+            if rows[name]["nan"] or rows[name]["inf"]:
+                first[name] = _first_nonfinite(t)
             del t
     except KdadbgError as e:
         error = error or str(e)
+    ct = None
     if error is None:
         B, T, H, K = specs["q"].shape
         HV, V = specs["v"].shape[2:]
@@ -459,6 +492,8 @@ def describe_dump(path) -> dict:
         ct = chunk_table(B, T, cu, config.chunk_size)
         N = B if cu is None else cu.numel() - 1
         out["sizes"] = {"B": B, "T": T, "H": H, "HV": HV, "K": K, "V": V, "N": N, "n_chunks": ct.n_chunks}
+    out["nonfinite"] = [{"name": n, "nan": rows[n]["nan"], "inf": rows[n]["inf"], "first": index,
+                         **_where(n, index, specs, ct)} for n, index in first.items()]
     out["ok"], out["verdict"] = error is None, error or "valid"
     out["unknown_metadata"] = unknown_metadata(meta)
     do, dht = rows.get("do"), rows.get("dht")

@@ -16,6 +16,7 @@ from kdadbg import cli
 from kdadbg.cases import CASE_NAMES, get_case, make_inputs
 from kdadbg.dump import load_dump
 from kdadbg.reference import run_reference
+from kdadbg.schema import INSPECT_JSON
 from kdadbg.tapsfile import read_taps_file
 from kdadbg_kernels.taps import TAP_NAMES
 from test_dump import MALFORMED, write_malformed
@@ -136,8 +137,8 @@ def test_inspect_json_marks_defaults(tmp_path):
     cfg = {row["key"]: row for row in d["config"]}
     assert cfg["chunk_size"] == {"key": "chunk_size", "value": 32, "default": False}
     assert cfg["gate"] == {"key": "gate", "value": "none", "default": True}
-    assert d["extra"] == ["my_note"] and d["ok"] and d["schema"] == 1
-    assert "JSON (schema 1)" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["inspect", "--help"]).stdout)
+    assert d["extra"] == ["my_note"] and d["ok"] and d["schema"] == INSPECT_JSON
+    assert f"JSON (schema {INSPECT_JSON})" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["inspect", "--help"]).stdout)
 
 
 @pytest.mark.parametrize("base, mutate, fragments, overrides",
@@ -150,6 +151,31 @@ def test_inspect_malformed(tmp_path, base, mutate, fragments, overrides):
     rows = {line.split("│")[1].strip() for line in r.stdout.splitlines() if line.startswith("│")}
     with safe_open(str(path), "pt") as f:
         assert set(f.keys()) <= rows  # the tensors of an invalid dump are still listed
+
+
+def test_inspect_describes_nonfinite_inputs(tmp_path, basic):
+    """User trial, round 42: inspect on a dump capture --when nonfinite wrote said "invalid: ... expected finite
+    values" (exit 2) and refused --allow-nonfinite. It describes the NaN/Inf (counts, first index, token, head,
+    chunk), says run/diff need --allow-nonfinite, exits 0, and accepts the option as run and diff do."""
+    from safetensors.torch import load_file, save_file
+
+    with safe_open(str(basic), "pt") as f:
+        meta = f.metadata()
+    tensors = load_file(str(basic))
+    tensors["q"][1, 5, 1, 3], tensors["q"][1, 7, 0, 0] = float("nan"), float("inf")
+    path = tmp_path / "nf.safetensors"
+    save_file(tensors, str(path), metadata=meta)
+    for extra in ((), ("--allow-nonfinite",)):
+        r = kdadbg("inspect", path, *extra)
+        assert r.exit_code == 0 and r.stderr == "", r.output
+        assert "q: 1 NaN, 1 Inf; first at [1,5,1,3] (batch 1, token 5, head 1, chunk 3)" in r.stdout
+        assert "verdict: valid, with NaN/Inf in q (run, diff and taps need --allow-nonfinite)" in r.stdout
+        assert "invalid" not in r.stdout
+    d = json.loads(kdadbg("inspect", path, "--json").stdout)
+    assert (d["ok"], d["verdict"], d["schema"]) == (True, "valid", INSPECT_JSON)
+    assert d["nonfinite"] == [{"name": "q", "nan": 1, "inf": 1, "first": [1, 5, 1, 3], "batch": 1, "token": 5,
+                               "head": 1, "sequence": 1, "chunk": 3}]
+    assert json.loads(kdadbg("inspect", basic, "--json").stdout)["nonfinite"] == []
 
 
 def test_inspect_unreadable(tmp_path):

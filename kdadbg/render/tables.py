@@ -98,7 +98,20 @@ def render_inspect(console: Console, desc: dict) -> None:
                       highlight=False)
     for w in desc.get("warnings", []):
         console.print(escape(f"warning: {w}"), style="yellow", soft_wrap=True, highlight=False)
+    bad = desc.get("nonfinite") or []
+    if bad:
+        console.print("NaN/Inf in the dump (run, diff and taps take it with --allow-nonfinite):", style="yellow",
+                      highlight=False)
+        for r in bad:
+            counts = ", ".join(f"{n} {w}" for n, w in ((r["nan"], "NaN"), (r["inf"], "Inf")) if n)
+            at = ", ".join(f"{k} {r[k]}" for k in ("batch", "sequence", "token", "head", "chunk")
+                           if r.get(k) is not None and not (k == "sequence" and r.get("batch") == r[k]))
+            line = f"  {r['name']}: {counts}; first at {_shape(r['first'])}" + (f" ({at})" if at else "")
+            console.print(escape(line), soft_wrap=True, highlight=False)
     verdict = "[green]valid[/green]" if desc["ok"] else f"[red]invalid:[/red] {escape(desc['verdict'])}"
+    if desc["ok"] and bad:
+        verdict += escape(f", with NaN/Inf in {', '.join(r['name'] for r in bad)} (run, diff and taps need "
+                          "--allow-nonfinite)")
     console.print(f"verdict: {verdict}", soft_wrap=True, highlight=False)
 
 
