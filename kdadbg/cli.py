@@ -451,21 +451,25 @@ def gen(
 
 @command("inspect")
 def inspect_(
-    dump: Annotated[Path, typer.Argument(help="Dump file to describe.", show_default=False)],
+    dump: Annotated[Path, typer.Argument(help="Dump (or taps file) to describe.", show_default=False)],
     json_: Annotated[bool, typer.Option("--json", help=f"Print plain JSON (schema {INSPECT_JSON}) instead of "
                                         "tables.")] = False,
     allow_nonfinite: Annotated[bool, typer.Option(
         "--allow-nonfinite", help="Accepted as run, diff and taps take it; inspect describes NaN/Inf either "
                                   "way.")] = False,
 ):
-    """Show a dump's config, tensor statistics and validation verdict.
+    """Show a dump's config, tensor statistics and validation verdict, or describe a taps file.
 
     Per tensor: shape, dtype, min/max/mean over the finite values, NaN and Inf counts.
     Config values are marked as coming from the file or as defaults.
     NaN/Inf values (as capture --when nonfinite writes them) are a finding, not invalidity: each tensor
     holding any is listed with its counts and where its first one is (batch, token, head, chunk); run,
     diff and taps take such a dump with --allow-nonfinite.
-    Exit 0 for a valid dump (NaN/Inf included), 2 when it is invalid (what could be read is still shown).
+    A taps file (kdadbg taps -o, run --save, capture's NAME.theirs.safetensors) is described as one: who
+    wrote it, from which dump, its config, the outputs, gradients and taps it holds (chunks, heads) with the
+    same statistics, and how to use it (kdadbg diff DUMP --against FILE).
+    Exit 0 for a valid dump (NaN/Inf included) or taps file, 2 when it is invalid (what could be read is
+    still shown).
 
     Example: kdadbg inspect sample_inputs/basic.safetensors
     """

@@ -603,19 +603,13 @@ def write_plot(res: DiffResult, path) -> dict:
 
 
 def is_taps_file(path) -> bool:
-    """Whether ``path`` is a taps file (metadata ``format`` = kdadbg-taps-v1) rather than a dump."""
-    from safetensors import safe_open
+    """Whether ``path`` is a taps file rather than a dump (:func:`kdadbg.tapsfile.taps_file_kind`: metadata
+    ``format`` = kdadbg-taps-v1, or a ``run --save`` file), from its header alone."""
+    from .fileio import read_header
+    from .tapsfile import taps_file_kind
 
-    from .fileio import read_safetensors
-    from .tapsfile import FORMAT
-
-    try:
-        with safe_open(str(path), framework="pt") as f:  # the metadata only, no tensor is read
-            meta = f.metadata() or {}
-    except Exception:
-        read_safetensors(path)  # raises the one-line error for a missing or unreadable file
-        raise
-    return meta.get("format") == FORMAT
+    specs, meta = read_header(path)   # one line for a missing or unreadable file
+    return taps_file_kind(meta, specs) is not None
 
 
 def same_problem(paths, ma: dict, mb: dict) -> None:

@@ -245,14 +245,13 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
 
     for name in REQUIRED:
         if name not in specs:
-            from .tapsfile import FORMAT
+            from .tapsfile import taps_file_kind, written_by
 
-            if meta.get("format") == FORMAT:   # a taps file said "q missing (found: none)" of its 39 tensors
-                made = (f"written by `kdadbg capture` beside {meta['dump']}" if meta.get("source") == "capture"
-                        and meta.get("dump") else "made by `kdadbg taps`, `run --save` or `capture`")
-                raise KdadbgError(f"{where}: is a taps file ({FORMAT}: taps and outputs of one run, {made}), not "
-                                  f"a dump of inputs; pass the dump it came from (a taps file goes to `diff DUMP "
-                                  f"--against FILE` or `diff A B`)")
+            kind = taps_file_kind(meta, specs)
+            if kind is not None:   # a taps file said "q missing (found: none)" of its 39 tensors
+                raise KdadbgError(f"{where}: is a taps file (taps and outputs of one run, {written_by(kind, meta)}), "
+                                  f"not a dump of inputs; pass the dump it came from (a taps file goes to `diff DUMP "
+                                  f"--against FILE` or `diff A B`; `kdadbg inspect` describes it)")
             found = ", ".join(n for n in KNOWN if n in specs) or "none"
             unknown = [n for n in specs if n not in KNOWN]
             extra = f"; it holds {len(unknown)} other tensor(s): {', '.join(unknown[:8])}" if unknown else ""
@@ -418,6 +417,92 @@ def _where(name: str, index: list[int], specs: dict, ct) -> dict:
     return at
 
 
+def _origin(meta: dict) -> dict | None:
+    """A file's ``capture.*`` metadata without the prefix, typed as the capture manifest has them."""
+    origin = {k.removeprefix("capture."): v for k, v in meta.items() if k.startswith("capture.")}
+    for key in ("step", "call", "rank", "pid"):
+        if str(origin.get(key, "")).lstrip("-").isdigit():
+            origin[key] = int(origin[key])
+    if "nonfinite" in origin:
+        origin["nonfinite"] = [n for n in str(origin["nonfinite"]).split(",") if n]
+    return origin or None
+
+
+# the dump tensor each output or gradient has the layout of (for saying where a NaN/Inf is)
+_LAYOUT_OF = {"o": "v", "dq": "q", "dk": "k", "dv": "v", "dg": "g", "dbeta": "beta", "ht": "h0", "dh0": "h0",
+              "dA_log": "A_log", "ddt_bias": "dt_bias"}
+
+
+def _describe_taps_file(path, specs: dict, meta: dict, kind: str, out: dict) -> dict:
+    """:func:`describe_dump` for a file of the taps file layout (``kind``: ``tapsfile.taps_file_kind``)."""
+    from kdadbg_kernels.taps import OUTPUTS
+
+    from .tapsfile import CHUNK_KEYS, HEAD_KEY, TAP_PREFIX, check_taps_layout
+
+    role = {**{n: "output" for n in OUTPUTS}, **{n: "gradient" for n in _LAYOUT_OF if n not in OUTPUTS},
+            **{k: "index" for k in (*CHUNK_KEYS, HEAD_KEY)}}
+    rows = {name: {"name": name, "role": role.get(name, "tap" if name.startswith(TAP_PREFIX) else "extra"),
+                   "shape": list(spec.shape), "dtype": _dtype(spec.dtype), **_NO_STATS} for name, spec in specs.items()}
+    order = {"output": 0, "gradient": 1, "tap": 2, "index": 3, "extra": 4}
+    names = [*_LAYOUT_OF, *CHUNK_KEYS, HEAD_KEY]
+    out["tensors"] = sorted(rows.values(), key=lambda r: (order[r["role"]], names.index(r["name"])
+                                                          if r["name"] in names else 0, r["name"]))
+    out["extra"] = [r["name"] for r in out["tensors"] if r["role"] == "extra"]
+    out["kind"] = "taps file"
+    dump = meta.get("dump")
+    beside = Path(path).parent / dump if dump else None
+    dump_arg = str(beside) if beside is not None and beside.is_file() else "DUMP"
+    info = {"written_by": kind, "format": meta.get("format"), "source": meta.get("source"),
+            "precision": meta.get("precision"), "dump": dump, "inputs_sha256": meta.get("inputs_sha256"),
+            "window": meta.get("chunks"), "outputs": [], "taps": [], "missing_taps": [], "chunks": None,
+            "heads": None, "use": f"kdadbg diff {dump_arg} --against {path}"}
+    out["taps_file"] = info
+    out["config"] = [{"key": k, "value": meta[k], "default": False} for k in CONFIG_KEYS if k in meta]
+    error, first = None, {}
+    try:
+        index = read_tensors(path, [k for k in (*CHUNK_KEYS, HEAD_KEY) if k in specs])
+        layout = check_taps_layout(str(path), specs, meta, index)
+        info.update(outputs=layout["outputs"], taps=layout["taps"],
+                    missing_taps=layout["missing_taps"] if layout["taps"] else [])
+        if layout["heads"] is not None:
+            info["chunks"], info["heads"] = layout["chunks"]["index"].tolist(), layout["heads"].tolist()
+        for name, r in rows.items():
+            if r["role"] == "extra":
+                continue
+            t = index[name] if name in index else read_tensors(path, [name])[name]
+            r.update(_stats(t))
+            if r["nan"] or r["inf"]:
+                first[name] = _first_nonfinite(t)
+            del t
+    except KdadbgError as e:
+        error = str(e)
+    out["nonfinite"] = [{"name": n, "nan": rows[n]["nan"], "inf": rows[n]["inf"], "first": first[n],
+                         **_where_in_file(n, first[n], info)} for n in (r["name"] for r in out["tensors"])
+                        if n in first]
+    out["ok"], out["verdict"] = error is None, error or "valid"
+    if info["window"]:
+        out["warnings"].append(f"made with --chunks {info['window']}: only those chunks hold values (NaN elsewhere); "
+                               f"diff --against compares that window")
+    if error is None and not info["outputs"] and not info["taps"]:
+        out["warnings"].append("holds no output, gradient nor tap: nothing for diff to compare")
+    return out
+
+
+def _where_in_file(name: str, index: list[int], info: dict) -> dict:
+    """:func:`_where` for a taps file's tensor: an output or gradient by the axes of its dump shape (the file
+    has no ``cu_seqlens``: no sequence or chunk of a token), a tap's chunk and head from its rows."""
+    at = {"batch": None, "token": None, "head": None, "sequence": None, "chunk": None}
+    if name in ("o", "dq", "dk", "dv", "dg", "dbeta"):
+        at.update(batch=index[0], token=index[1], head=index[2])
+    elif name in ("ht", "dh0"):
+        at.update(sequence=index[0], head=index[1])
+    elif name == "dA_log" or (name == "ddt_bias" and len(index) == 2):
+        at["head"] = index[0]
+    elif name.startswith("tap.") and info["chunks"] is not None:
+        at.update(chunk=info["chunks"][index[0]], head=info["heads"][index[1]])
+    return at
+
+
 def describe_dump(path) -> dict:
     """What ``kdadbg inspect`` shows, as plain data; never raises for a bad dump.
 
@@ -437,22 +522,25 @@ def describe_dump(path) -> dict:
     first}`` (the index of its first one) and where that is (``batch, token, head, sequence, chunk``, None
     where they do not apply). NaN/Inf values leave a dump valid (they are a finding: ``run``, ``diff`` and
     ``taps`` take such a dump with ``--allow-nonfinite``), as capture's ``when="nonfinite"`` writes them.
+    ``kind``: ``"dump"``, or ``"taps file"`` for a file of the taps file layout (``tapsfile.taps_file_kind``),
+    described by its ``taps_file`` entry (who wrote it, source, precision, dump, outputs, taps, chunks, heads,
+    the ``diff`` command that uses it) and tensors whose ``role`` is output, gradient, tap, index or extra.
     """
     out = {"path": str(path), "ok": False, "verdict": "", "metadata": {}, "config": None, "sizes": None,
-           "tensors": [], "extra": [], "origin": None, "unknown_metadata": [], "warnings": [], "nonfinite": []}
+           "tensors": [], "extra": [], "origin": None, "unknown_metadata": [], "warnings": [], "nonfinite": [],
+           "kind": "dump", "taps_file": None}
     try:
         specs, meta = read_header(path)
     except KdadbgError as e:
         out["verdict"] = str(e)
         return out
     out["metadata"] = meta
-    origin = {k.removeprefix("capture."): v for k, v in meta.items() if k.startswith("capture.")}
-    for key in ("step", "call", "rank", "pid"):   # typed as the capture manifest has them
-        if str(origin.get(key, "")).lstrip("-").isdigit():
-            origin[key] = int(origin[key])
-    if "nonfinite" in origin:
-        origin["nonfinite"] = [n for n in str(origin["nonfinite"]).split(",") if n]
-    out["origin"] = origin or None
+    out["origin"] = _origin(meta)
+    from .tapsfile import taps_file_kind
+
+    kind = taps_file_kind(meta, specs)
+    if kind is not None:
+        return _describe_taps_file(path, specs, meta, kind, out)
     rows = {name: {"name": name, "role": "input" if name in KNOWN else "extra", "shape": list(spec.shape),
                    "dtype": _dtype(spec.dtype), **_NO_STATS} for name, spec in specs.items()}
     order = {n: i for i, n in enumerate(KNOWN)}

@@ -1,8 +1,9 @@
 """Schema numbers of the ``--json`` documents: what the writers put in ``"schema"`` and what ``--help``
 quotes (no torch here, so the command line can read them without importing it)."""
 
-INSPECT_JSON = 2   # kdadbg inspect --json: kdadbg.dump.describe_dump (README, "kdadbg inspect"); 2: nonfinite
-                  # (per tensor holding NaN/Inf: counts, first index and where), such a dump "valid"
+INSPECT_JSON = 3   # kdadbg inspect --json: kdadbg.dump.describe_dump (README, "kdadbg inspect"); 2: nonfinite
+                  # (per tensor holding NaN/Inf: counts, first index and where), such a dump "valid"; 3: kind
+                  # ("dump" or "taps file"), taps_file (a taps file described, roles output/gradient/tap/index)
 TAPS_JSON = 1      # kdadbg taps --json: the summary of kdadbg.export.export_taps (README, "kdadbg taps")
 RUN_JSON = 6    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdadbg run"); 3: verdict partial/
                 # not_compared, pass null + reason, compared.not_compared, nulls, scale and abs_floor; 4: a

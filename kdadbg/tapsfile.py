@@ -26,7 +26,7 @@ from kdadbg_kernels.taps import GRADIENTS, OUTPUTS, REGISTRY, TAP_NAMES
 from .chunks import ChunkTable
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
-from .fileio import atomic_save, kdadbg_version, read_safetensors
+from .fileio import TensorSpec, atomic_save, kdadbg_version, read_safetensors
 
 FORMAT = "kdadbg-taps-v1"
 OUTPUT_NAMES = OUTPUTS + GRADIENTS
@@ -154,42 +154,65 @@ def write_taps_file(path, outputs: dict[str, torch.Tensor], taps: dict[str, torc
     return atomic_save(tensors, metadata, path, force=force)
 
 
-def read_taps_file(path, state_layout: str = "kv") -> dict:
-    """A taps file as plain data, checked for consistency.
+def taps_file_kind(meta: dict[str, str], names) -> str | None:
+    """Who wrote a safetensors file of the taps file layout, from its metadata and tensor ``names`` (its
+    header alone): ``"capture"`` (a capture's ``NAME.theirs.safetensors``), ``"taps"`` (``kdadbg taps`` or
+    another writer of the layout: metadata ``format`` is ``FORMAT``), ``"run --save"`` (no ``format``, a
+    ``source``, and only outputs and gradients); None for anything else (a dump, say)."""
+    names = list(names)
+    if meta.get("format") == FORMAT:
+        return "capture" if meta.get("source") == "capture" else "taps"
+    if "format" not in meta and "source" in meta and names and all(n in OUTPUT_NAMES for n in names):
+        return "run --save"
+    return None
 
-    ``state_layout="vk"``: the file's ``S``/``dS`` taps are ``[V, K]`` (another implementation's
-    layout; ``kdadbg diff --state-layout vk`` transposes them), checked as such.
 
-    Returns ``{"path", "metadata", "outputs": {name: tensor}, "taps": {name: tensor},
-    "chunks": {"index", "seq", "start", "len"} (int64), "heads": int64 tensor,
-    "missing_taps": [registry taps not in the file], "unknown": [keys outside the layout]}``.
-    Missing taps are fine; a malformed chunk table or tap shape raises ``KdadbgError``.
-    """
-    tensors, meta = read_safetensors(path)
+def written_by(kind: str, meta: dict[str, str]) -> str:
+    """How a taps file of ``kind`` (:func:`taps_file_kind`) came to be, in words."""
+    return {"capture": f"written by `kdadbg capture` beside {meta.get('dump') or 'its dump'}",
+            "taps": "made by `kdadbg taps`, or another writer of the layout",
+            "run --save": "made by `kdadbg run --save`"}[kind]
 
+
+def _float(spec) -> bool:
+    return isinstance(spec.dtype, torch.dtype) and spec.dtype.is_floating_point
+
+
+def _integer(spec) -> bool:
+    dt = spec.dtype
+    return isinstance(dt, torch.dtype) and not (dt.is_floating_point or dt.is_complex or dt == torch.bool)
+
+
+def check_taps_layout(path, specs: dict, meta: dict[str, str], index: dict[str, torch.Tensor],
+                      state_layout: str = "kv") -> dict:
+    """Everything a taps file's header decides (``specs``: name -> ``TensorSpec``), with the small index
+    tensors ``index`` (``chunk.*``, ``head.index``, those present) read: float outputs and taps, a whole chunk
+    table where there are taps, tap shapes against it and each other, chunk lengths within the chunk size.
+    Returns ``{"chunks": {"index", "seq", "start", "len"} or {}, "heads": tensor or None, "outputs": [names],
+    "taps": [names], "missing_taps", "unknown"}``; a problem is one ``KdadbgError`` naming the file."""
     def err(msg):
         return KdadbgError(f"{path}: {msg}")
 
-    outputs = {n: tensors[n] for n in OUTPUT_NAMES if n in tensors}
-    taps = {n: tensors[TAP_PREFIX + n] for n in TAP_NAMES if TAP_PREFIX + n in tensors}
+    outputs = [n for n in OUTPUT_NAMES if n in specs]
+    taps = [n for n in TAP_NAMES if TAP_PREFIX + n in specs]
     known = set(OUTPUT_NAMES) | {TAP_PREFIX + n for n in TAP_NAMES} | set(CHUNK_KEYS) | {HEAD_KEY}
-    unknown = sorted(k for k in tensors if k not in known)
-    for name, t in [*outputs.items(), *((TAP_PREFIX + n, t) for n, t in taps.items())]:
-        if not t.is_floating_point():
-            raise err(f"tensor '{name}': expected a float dtype, found {str(t.dtype).removeprefix('torch.')}")
+    unknown = sorted(k for k in specs if k not in known)
+    for name in [*outputs, *(TAP_PREFIX + n for n in taps)]:
+        if not _float(specs[name]):
+            raise err(f"tensor '{name}': expected a float dtype, found {str(specs[name].dtype).removeprefix('torch.')}")
 
     chunks, heads = {}, None
-    present = [k for k in (*CHUNK_KEYS, HEAD_KEY) if k in tensors]
+    present = [k for k in (*CHUNK_KEYS, HEAD_KEY) if k in specs]
     if taps or present:
         for key in (*CHUNK_KEYS, HEAD_KEY):
-            if key not in tensors:
+            if key not in specs:
                 raise err(f"tensor '{key}': missing; a taps file with taps needs {', '.join(CHUNK_KEYS)}, {HEAD_KEY}")
-            t = tensors[key]
-            if t.ndim != 1 or t.is_floating_point() or t.dtype == torch.bool:
+            t = specs[key]
+            if t.ndim != 1 or not _integer(t):
                 raise err(f"tensor '{key}': expected a 1-D integer tensor, found {str(t.dtype).removeprefix('torch.')} "
                           f"{_fmt(t.shape)}")
-        chunks = {k.removeprefix("chunk."): tensors[k].to(torch.int64) for k in CHUNK_KEYS}
-        heads = tensors[HEAD_KEY].to(torch.int64)
+        chunks = {k.removeprefix("chunk."): index[k].to(torch.int64) for k in CHUNK_KEYS}
+        heads = index[HEAD_KEY].to(torch.int64)
         n = chunks["index"].numel()
         for k, t in chunks.items():
             if t.numel() != n:
@@ -201,7 +224,8 @@ def read_taps_file(path, state_layout: str = "kv") -> dict:
             sizes["C"] = int(meta["chunk_size"])
         except ValueError:
             raise err(f"metadata chunk_size: expected an integer, found {meta['chunk_size']!r}") from None
-    for name, t in taps.items():
+    for name in taps:
+        t = specs[TAP_PREFIX + name]
         shape = REGISTRY[name].shape
         if state_layout == "vk" and shape == ("K", "V"):
             shape = ("V", "K")
@@ -215,5 +239,23 @@ def read_taps_file(path, state_layout: str = "kv") -> dict:
                           f"{sym}={sizes[sym]}, found {_fmt(t.shape[2:])}")
     if chunks and "C" in sizes and bool(((chunks["len"] < 1) | (chunks["len"] > sizes["C"])).any()):
         raise err(f"tensor 'chunk.len': expected values in 1..{sizes['C']}, found {chunks['len'].tolist()}")
-    return {"path": str(path), "metadata": meta, "outputs": outputs, "taps": taps, "chunks": chunks,
-            "heads": heads, "missing_taps": [n for n in TAP_NAMES if n not in taps], "unknown": unknown}
+    return {"chunks": chunks, "heads": heads, "outputs": outputs, "taps": taps,
+            "missing_taps": [n for n in TAP_NAMES if n not in taps], "unknown": unknown}
+
+
+def read_taps_file(path, state_layout: str = "kv") -> dict:
+    """A taps file as plain data, checked for consistency (:func:`check_taps_layout`).
+
+    ``state_layout="vk"``: the file's ``S``/``dS`` taps are ``[V, K]`` (another implementation's
+    layout; ``kdadbg diff --state-layout vk`` transposes them), checked as such.
+
+    Returns ``{"path", "metadata", "outputs": {name: tensor}, "taps": {name: tensor},
+    "chunks": {"index", "seq", "start", "len"} (int64), "heads": int64 tensor,
+    "missing_taps": [registry taps not in the file], "unknown": [keys outside the layout]}``.
+    Missing taps are fine; a malformed chunk table or tap shape raises ``KdadbgError``.
+    """
+    tensors, meta = read_safetensors(path)
+    layout = check_taps_layout(path, {n: TensorSpec.of(t) for n, t in tensors.items()}, meta, tensors, state_layout)
+    return {"path": str(path), "metadata": meta, "outputs": {n: tensors[n] for n in layout["outputs"]},
+            "taps": {n: tensors[TAP_PREFIX + n] for n in layout["taps"]}, "chunks": layout["chunks"],
+            "heads": layout["heads"], "missing_taps": layout["missing_taps"], "unknown": layout["unknown"]}

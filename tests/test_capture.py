@@ -636,11 +636,44 @@ def test_cli_capture_says_when_max_bytes_ended_the_command(tmp_path):
 
 
 def test_a_theirs_file_given_as_a_dump_names_capture_and_its_dump(kernel_run):
-    """inspect (or run) on NAME.theirs.safetensors said it was made by `kdadbg taps` or `run --save`."""
+    """run on NAME.theirs.safetensors said it was made by `kdadbg taps` or `run --save`."""
     d = kernel_run["cap"].written[0]
+    with pytest.raises(KdadbgError) as e:
+        load_dump(d["theirs"])
+    assert "written by `kdadbg capture` beside" in str(e.value) and d["dump"].split("/")[-1] in str(e.value)
+
+
+def test_inspect_describes_a_nonfinite_capture_and_its_theirs_file(tmp_path):
+    """User trial, round 42: inspect on a capture's NAME.theirs.safetensors listed every tensor as "(extra)" with
+    no stats, printed the raw metadata and said "invalid" (exit 2). It describes it as a taps file: who wrote it,
+    from which dump, its config, outputs and gradients with stats (NaN/Inf located), no taps, how to diff it;
+    exit 0. The dump beside it (NaN in g: capture --when nonfinite) is valid with a finding, exit 0."""
+    model = TinyModel("naive", parallel=True)
+    with torch.no_grad():
+        model.layers[1].attn.proj.bias[3 * 2 * 16 + 5] = float("nan")   # one element of layer 1's g
+    with capture(tmp_path, model=model, targets=[NAIVE], when="nonfinite") as cap:
+        train_step(model, batch())
+    d = cap.written[0]
+    res = CliRunner().invoke(app, ["inspect", d["dump"]])
+    assert res.exit_code == 0 and "verdict: valid, with NaN/Inf in g" in res.output, res.output
+    res = CliRunner().invoke(app, ["inspect", d["theirs"]])
+    assert res.exit_code == 0, res.output
+    out = res.output
+    for line in ("a taps file (kdadbg-taps-v1), not a dump: written by `kdadbg capture` beside its dump",
+                 "source capture, precision not recorded, from dump s0000-c001-layers.1.attn.safetensors "
+                 "(inputs_sha256 ", "captured by capture_toy:naive_kda: step 0, call 1, module layers.1.attn "
+                 "(nonfinite), NaN/Inf in g, ", "outputs and gradients (whole tensors): o, ht, dq, dk, dv, dg, dbeta",
+                 "taps: none", "NaN/Inf in the file:\n  o: ", "verdict: valid taps file",
+                 f"use it: kdadbg diff {d['dump']} --against {d['theirs']}"):
+        assert line in out, (line, out)
+    assert "(extra)" not in out and "invalid" not in out and "metadata (not a valid config)" not in out
     desc = describe_dump(d["theirs"])
-    assert not desc["ok"] and "written by `kdadbg capture` beside" in desc["verdict"], desc["verdict"]
-    assert d["dump"].split("/")[-1] in desc["verdict"]
+    assert (desc["ok"], desc["kind"], desc["taps_file"]["written_by"]) == (True, "taps file", "capture")
+    assert desc["taps_file"]["taps"] == [] and desc["taps_file"]["chunks"] == []
+    rows = {r["name"]: r for r in desc["tensors"]}
+    assert rows["o"]["role"] == "output" and rows["dq"]["role"] == "gradient" and rows["head.index"]["role"] == "index"
+    assert rows["o"]["min"] is not None and rows["dk"]["nan"] == 1024
+    assert {r["name"] for r in desc["nonfinite"]} == {n for n, r in rows.items() if r["nan"] or r["inf"]} != set()
 
 
 def test_ctrl_c_during_capture_reports_the_commands_own_exit_status(tmp_path):

@@ -138,7 +138,8 @@ def test_inspect_json_marks_defaults(tmp_path):
     assert cfg["chunk_size"] == {"key": "chunk_size", "value": 32, "default": False}
     assert cfg["gate"] == {"key": "gate", "value": "none", "default": True}
     assert d["extra"] == ["my_note"] and d["ok"] and d["schema"] == INSPECT_JSON
-    assert f"JSON (schema {INSPECT_JSON})" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["inspect", "--help"]).stdout)
+    help_ = runner.invoke(cli.app, ["inspect", "--help"]).stdout
+    assert f"JSON (schema {INSPECT_JSON})" in re.sub(r"[\s│]+", " ", help_)
 
 
 @pytest.mark.parametrize("base, mutate, fragments, overrides",
@@ -176,6 +177,54 @@ def test_inspect_describes_nonfinite_inputs(tmp_path, basic):
     assert d["nonfinite"] == [{"name": "q", "nan": 1, "inf": 1, "first": [1, 5, 1, 3], "batch": 1, "token": 5,
                                "head": 1, "sequence": 1, "chunk": 3}]
     assert json.loads(kdadbg("inspect", basic, "--json").stdout)["nonfinite"] == []
+
+
+def test_inspect_describes_taps_files(tmp_path, basic):
+    """User trial, round 42: inspect on a taps file (kdadbg taps, run --save, capture's .theirs) showed every
+    tensor "(extra)" without stats, the raw metadata and "invalid". It says what the file is and holds (outputs,
+    gradients, taps of which chunks and heads, with stats) and how to diff it; exit 0. diff and run recognise
+    a run --save file as a taps file too."""
+    taps, saved = tmp_path / "t.safetensors", tmp_path / "saved.safetensors"
+    assert kdadbg("taps", basic, "-o", taps, "--taps", "L,S", "--chunks", "1:3", "--heads", "1").exit_code == 0
+    assert kdadbg("run", basic, "--impl", "reference", "--save", saved).exit_code == 0
+    r = kdadbg("inspect", taps)
+    assert r.exit_code == 0 and r.stderr == "", r.output
+    for line in ("a taps file (kdadbg-taps-v1), not a dump: made by `kdadbg taps`",
+                 "source reference, precision float64, from dump basic.safetensors (inputs_sha256 ",
+                 "outputs and gradients (whole tensors): o, ht, dq, dk, dv, dg, dbeta, dh0, dA_log, ddt_bias",
+                 "taps: L, S of chunks 1-2, heads 1", "verdict: valid taps file",
+                 f"use it: kdadbg diff {basic} --against {taps}"):
+        assert line in r.stdout, (line, r.stdout)
+    assert "(extra)" not in r.stdout
+    d = json.loads(kdadbg("inspect", taps, "--json").stdout)
+    assert (d["schema"], d["ok"], d["kind"]) == (INSPECT_JSON, True, "taps file")
+    f = d["taps_file"]
+    assert (f["written_by"], f["taps"], f["chunks"], f["heads"]) == ("taps", ["L", "S"], [1, 2], [1])
+    rows = {r["name"]: r for r in d["tensors"]}
+    assert rows["tap.S"]["role"] == "tap" and rows["tap.S"]["shape"] == [2, 1, 16, 16] and rows["tap.S"]["min"] < 0
+    r = kdadbg("inspect", saved)
+    assert r.exit_code == 0, r.output
+    assert "made by `kdadbg run --save`" in r.stdout and "taps: none" in r.stdout
+    assert json.loads(kdadbg("inspect", basic, "--json").stdout)["kind"] == "dump"
+    assert_one_error_line(kdadbg("run", saved), "is a taps file", "made by `kdadbg run --save`")
+    assert_one_error_line(kdadbg("diff", saved), "is a taps file; diff needs the DUMP")
+
+
+def test_inspect_malformed_taps_file(tmp_path, basic):
+    """A taps file whose layout is broken (a tap's rows against its chunk table) is described as far as it can
+    be and invalid: exit 2, one error line."""
+    from safetensors.torch import load_file, save_file
+
+    taps = tmp_path / "t.safetensors"
+    assert kdadbg("taps", basic, "-o", taps, "--taps", "S", "--chunks", "1:3").exit_code == 0
+    with safe_open(str(taps), "pt") as f:
+        meta = f.metadata()
+    t = load_file(str(taps))
+    t["tap.S"] = t["tap.S"][:1].contiguous()
+    save_file(t, str(tmp_path / "bad.safetensors"), metadata=meta)
+    r = kdadbg("inspect", tmp_path / "bad.safetensors")
+    assert_one_error_line(r, "tensor 'tap.S'", "expected shape [2,2,")
+    assert "a taps file" in r.stdout and "verdict: invalid" in r.stdout and "tap.S" in r.stdout
 
 
 def test_inspect_unreadable(tmp_path):

@@ -56,18 +56,98 @@ def print_note(console: Console, message: str) -> None:
     console.print(f"[yellow]note:[/yellow] {escape(message)}", soft_wrap=True, highlight=False)
 
 
+def _tensor_table(desc: dict, roles: bool) -> Table:
+    t = Table(title="tensors", title_justify="left")
+    cols = ("name", *(("role",) if roles else ()), "shape", "dtype", "min", "max", "mean", "NaN", "Inf")
+    for col in cols:
+        t.add_column(col, justify="right" if col in ("min", "max", "mean", "NaN", "Inf") else "left", no_wrap=True)
+    for r in desc["tensors"]:
+        name = r["name"] if roles or r["role"] == "input" else f"{r['name']} (extra)"
+        bad = "red" if r["nan"] or r["inf"] else None
+        t.add_row(name, *((r["role"],) if roles else ()), _shape(r["shape"]), r["dtype"], _num(r["min"]),
+                  _num(r["max"]), _num(r["mean"]), _count(r["nan"]), _count(r["inf"]), style=bad)
+    return t
+
+
+WRITTEN_BY = {"capture": "written by `kdadbg capture` beside its dump (the implementation's own outputs and "
+                         "gradients in training)",
+              "taps": "made by `kdadbg taps` (or another writer of the layout)",
+              "run --save": "made by `kdadbg run --save` (an implementation's outputs and gradients)"}
+
+
+def _render_taps_file(console: Console, desc: dict) -> None:
+    """``inspect`` on a taps file (``desc["kind"] == "taps file"``): what it is, what it holds, how to use it."""
+    f = desc["taps_file"]
+    fmt = f["format"] or "outputs and gradients alone, no format key"
+    console.print(escape(f"a taps file ({fmt}), not a dump: {WRITTEN_BY[f['written_by']]}"), soft_wrap=True,
+                  highlight=False)
+    made = [f"source {f['source'] or 'not recorded'}", f"precision {f['precision'] or 'not recorded'}"]
+    if f["dump"]:
+        made.append(f"from dump {f['dump']}" + (f" (inputs_sha256 {f['inputs_sha256'][:12]}…)"
+                                                 if f["inputs_sha256"] else " (no inputs digest)"))
+    console.print(escape(", ".join(made)), soft_wrap=True, highlight=False)
+    _render_origin(console, desc.get("origin"))
+    if desc["config"]:
+        console.print(escape("config: " + " ".join(f"{r['key']}={r['value']}" for r in desc["config"])),
+                      soft_wrap=True, highlight=False)
+    if desc["ok"]:
+        if f["outputs"]:
+            console.print(escape(f"outputs and gradients (whole tensors): {', '.join(f['outputs'])}"), soft_wrap=True,
+                          highlight=False)
+        if f["taps"]:
+            from . import id_ranges
+
+            console.print(escape(f"taps: {', '.join(f['taps'])} of chunks {id_ranges(f['chunks']) or 'none'}, heads "
+                                 f"{id_ranges(f['heads']) or 'none'} ({len(f['missing_taps'])} registry taps not "
+                                 f"held)"), soft_wrap=True, highlight=False)
+        else:
+            console.print("taps: none", highlight=False)
+    if desc["tensors"]:
+        console.print(_tensor_table(desc, roles=True))
+    if desc["extra"]:
+        console.print("outside the taps file layout, not read: " + ", ".join(desc["extra"]), soft_wrap=True,
+                      highlight=False)
+    for w in desc.get("warnings", []):
+        console.print(escape(f"warning: {w}"), style="yellow", soft_wrap=True, highlight=False)
+    _render_nonfinite(console, desc.get("nonfinite") or [], "NaN/Inf in the file:")
+    verdict = "[green]valid taps file[/green]" if desc["ok"] else f"[red]invalid:[/red] {escape(desc['verdict'])}"
+    console.print(f"verdict: {verdict}", soft_wrap=True, highlight=False)
+    if desc["ok"]:
+        console.print(escape(f"use it: {f['use']}") + ("  (DUMP: the dump it was made from)" if " DUMP " in f["use"]
+                                                        else ""), soft_wrap=True, highlight=False)
+
+
+def _render_origin(console: Console, origin: dict | None) -> None:
+    if not origin:
+        return
+    where = [f"{key} {origin[key]}" for key in ("step", "call", "module", "rank")
+             if origin.get(key) is not None and origin.get(key) != ""]
+    extra = f" by {origin['impl']}" if origin.get("impl") else ""
+    why = f" ({origin['reason']})" if origin.get("reason") else ""
+    if origin.get("nonfinite"):
+        why += f", NaN/Inf in {', '.join(origin['nonfinite'])}"
+    console.print(escape(f"captured{extra}: {', '.join(where) or 'origin unknown'}{why}"), soft_wrap=True,
+                  highlight=False)
+
+
+def _render_nonfinite(console: Console, bad: list[dict], title: str) -> None:
+    if not bad:
+        return
+    console.print(escape(title), style="yellow", soft_wrap=True, highlight=False)
+    for r in bad:
+        counts = ", ".join(f"{n} {w}" for n, w in ((r["nan"], "NaN"), (r["inf"], "Inf")) if n)
+        at = ", ".join(f"{k} {r[k]}" for k in ("batch", "sequence", "token", "head", "chunk")
+                       if r.get(k) is not None and not (k == "sequence" and r.get("batch") == r[k]))
+        line = f"  {r['name']}: {counts}; first at {_shape(r['first'])}" + (f" ({at})" if at else "")
+        console.print(escape(line), soft_wrap=True, highlight=False)
+
+
 def render_inspect(console: Console, desc: dict) -> None:
     console.print(f"[bold]{escape(desc['path'])}[/bold]", soft_wrap=True)
-    origin = desc.get("origin")
-    if origin:
-        where = [f"{key} {origin[key]}" for key in ("step", "call", "module", "rank")
-                 if origin.get(key) is not None and origin.get(key) != ""]
-        extra = f" by {origin['impl']}" if origin.get("impl") else ""
-        why = f" ({origin['reason']})" if origin.get("reason") else ""
-        if origin.get("nonfinite"):
-            why += f", NaN/Inf in {', '.join(origin['nonfinite'])}"
-        console.print(escape(f"captured{extra}: {', '.join(where) or 'origin unknown'}{why}"), soft_wrap=True,
-                      highlight=False)
+    if desc.get("kind") == "taps file":
+        _render_taps_file(console, desc)
+        return
+    _render_origin(console, desc.get("origin"))
     if desc["config"] is not None:
         t = Table(title="config", title_justify="left")
         t.add_column("key")
@@ -81,16 +161,7 @@ def render_inspect(console: Console, desc: dict) -> None:
     if desc["sizes"]:
         console.print("sizes: " + "  ".join(f"{k}={v}" for k, v in desc["sizes"].items()), highlight=False)
     if desc["tensors"]:
-        t = Table(title="tensors", title_justify="left")
-        for col in ("name", "shape", "dtype", "min", "max", "mean", "NaN", "Inf"):
-            t.add_column(col, justify="right" if col in ("min", "max", "mean", "NaN", "Inf") else "left",
-                         no_wrap=True)
-        for r in desc["tensors"]:
-            name = r["name"] if r["role"] == "input" else f"{r['name']} (extra)"
-            bad = "red" if r["nan"] or r["inf"] else None
-            t.add_row(name, _shape(r["shape"]), r["dtype"], _num(r["min"]), _num(r["max"]), _num(r["mean"]),
-                      _count(r["nan"]), _count(r["inf"]), style=bad)
-        console.print(t)
+        console.print(_tensor_table(desc, roles=False))
     if desc["extra"]:
         console.print("ignored extra tensors: " + ", ".join(desc["extra"]), soft_wrap=True, highlight=False)
     if desc.get("unknown_metadata"):
@@ -99,15 +170,7 @@ def render_inspect(console: Console, desc: dict) -> None:
     for w in desc.get("warnings", []):
         console.print(escape(f"warning: {w}"), style="yellow", soft_wrap=True, highlight=False)
     bad = desc.get("nonfinite") or []
-    if bad:
-        console.print("NaN/Inf in the dump (run, diff and taps take it with --allow-nonfinite):", style="yellow",
-                      highlight=False)
-        for r in bad:
-            counts = ", ".join(f"{n} {w}" for n, w in ((r["nan"], "NaN"), (r["inf"], "Inf")) if n)
-            at = ", ".join(f"{k} {r[k]}" for k in ("batch", "sequence", "token", "head", "chunk")
-                           if r.get(k) is not None and not (k == "sequence" and r.get("batch") == r[k]))
-            line = f"  {r['name']}: {counts}; first at {_shape(r['first'])}" + (f" ({at})" if at else "")
-            console.print(escape(line), soft_wrap=True, highlight=False)
+    _render_nonfinite(console, bad, "NaN/Inf in the dump (run, diff and taps take it with --allow-nonfinite):")
     verdict = "[green]valid[/green]" if desc["ok"] else f"[red]invalid:[/red] {escape(desc['verdict'])}"
     if desc["ok"] and bad:
         verdict += escape(f", with NaN/Inf in {', '.join(r['name'] for r in bad)} (run, diff and taps need "
