@@ -332,7 +332,9 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
         if note:
             result.notes.append(note)
     if save is not None:
-        meta = {"source": impl.name, "precision": impl.precision, "dump": dump, "kdadbg": kdadbg_version(),
+        # what was computed, as taps files say it: the reference in float64 (impl.precision is its tolerance table)
+        meta = {"source": impl.name, "precision": "float64" if impl.kind == "reference" else impl.precision,
+                "dump": dump, "kdadbg": kdadbg_version(),
                 **({} if window is None else {"chunks": f"{window[0]}:{window[1]}"}), **config.to_metadata(),
                 "inputs_sha256": inputs_fingerprint(inputs)}
         # a tensor returned in 16 bits keeps its dtype (its values exactly): `diff --against` the file then

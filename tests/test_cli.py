@@ -299,6 +299,10 @@ def test_taps_precision_says_what_was_computed(tmp_path, basic):
     assert r.exit_code == 0, r.output
     doc = json.loads((tmp_path / "d.json").read_text())
     assert doc["verdict"] == "pass" and not any("written at precision" in n for n in doc["notes"]), doc["notes"]
+    # run --impl reference --save says the same of its file (it said fp32, its tolerance table: round 41)
+    saved = tmp_path / "s.safetensors"
+    r = kdadbg("run", basic, "--impl", "reference", "--save", saved, "--device", "cpu")
+    assert r.exit_code == 0 and read_taps_file(saved)["metadata"]["precision"] == "float64", r.output
 
 
 def test_taps_outputs_that_apply(tmp_path):
