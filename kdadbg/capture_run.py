@@ -89,15 +89,16 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
 
     Options are those of :func:`kdadbg.capture` (``targets`` as strings, ``calls`` as indices).
     Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "excluded", "seen", "errors", "refused",
-    "calls_seen", "manifests", "unresolved", "selection_error", "selection_note"}``; ``exit_code`` is the
-    command's (128 + N when a signal N ended it); ``excluded``: how many calls each option left out (``every``,
-    ``modules``, ``calls``, ``first``, ``when``); ``seen``: the calls' ``modules``, ``calls`` (indices within a
-    step) and ``steps`` (``[first, last]``) over every process; ``errors``: the calls not written, ``refused``:
-    how many of them because their files existed (without ``force``); ``unresolved``: ``[{"target", "name",
-    "why"}]``, each of ``targets`` patched in no process that finished (its module never imported, or without the
-    function); ``selection_error``: one line when KDA calls were seen but the options selected none (else None);
-    ``selection_note``: one line when ``when="nonfinite"`` found no NaN/Inf in the calls it judged and so wrote
-    nothing (else None).
+    "calls_seen", "calls_no_grad", "manifests", "unresolved", "selection_error", "selection_note"}``; ``exit_code``
+    is the command's (128 + N when a signal N ended it); ``excluded``: how many calls each option left out
+    (``every``, ``modules``, ``calls``, ``first``, ``when``); ``seen``: the calls' ``modules``, ``calls`` (indices
+    within a step) and ``steps`` (``[first, last]``) over every process; ``calls_seen``: the KDA calls made with
+    grad mode on; ``calls_no_grad``: those made with it off (``torch.no_grad``, ``inference_mode``: no backward to
+    capture); ``errors``: the calls not written, ``refused``: how many of them because their files existed
+    (without ``force``); ``unresolved``: ``[{"target", "name", "why"}]``, each of ``targets`` patched in no process
+    that finished (its module never imported, or without the function); ``selection_error``: one line when KDA
+    calls were seen but the options selected none (else None); ``selection_note``: one line when
+    ``when="nonfinite"`` found no NaN/Inf in the calls it judged and so wrote nothing (else None).
     Example: ``run_captured(["python", "train.py"], "dumps", when="nonfinite")["dumps"]``.
     """
     from .capturing import Capture
@@ -133,13 +134,14 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     if code < 0:
         code = 128 - code
     result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "excluded": {}, "errors": [],
-              "refused": 0, "calls_seen": 0, "manifests": [], "unresolved": []}
+              "refused": 0, "calls_seen": 0, "calls_no_grad": 0, "manifests": [], "unresolved": []}
     patched, missing = set(), {}
     modules, indices, steps = set(), set(), []
     for path in sorted(out.glob(f"manifest-{run}-*.json")):
         data = json.loads(path.read_text())
         result["manifests"].append(str(path))
         result["calls_seen"] += data["calls_seen"]
+        result["calls_no_grad"] += data.get("calls_no_grad", 0)
         result["refused"] += data.get("refused", 0)
         for key in ("dumps", "skipped", "errors"):
             result[key] += data[key]

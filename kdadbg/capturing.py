@@ -22,7 +22,7 @@ How it works, and why training computes the same bits:
   pinned memory on CUDA and only for selected calls.
 
 A call of the wrapper made during a backward pass (activation checkpointing recomputing the
-forward) or without grad mode passes straight through.
+forward) or without grad mode passes straight through; the latter is counted (``calls_no_grad``).
 """
 
 from __future__ import annotations
@@ -324,6 +324,8 @@ class Capture:
         self.errors: list[str] = []       # calls selected and judged but not written, and why
         self.refused = 0                  # of those, how many because a file of the name existed (no force)
         self.calls_seen = 0
+        self.calls_no_grad = 0            # calls made with grad mode off (torch.no_grad, inference_mode): no
+                                          # backward to capture; they take no call index
         self.excluded: dict[str, int] = {}   # calls not written, counted by the option that left them out:
                                              # every, modules, calls, first (before the call), when (after)
         self._seen_modules: set[str] = set()
@@ -429,7 +431,8 @@ class Capture:
                 "steps": list(self._seen_steps)}
 
     def manifest_data(self) -> dict:
-        return {"schema": 1, "out": str(self.out), "calls_seen": self.calls_seen, "dumps": list(self.written),
+        return {"schema": 1, "out": str(self.out), "calls_seen": self.calls_seen, "calls_no_grad": self.calls_no_grad,
+                "dumps": list(self.written),
                 "skipped": list(self.skipped), "excluded": dict(self.excluded), "seen": self.seen,
                 "errors": list(self.errors), "refused": self.refused,
                 "closed": self._closed, "targets": {"requested": self.targets_requested,
@@ -447,7 +450,13 @@ class Capture:
         return kda_captured
 
     def _run_call(self, fn, impl, sig, args, kwargs):
-        if not self._active or _in_backward() or not torch.is_grad_enabled():
+        if not self._active or _in_backward():
+            return fn(*args, **kwargs)
+        if not torch.is_grad_enabled():   # evaluation: counted, so that a capture of it says why nothing came
+            with self._lock:
+                self.calls_no_grad += 1
+            self._warn(f"capture ({impl}): a call with grad mode off (torch.no_grad, inference_mode) runs "
+                       f"uncaptured: no backward to capture")
             return fn(*args, **kwargs)
         try:
             bound = _Bound(sig, args, kwargs)

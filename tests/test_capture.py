@@ -488,6 +488,39 @@ def capture_script(tmp_path, *options, code=0):
                           capture_output=True, text=True, timeout=300)
 
 
+EVAL_SCRIPT = """\
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+from capture_toy import TinyModel, batch
+
+model = TinyModel("naive")
+with torch.no_grad():
+    for step in range(2):
+        model(batch(T=8, seed=step))
+"""
+
+
+def test_cli_capture_counts_calls_made_with_grad_mode_off(tmp_path):
+    """User trial: a script calling the target only under torch.no_grad got "0 dumps ... from 0 KDA calls", the
+    calls neither counted nor mentioned. They are counted (manifest calls_no_grad) and the summary says why
+    nothing was written; they take no call index."""
+    script = tmp_path / "eval.py"
+    script.write_text(EVAL_SCRIPT.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target",
+                          NAIVE, "--", sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0 and res.stdout == "", res.stderr
+    summary = res.stderr.strip().splitlines()[-1]
+    assert summary.startswith("capture: 0 dumps") and "from 4 KDA calls; 4 ran with grad mode off (torch.no_grad or " \
+        "inference_mode): no backward to capture" in summary, summary
+    model = TinyModel("naive")
+    with capture(tmp_path / "api", model=model, targets=[NAIVE]) as cap:
+        with torch.no_grad():
+            model(batch(T=4))
+        train_step(model, batch(T=4))
+    assert (cap.calls_no_grad, cap.calls_seen, [d["call"] for d in cap.written]) == (2, 2, [0, 1])
+
+
 def test_cli_capture_prints_the_selection_that_matched_nothing(tmp_path):
     """The command line prints run_captured's selection error as one error line before its summary, exit 2."""
     res = capture_script(tmp_path, "--modules", "layer.0.attn")

@@ -416,5 +416,9 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
     elif not result["manifests"]:
         err.print("capture: no manifest came back: was the command a Python process with site enabled "
                   "(not python -S or -I)?", soft_wrap=True, highlight=False)
-    err.print(escape(f"capture: {len(result['dumps'])} dumps in {result['out']} from {result['calls_seen']} KDA "
-                     f"calls{skipped}{unwritten}{missed}; {ends}"), soft_wrap=True, highlight=False)
+    no_grad = result.get("calls_no_grad", 0)
+    off = f"; {no_grad} ran with grad mode off (torch.no_grad or inference_mode): no backward to capture" \
+        if no_grad else ""
+    err.print(escape(f"capture: {_plural(len(result['dumps']), 'dump')} in {result['out']} from "
+                     f"{_plural(result['calls_seen'] + no_grad, 'KDA call')}{off}{skipped}{unwritten}{missed}; {ends}"),
+              soft_wrap=True, highlight=False)
