@@ -19,6 +19,7 @@ import uuid
 from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, KdadbgError
+from .patching import DEFAULT_TARGETS, parse_target
 from .render import id_ranges
 
 ENV = "KDADBG_CAPTURE"
@@ -89,16 +90,19 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
 
     Options are those of :func:`kdadbg.capture` (``targets`` as strings, ``calls`` as indices).
     Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "excluded", "seen", "errors", "refused",
-    "calls_seen", "calls_no_grad", "manifests", "unresolved", "selection_error", "selection_note"}``; ``exit_code``
-    is the command's (128 + N when a signal N ended it); ``excluded``: how many calls each option left out
-    (``every``, ``modules``, ``calls``, ``first``, ``when``); ``seen``: the calls' ``modules``, ``calls`` (indices
-    within a step) and ``steps`` (``[first, last]``) over every process; ``calls_seen``: the KDA calls made with
-    grad mode on; ``calls_no_grad``: those made with it off (``torch.no_grad``, ``inference_mode``: no backward to
-    capture); ``errors``: the calls not written, ``refused``: how many of them because their files existed
-    (without ``force``); ``unresolved``: ``[{"target", "name", "why"}]``, each of ``targets`` patched in no process
-    that finished (its module never imported, or without the function); ``selection_error``: one line when KDA
-    calls were seen but the options selected none (else None); ``selection_note``: one line when
-    ``when="nonfinite"`` found no NaN/Inf in the calls it judged and so wrote nothing (else None).
+    "calls_seen", "calls_no_grad", "manifests", "unresolved", "uncalled", "selection_error", "selection_note",
+    "call_note"}``; ``exit_code`` is the command's (128 + N when a signal N ended it); ``excluded``: how many calls
+    each option left out (``every``, ``modules``, ``calls``, ``first``, ``when``); ``seen``: the calls'
+    ``modules``, ``calls`` (indices within a step) and ``steps`` (``[first, last]``) over every process;
+    ``calls_seen``: the KDA calls made with grad mode on; ``calls_no_grad``: those made with it off
+    (``torch.no_grad``, ``inference_mode``: no backward to capture); ``errors``: the calls not written,
+    ``refused``: how many of them because their files existed (without ``force``); ``unresolved``: ``[{"target",
+    "name", "why"}]``, each of ``targets`` patched in no process that finished (its module never imported, or
+    without the function); ``uncalled``: each of ``targets`` patched but called in no process (judged when every
+    process that reported ran to its end); ``call_note``: one line when, without ``targets``, neither default was
+    called (else None); ``selection_error``: one line when KDA calls were seen but the options selected none (else
+    None); ``selection_note``: one line when ``when="nonfinite"`` found no NaN/Inf in the calls it judged and so
+    wrote nothing (else None).
     Example: ``run_captured(["python", "train.py"], "dumps", when="nonfinite")["dumps"]``.
     """
     from .capturing import Capture
@@ -134,8 +138,8 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     if code < 0:
         code = 128 - code
     result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "excluded": {}, "errors": [],
-              "refused": 0, "calls_seen": 0, "calls_no_grad": 0, "manifests": [], "unresolved": []}
-    patched, missing = set(), {}
+              "refused": 0, "calls_seen": 0, "calls_no_grad": 0, "manifests": [], "unresolved": [], "uncalled": []}
+    patched, missing, called, closed = set(), {}, set(), True
     modules, indices, steps = set(), set(), []
     for path in sorted(out.glob(f"manifest-{run}-*.json")):
         data = json.loads(path.read_text())
@@ -151,6 +155,8 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
         indices.update(data["seen"]["calls"])
         steps += data["seen"]["steps"]
         patched.update(data["targets"]["patched"])
+        called.update(data["targets"].get("called", []))
+        closed = closed and data["closed"]
         if data["closed"]:   # a process that died early may still have imported them
             for u in data["targets"]["unresolved"]:
                 missing.setdefault(u["target"], []).append(u)
@@ -159,10 +165,17 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
             if target not in patched:   # in no process: the why of one that imported its module, if any
                 u = max(seen, key=lambda u: u["imported"])
                 result["unresolved"].append({"target": target, "name": u["name"], "why": u["why"]})
+    if result["manifests"] and closed:   # every process that reported ran to its end
+        result["uncalled"] = [t for t in targets or [] if t in patched and ":".join(parse_target(t)) not in called]
     result["dumps"].sort(key=lambda d: (d["rank"] or 0, d["step"], d["call"]))
     result["seen"] = {"modules": sorted(modules), "calls": sorted(indices),
                       "steps": [min(steps), max(steps)] if steps else []}
     result["selection_error"], result["selection_note"] = _selection_lines(result, opts)
+    result["call_note"] = None
+    if not targets and result["manifests"] and closed and not called:
+        result["call_note"] = (f"no KDA call: neither default target ({', '.join(DEFAULT_TARGETS)}: fla's chunk_kda, "
+                               f"kdadbg_kernels.chunk_kda) was called in any process of the command; for another "
+                               f"function, name it with --target pkg.module:function")
     return result
 
 
@@ -196,8 +209,9 @@ def _option_text(value) -> str:
 
 def exit_status(result: dict) -> int:
     """``kdadbg capture``'s exit code for a :func:`run_captured` result: the command's when it failed, else
-    2 (``EXIT_BAD_INPUT``) when a ``--target`` was never patched, the options selected none of the KDA calls
-    seen, or a dump was not written (e.g. refused: its file existed), else 0."""
+    2 (``EXIT_BAD_INPUT``) when a ``--target`` was never patched or patched but never called, the options
+    selected none of the KDA calls seen, or a dump was not written (e.g. refused: its file existed), else 0."""
     if result["exit_code"]:
         return result["exit_code"]
-    return EXIT_BAD_INPUT if result["errors"] or result["unresolved"] or result["selection_error"] else 0
+    bad = result["errors"] or result["unresolved"] or result.get("uncalled") or result["selection_error"]
+    return EXIT_BAD_INPUT if bad else 0

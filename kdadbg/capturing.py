@@ -331,6 +331,7 @@ class Capture:
         self._seen_modules: set[str] = set()
         self._seen_calls: set[int] = set()
         self._seen_steps: list[int] = []     # [first, last] step with a call
+        self._called: set[str] = set()       # the impls (module:function) called at all, grad mode on or off
         self._step, self._call = 0, 0
         self._pending: list[CapturedCall] = []
         self._events: list = []
@@ -437,6 +438,7 @@ class Capture:
                 "errors": list(self.errors), "refused": self.refused,
                 "closed": self._closed, "targets": {"requested": self.targets_requested,
                                                     "patched": self._patches.resolved() if self._patches else [],
+                                                    "called": sorted(self._called),
                                                     "unresolved": self.unresolved}}
 
     def _wrap(self, fn, impl: str):
@@ -452,6 +454,7 @@ class Capture:
     def _run_call(self, fn, impl, sig, args, kwargs):
         if not self._active or _in_backward():
             return fn(*args, **kwargs)
+        self._called.add(impl)
         if not torch.is_grad_enabled():   # evaluation: counted, so that a capture of it says why nothing came
             with self._lock:
                 self.calls_no_grad += 1

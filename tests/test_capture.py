@@ -521,6 +521,41 @@ def test_cli_capture_counts_calls_made_with_grad_mode_off(tmp_path):
     assert (cap.calls_no_grad, cap.calls_seen, [d["call"] for d in cap.written]) == (2, 2, [0, 1])
 
 
+NO_CALL_SCRIPT = "import sys; sys.path.insert(0, {tests!r}); import capture_toy; sys.exit(int(sys.argv[1]))"
+
+
+def uncalled(target):
+    return (f"error: --target {target}: patched but never called in any process of the command; expected the "
+            f"function the command calls for KDA")
+
+
+@pytest.mark.parametrize("script, targets, code, status, error, note", [
+    pytest.param(NO_CALL_SCRIPT, [NAIVE], 0, 2, uncalled(NAIVE), None, id="target-never-called"),
+    pytest.param(NO_CALL_SCRIPT, [NAIVE], 3, 3, uncalled(NAIVE), None, id="failing-script"),
+    pytest.param(SCRIPT, [NAIVE, "capture_toy:wrapper_kda"], 0, 2, uncalled("capture_toy:wrapper_kda"), None,
+                 id="one-of-two"),
+    pytest.param(NO_CALL_SCRIPT, [], 0, 0, None, "note: no KDA call: neither default target (fla, kdadbg",
+                 id="defaults"),
+])
+def test_cli_capture_says_a_target_was_patched_but_never_called(script, targets, code, status, error, note, tmp_path):
+    """User trial: a script that never calls the target got "0 dumps ... from 0 KDA calls", exit 0. A --target
+    patched but called in no process is an error line and exit 2 (as one patched in no process; the command's
+    own code when it failed); without --target (the defaults need not be there) a note and exit 0."""
+    path = tmp_path / "script.py"
+    path.write_text(script.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--calls", "0",
+                          *(a for t in targets for a in ("--target", t)), "--", sys.executable, str(path), str(code)],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == status, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    notes = [line for line in res.stderr.splitlines() if line.startswith("note: ")]
+    assert (len(errors) == 1 and errors[0].startswith(error) if error else errors == []), res.stderr
+    assert (len(notes) == 1 and notes[0].startswith(note) if note else notes == []), res.stderr
+    assert len(res.stdout.splitlines()) == (2 if script == SCRIPT else 0), res.stdout
+    summary = res.stderr.strip().splitlines()[-1]
+    assert ("never called" in summary) == bool(error), summary
+
+
 def test_cli_capture_prints_the_selection_that_matched_nothing(tmp_path):
     """The command line prints run_captured's selection error as one error line before its summary, exit 2."""
     res = capture_script(tmp_path, "--modules", "layer.0.attn")

@@ -395,6 +395,12 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
         name = u["target"] if u["target"] == u["name"] else f"{u['target']} ({u['name']})"
         print_error(err, f"--target {name}: not patched in any process of the command: {u['why']}; expected an "
                          f"importable module that the command imports, with a module-level function of that name")
+    for t in result.get("uncalled", []):
+        print_error(err, f"--target {t}: patched but never called in any process of the command; expected the "
+                         f"function the command calls for KDA (capture sees calls made through module attributes; a "
+                         f"reference kept in a dict or on a class while its module was imported calls it unseen)")
+    if result.get("call_note"):
+        print_note(err, result["call_note"])
     if result.get("selection_error"):   # the selection options left none of the calls seen to write
         print_error(err, result["selection_error"])
     if result.get("selection_note"):
@@ -408,6 +414,8 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
     unwritten = f"; {len(result['errors'])} not written ({'; '.join(why)})" if why else ""
     missed = f"; --target {', '.join(u['target'] for u in result['unresolved'])} never patched" \
         if result["unresolved"] else ""
+    uncalled = result.get("uncalled", [])
+    missed += f"; --target {', '.join(uncalled)} never called" if uncalled else ""
     ends = f"the command exited with {result['exit_code']}" + (
         f"; capture exits {status}" if status != result["exit_code"] else "")
     if not result["manifests"] and result["exit_code"] > 128:   # killed by a signal before any exit hook ran
