@@ -138,20 +138,46 @@ class _Record(torch.autograd.Function):
         return grad, None, None, None, None
 
 
+def _fla_signature(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
+    """fla's leading ``chunk_kda`` parameters: the stand-in for a target without a readable signature."""
+
+
+FLA_POSITIONAL = tuple(inspect.signature(_fla_signature).parameters)[:-1]   # the order fla's versions share
+
+
 class _Bound:
-    """A call's arguments by name, with the target's defaults; ``set`` swaps one for the call."""
+    """A call's arguments by name, with the target's defaults; ``set`` swaps one for the call.
+
+    Positional arguments that land in the target's ``*args`` (a wrapper ``(*a, **kw)``) are named by
+    their position in fla's ``chunk_kda`` (``FLA_POSITIONAL``) where the signature names none there;
+    ``unnamed`` counts those past it.
+    """
 
     def __init__(self, sig: inspect.Signature, args, kwargs):
         self.sig = sig
         self.ba = sig.bind(*args, **kwargs)
-        self.var_kw = next((p.name for p in sig.parameters.values() if p.kind is p.VAR_KEYWORD), None)
+        params = sig.parameters.values()
+        self.var_kw = next((p.name for p in params if p.kind is p.VAR_KEYWORD), None)
+        self.var_pos = next((p.name for p in params if p.kind is p.VAR_POSITIONAL), None)
+        start = sum(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD) for p in params)
+        extra = self.ba.arguments.get(self.var_pos, ()) if self.var_pos else ()
+        self.positional = {FLA_POSITIONAL[start + i]: i for i in range(len(extra)) if start + i < len(FLA_POSITIONAL)
+                           and FLA_POSITIONAL[start + i] not in sig.parameters}
+        self.unnamed = len(extra) - len(self.positional)
 
     def _extra(self) -> dict:
         return self.ba.arguments.get(self.var_kw, {}) if self.var_kw else {}
 
+    def names(self) -> list[str]:
+        """The names the call's arguments were bound to."""
+        named = [n for n in self.ba.arguments if n not in (self.var_kw, self.var_pos)]
+        return named + list(self.positional) + list(self._extra())
+
     def get(self, name: str, default=None):
-        if name in self.ba.arguments and name != self.var_kw:
+        if name in self.ba.arguments and name not in (self.var_kw, self.var_pos):
             return self.ba.arguments[name]
+        if name in self.positional:
+            return self.ba.arguments[self.var_pos][self.positional[name]]
         if name in self._extra():
             return self._extra()[name]
         p = self.sig.parameters.get(name)
@@ -160,17 +186,17 @@ class _Bound:
         return default
 
     def set(self, name: str, value) -> None:
-        if name in self.ba.arguments and name != self.var_kw:
+        if name in self.ba.arguments and name not in (self.var_kw, self.var_pos):
             self.ba.arguments[name] = value
+        elif name in self.positional:
+            extra = list(self.ba.arguments[self.var_pos])
+            extra[self.positional[name]] = value
+            self.ba.arguments[self.var_pos] = tuple(extra)
         else:
             self._extra()[name] = value
 
     def call(self, fn):
         return fn(*self.ba.args, **self.ba.kwargs)
-
-
-def _fla_signature(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False, **kwargs):
-    """fla's leading ``chunk_kda`` parameters: the stand-in for a target without a readable signature."""
 
 
 def _signature(fn) -> inspect.Signature:
@@ -527,6 +553,16 @@ class Capture:
         """Host copies of a selected call's inputs, and its differentiable inputs swapped for recording
         views; None (the call runs uncaptured) when the dump format cannot hold it."""
         q, v = bound.get("q"), bound.get("v")
+        if bound.unnamed:
+            self._skip(info, f"{bound.unnamed} positional argument{'s' if bound.unnamed > 1 else ''} after fla's "
+                             f"{FLA_POSITIONAL[-1]} reached the target's *{bound.var_pos}, which names none: pass "
+                             f"them by keyword (fla's versions order the later flags differently)")
+            return None
+        if q is None or v is None:
+            self._skip(info, f"found no {' or '.join(n for n in ('q', 'v') if bound.get(n) is None)} among the "
+                             f"call's arguments ({', '.join(bound.names()) or 'none'}): expected fla's chunk_kda "
+                             f"names, or q, k, v, g, beta first by position")
+            return None
         try:
             config = call_config(bound.get, q, v)
         except _Unsupported as e:

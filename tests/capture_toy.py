@@ -44,6 +44,12 @@ def wrapper_kda(q, k, v, g, beta, **kwargs):
     return naive_kda(q, k, v, g, beta, **kwargs)
 
 
+def args_kda(*a, **kw):
+    """A wrapper whose signature names no argument, as ``(*a, **kw)`` wrappers do; called with q, k, v, g, beta
+    by position."""
+    return naive_kda(*a, **kw)
+
+
 class Attn(nn.Module):
     def __init__(self, impl: str, use_state: bool):
         super().__init__()
@@ -63,6 +69,8 @@ class Attn(nn.Module):
                   dt_bias=self.dt_bias, chunk_size=16)
         if self.impl == "wrapper":
             o, ht = wrapper_kda(q, k, v, g, beta, **kw)
+        elif self.impl == "args":
+            o, ht = args_kda(q, k, v, g, beta, **kw)
         elif self.impl == "kernels":
             import kdadbg_kernels
 

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 import torch
+from safetensors.torch import load_file
 from typer.testing import CliRunner
 
 import capture_toy
@@ -135,6 +136,33 @@ def test_capture_keeps_training_bits(impl, kernel_run, tmp_path):
     assert grads0.keys() == grads1.keys()
     for name in grads0:
         assert same_bits(grads0[name], grads1[name]), name
+
+
+def test_a_wrapper_naming_no_argument_is_bound_in_fla_s_order(tmp_path):
+    """User trial: a `(*a, **kw)` wrapper called with q, k, v, g, beta by position was skipped as "q and v are
+    not [B,T,H,*] tensors". Positional arguments the signature names none of are named in fla's chunk_kda order
+    (q, k, v, g, beta, scale, initial_state, output_final_state): the dumps are those of the function it wraps,
+    and training keeps its bits. Past output_final_state they cannot be named: skipped, saying so."""
+    x = batch()
+    plain = train_step(TinyModel("args"), x)
+    with capture(tmp_path / "naive", targets=[NAIVE]) as ref:
+        train_step(TinyModel("naive"), x)
+    model = TinyModel("args")
+    with capture(tmp_path / "args", targets=["capture_toy:args_kda"]) as cap:
+        captured = train_step(model, x)
+    assert (cap.skipped, len(cap.written)) == ([], 2)
+    assert same_bits(plain[0], captured[0]) and all(same_bits(plain[1][n], captured[1][n]) for n in plain[1])
+    for a, b in zip(ref.written, cap.written):
+        for suffix in ("dump", "theirs"):
+            ta, tb = load_file(a[suffix]), load_file(b[suffix])
+            assert ta.keys() == tb.keys() and all(torch.equal(ta[n], tb[n]) for n in ta), suffix
+    q, k, v, g = (torch.randn(1, 4, 2, 16, requires_grad=True) for _ in range(4))
+    beta = torch.rand(1, 4, 2, requires_grad=True)
+    with capture(tmp_path / "more", targets=[capture_toy.args_kda]) as cap:
+        capture_toy.args_kda(q, k, v, g, beta, None, None, False, True)[0].sum().backward()
+    assert [s["why"] for s in cap.skipped] == ["1 positional argument after fla's output_final_state reached the "
+                                               "target's *a, which names none: pass them by keyword (fla's versions "
+                                               "order the later flags differently)"]
 
 
 def test_planted_nan_gives_one_nonfinite_dump(tmp_path):
