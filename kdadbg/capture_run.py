@@ -3,7 +3,8 @@
 The command runs with a generated ``sitecustomize.py`` first on ``PYTHONPATH``: every Python process
 it starts (the script, torchrun's workers) then calls :func:`boot` at interpreter start, which reads
 the options from the environment variable ``KDADBG_CAPTURE`` (JSON), enters a capture session and
-ends it at exit, writing ``manifest-<run>-<pid>.json`` in the output folder. The targets' modules are
+ends it at exit, writing ``manifest-<run>-<pid>.json`` in the output folder (which :func:`run_captured` reads,
+and removes when it lists no dump, no call not written and no call skipped). The targets' modules are
 patched as they are imported, so none of them is imported early (the kernels' ``TRITON_INTERPRET``
 stays the script's to set). A user's own ``sitecustomize`` still runs, after ours.
 """
@@ -90,19 +91,21 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
 
     Options are those of :func:`kdadbg.capture` (``targets`` as strings, ``calls`` as indices).
     Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "excluded", "seen", "errors", "refused",
-    "calls_seen", "calls_no_grad", "manifests", "unresolved", "uncalled", "selection_error", "selection_note",
-    "call_note"}``; ``exit_code`` is the command's (128 + N when a signal N ended it); ``excluded``: how many calls
-    each option left out (``every``, ``modules``, ``calls``, ``first``, ``when``); ``seen``: the calls'
-    ``modules``, ``calls`` (indices within a step) and ``steps`` (``[first, last]``) over every process;
-    ``calls_seen``: the KDA calls made with grad mode on; ``calls_no_grad``: those made with it off
-    (``torch.no_grad``, ``inference_mode``: no backward to capture); ``errors``: the calls not written,
-    ``refused``: how many of them because their files existed (without ``force``); ``unresolved``: ``[{"target",
-    "name", "why"}]``, each of ``targets`` patched in no process that finished (its module never imported, or
-    without the function); ``uncalled``: each of ``targets`` patched but called in no process (judged when every
-    process that reported ran to its end); ``call_note``: one line when, without ``targets``, neither default was
-    called (else None); ``selection_error``: one line when KDA calls were seen but the options selected none (else
-    None); ``selection_note``: one line when ``when="nonfinite"`` found no NaN/Inf in the calls it judged and so
-    wrote nothing (else None).
+    "calls_seen", "calls_no_grad", "processes", "manifests", "unresolved", "uncalled", "selection_error",
+    "selection_note", "call_note"}``; ``exit_code`` is the command's (128 + N when a signal N ended it);
+    ``excluded``: how many calls each option left out (``every``, ``modules``, ``calls``, ``first``, ``when``);
+    ``seen``: the calls' ``modules``, ``calls`` (indices within a step) and ``steps`` (``[first, last]``) over every
+    process; ``calls_seen``: the KDA calls made with grad mode on; ``calls_no_grad``: those made with it off
+    (``torch.no_grad``, ``inference_mode``: no backward to capture); ``processes``: how many processes reported (wrote
+    a manifest); ``manifests``: those kept, each listing a dump, a call not written or a call skipped (one recording
+    none of these is removed, and so is ``out`` when this made it and it stays empty); ``errors``: the calls not
+    written, ``refused``: how many of them because their files existed (without ``force``); ``unresolved``:
+    ``[{"target", "name", "why"}]``, each of ``targets`` patched in no process that finished (its module never
+    imported, or without the function); ``uncalled``: each of ``targets`` patched but called in no process (judged
+    when every process that reported ran to its end); ``call_note``: one line when, without ``targets``, neither
+    default was called (else None); ``selection_error``: one line when KDA calls were seen but the options selected
+    none (else None); ``selection_note``: one line when ``when="nonfinite"`` found no NaN/Inf in the calls it judged
+    and so wrote nothing (else None).
     Example: ``run_captured(["python", "train.py"], "dumps", when="nonfinite")["dumps"]``.
     """
     from .capturing import Capture
@@ -113,6 +116,7 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     opts = {"targets": list(targets) if targets else None, "calls": calls, "modules": modules, "first": first,
             "every": every, "when": when, "max_bytes": max_bytes, "steps": steps, "force": force}
     Capture(out, **opts)  # the options' errors, here rather than in the child
+    created = not out.exists()
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -138,12 +142,17 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     if code < 0:
         code = 128 - code
     result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "excluded": {}, "errors": [],
-              "refused": 0, "calls_seen": 0, "calls_no_grad": 0, "manifests": [], "unresolved": [], "uncalled": []}
+              "refused": 0, "calls_seen": 0, "calls_no_grad": 0, "processes": 0, "manifests": [], "unresolved": [],
+              "uncalled": []}
     patched, missing, called, closed = set(), {}, set(), True
     modules, indices, steps = set(), set(), []
     for path in sorted(out.glob(f"manifest-{run}-*.json")):
         data = json.loads(path.read_text())
-        result["manifests"].append(str(path))
+        result["processes"] += 1
+        if data["dumps"] or data["errors"] or data["skipped"]:
+            result["manifests"].append(str(path))
+        else:   # a record of nothing written: its counts are in the result (and the summary), not left behind
+            path.unlink()
         result["calls_seen"] += data["calls_seen"]
         result["calls_no_grad"] += data.get("calls_no_grad", 0)
         result["refused"] += data.get("refused", 0)
@@ -165,14 +174,16 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
             if target not in patched:   # in no process: the why of one that imported its module, if any
                 u = max(seen, key=lambda u: u["imported"])
                 result["unresolved"].append({"target": target, "name": u["name"], "why": u["why"]})
-    if result["manifests"] and closed:   # every process that reported ran to its end
+    if result["processes"] and closed:   # every process that reported ran to its end
         result["uncalled"] = [t for t in targets or [] if t in patched and ":".join(parse_target(t)) not in called]
+    if created and not any(out.iterdir()):
+        out.rmdir()
     result["dumps"].sort(key=lambda d: (d["rank"] or 0, d["step"], d["call"]))
     result["seen"] = {"modules": sorted(modules), "calls": sorted(indices),
                       "steps": [min(steps), max(steps)] if steps else []}
     result["selection_error"], result["selection_note"] = _selection_lines(result, opts)
     result["call_note"] = None
-    if not targets and result["manifests"] and closed and not called:
+    if not targets and result["processes"] and closed and not called:
         result["call_note"] = (f"no KDA call: neither default target ({', '.join(DEFAULT_TARGETS)}: fla's chunk_kda, "
                                f"kdadbg_kernels.chunk_kda) was called in any process of the command; for another "
                                f"function, name it with --target pkg.module:function")

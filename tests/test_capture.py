@@ -495,8 +495,8 @@ def test_capture_run_says_when_the_selection_left_nothing_to_write(options, code
                                                                    tmp_path):
     """KDA calls seen but none written: options that left every call out are named in one error line with the
     modules, call indices and steps seen, and capture exits 2 (the command's own code when it failed); --when
-    nonfinite finding no NaN/Inf is the good outcome: one note, exit 0. The manifest counts the calls each
-    option left out."""
+    nonfinite finding no NaN/Inf is the good outcome: one note, exit 0. The result counts the calls each option
+    left out (the manifest that counted them, recording no dump, is removed)."""
     from kdadbg.capture_run import exit_status, run_captured
 
     script = tmp_path / "train.py"
@@ -504,7 +504,7 @@ def test_capture_run_says_when_the_selection_left_nothing_to_write(options, code
     result = run_captured([sys.executable, str(script), str(code)], tmp_path / "dumps", targets=[NAIVE], **options)
     assert (result["calls_seen"], result["dumps"], result["skipped"]) == (4, [], [])
     assert (result["selection_error"], result["selection_note"], exit_status(result)) == (error, note, status)
-    assert result["excluded"] == json.loads(open(result["manifests"][0]).read())["excluded"] == excluded
+    assert (result["excluded"], result["processes"], result["manifests"]) == (excluded, 1, [])
 
 
 def capture_script(tmp_path, *options, code=0):
@@ -639,7 +639,33 @@ def test_cli_capture_target_patched_in_a_child_process_only(tmp_path):
                           NAIVE, "--calls", "0", "--", sys.executable, "-c", launcher],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 0 and "error" not in res.stderr, res.stderr
-    assert len(list((tmp_path / "dumps").glob("manifest-*.json"))) == 2 and len(res.stdout.splitlines()) == 2
+    manifests = list((tmp_path / "dumps").glob("manifest-*.json"))   # the worker's: the launcher's recorded nothing
+    assert len(manifests) == 1 and len(res.stdout.splitlines()) == 2
+
+
+@pytest.mark.parametrize("script, targets, kept", [
+    pytest.param(NO_CALL_SCRIPT, [NAIVE], None, id="never-called"),
+    pytest.param(EVAL_SCRIPT, [NAIVE], None, id="grad-mode-off"),
+    pytest.param(SCRIPT, [NAIVE, "--calls", "5"], None, id="selected-none"),
+    pytest.param(SCRIPT, [NAIVE, "--calls", "0"], (1, 4), id="dumps-written"),
+])
+def test_cli_capture_leaves_no_manifest_recording_nothing(script, targets, kept, tmp_path):
+    """User trial: every run that wrote nothing left an empty manifest-*.json in --out. A process's manifest
+    that lists no dump, no call not written and no call skipped is removed once read (the summary has its
+    counts), and --out with it when capture made it; a run that wrote dumps keeps its manifest."""
+    path = tmp_path / "script.py"
+    path.write_text(script.format(tests=TESTS))
+    out = tmp_path / "dumps"
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(out), "--target", *targets, "--",
+                          sys.executable, str(path), "0"], capture_output=True, text=True, timeout=300)
+    assert "capture: " in res.stderr and "no manifest came back" not in res.stderr, res.stderr
+    if kept:   # manifests, and dumps with their theirs files
+        assert (len(list(out.glob("manifest-*.json"))), len(list(out.glob("*.safetensors")))) == kept
+    else:
+        assert not out.exists()
+        (out / "keep").mkdir(parents=True)   # a folder that was there stays, empty
+        subprocess.run(res.args, capture_output=True, text=True, timeout=300)
+        assert [p.name for p in out.iterdir()] == ["keep"]
 
 
 @pytest.mark.parametrize("options, fragment", [
@@ -801,5 +827,5 @@ def test_a_target_called_inside_another_target_is_marked_inside_it(tmp_path):
 
     out, err = Console(record=True, width=300), Console(record=True, width=300)
     render_captured(out, err, {"dumps": cap.written, "errors": [], "unresolved": [], "skipped": [], "refused": 0,
-                               "manifests": ["m"], "exit_code": 0, "out": str(tmp_path), "calls_seen": 4}, 0)
+                               "processes": 1, "manifests": ["m"], "exit_code": 0, "out": str(tmp_path), "calls_seen": 4}, 0)
     assert "2 of the dumps are calls made inside another captured call" in " ".join(err.export_text().split())

@@ -418,10 +418,10 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
     missed += f"; --target {', '.join(uncalled)} never called" if uncalled else ""
     ends = f"the command exited with {result['exit_code']}" + (
         f"; capture exits {status}" if status != result["exit_code"] else "")
-    if not result["manifests"] and result["exit_code"] > 128:   # killed by a signal before any exit hook ran
+    if not result["processes"] and result["exit_code"] > 128:   # killed by a signal before any exit hook ran
         err.print(f"capture: no manifest came back: the command was ended by signal {result['exit_code'] - 128} "
                   f"before it wrote one", soft_wrap=True, highlight=False)
-    elif not result["manifests"]:
+    elif not result["processes"]:
         err.print("capture: no manifest came back: was the command a Python process with site enabled "
                   "(not python -S or -I)?", soft_wrap=True, highlight=False)
     no_grad = result.get("calls_no_grad", 0)
