@@ -829,3 +829,20 @@ def test_a_target_called_inside_another_target_is_marked_inside_it(tmp_path):
     render_captured(out, err, {"dumps": cap.written, "errors": [], "unresolved": [], "skipped": [], "refused": 0,
                                "processes": 1, "manifests": ["m"], "exit_code": 0, "out": str(tmp_path), "calls_seen": 4}, 0)
     assert "2 of the dumps are calls made inside another captured call" in " ".join(err.export_text().split())
+
+
+def test_a_target_named_twice_through_a_re_export_counts_its_calls_for_both(tmp_path, monkeypatch):
+    """Review, round 41: one function given as two targets (its module's name and a module re-exporting it,
+    both imported before the capture) might have had its calls recorded under one name only, the other then
+    reported never called (which `kdadbg capture` makes an error, exit 2). It is not: the second name is
+    patched over the first's wrapper, and each call is recorded under both."""
+    import types
+
+    alias = types.ModuleType("alias_mod")
+    alias.naive_kda = capture_toy.naive_kda
+    monkeypatch.setitem(sys.modules, "alias_mod", alias)
+    model = TinyModel("naive")
+    with capture(tmp_path / "api", model=model, targets=[NAIVE, "alias_mod:naive_kda"]) as cap:
+        train_step(model, batch(T=4))
+    called = cap.manifest_data()["targets"]["called"]
+    assert called == sorted([NAIVE, "alias_mod:naive_kda"]) and len(cap.written) == 4, (called, cap.written)
