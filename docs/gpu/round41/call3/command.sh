@@ -4,5 +4,5 @@ export PYTHONUNBUFFERED=1
 W=$OUT
 . benchmarks/gpu_env.sh fla
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-timeout 300 python3 docs/gpu/round41/call3/probe.py kimi fla_layer > $W/probe.log 2>&1
+timeout 300 python3 docs/gpu/round41/call3/probe.py ${NAMES:-kimi fla_layer} > $W/probe.log 2>&1
 echo "probe exit $? at $SECONDS s"; cat $W/probe.log | grep -v Warning | tail -8

@@ -27,3 +27,9 @@ for name in sys.argv[1:]:
         print(f"{name} {impl} bf16: verdict {res.verdict}; " + "; ".join(out) +
               f"; coherence dA_log max {float(c['dA_log'].nan_to_num().max()):.2f}, ddt_bias max "
               f"{float(c['ddt_bias'].nan_to_num().max()):.2f} ({time.time() - t:.0f} s)", flush=True)
+        for r in res.tensors:
+            if r.passed is not True:
+                print(f"  {r.name}: ratio {r.ratio:.4g} tol {r.tol:g} max_abs {r.max_abs:.3g} storage {r.storage} "
+                      f"unrep {r.unrep} floor {r.precision_floor} nonfinite {r.nonfinite}", flush=True)
+        for n in res.notes:
+            print(f"  note: {n[:300]}", flush=True)
