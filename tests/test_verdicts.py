@@ -230,7 +230,7 @@ def test_no_divergence_names_the_unrep_cells():
     assert "every compared cell is within its tolerance" not in line
     assert f"or UNREP ({n['unrep']} cells over it that the precision cannot judge)" in line
     assert "UNREP" in diff_plot_data(res)["no_divergence"]
-    assert "but the UNREP ones" in text
+    assert "but UNREP ones" in text   # (the legend's min tol)
     m = res.min_tolerance()["o"]
     assert m["unrep"] > 0 and (m["min_tol"] is None or m["min_tol"] <= m["tol"])
 
