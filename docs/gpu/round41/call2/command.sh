@@ -1,0 +1,18 @@
+# Round 38 call 2 (.peer in carry; COMMIT=<sha> bash docs/gpu/round38/call2/command.sh): upstream FlashKDA built,
+# then the lower-bound setting at the shapes of issue 23 against fla (safe_gate) and FlashKDA in one process
+# (FlashKDA's rows at 7 of the 10 shapes are round 27's), most asked-for shapes first, under a budget. (The
+# first try, with the bits tests beside the build, ended with "the device machine stopped answering".)
+export PYTHONUNBUFFERED=1
+W=$OUT
+. benchmarks/gpu_env.sh fla
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
+timeout 170 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1
+tail -1 $W/flashkda_build.log > .peer/fk_env.sh
+echo "flashkda built at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
+. .peer/fk_env.sh
+timeout $((450 - SECONDS)) python3 benchmarks/bench.py --json $W/benchmarks.json --budget-s $((390 - SECONDS)) \
+    --commit $COMMIT --peers fla,flashkda --settings lower_bound --taps-at \
+    --shapes dense_H32_T16384 dense_H64_T8192 dense_H16_T16384 varlen_mixed6_H32 dense_H16_T8192 dense_H32_T8192 \
+    dense_H64_T16384 dense_H16_T65536 dense_H32_T65536 dense_H64_T65536 > $W/bench.log 2>&1
+echo "bench exit $? at $SECONDS s"
+grep -E "^\[bench\]" $W/bench.log | cut -c1-700
