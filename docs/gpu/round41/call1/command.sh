@@ -1,4 +1,4 @@
-# Round 39 call 2 (no carry; bash docs/gpu/round39/call2/command.sh), after call 1 failed two GPU tests: the carried-in
+# Round 41 call 1 (no carry; bash docs/gpu/round41/call1/command.sh), prepared in round 39 as its call 2 after call 1 failed two GPU tests: the carried-in
 # split's rows on the GPU against its cells on the CPU (compare/carried.py, a device mismatch in every diff on CUDA
 # with a gate), and test_large_against_reference judging dA_log by its bare tolerance (now as run judges it, with the
 # carried-in rule). The diff tests again, then the large cases.

@@ -1,4 +1,4 @@
-# Round 38 call 2 (.peer in carry; COMMIT=<sha> bash docs/gpu/round38/call2/command.sh): upstream FlashKDA built,
+# Round 41 call 2 (.peer in carry; COMMIT=<sha> bash docs/gpu/round41/call2/command.sh), prepared in round 38 as its call 2: upstream FlashKDA built,
 # then the lower-bound setting at the shapes of issue 23 against fla (safe_gate) and FlashKDA in one process
 # (FlashKDA's rows at 7 of the 10 shapes are round 27's), most asked-for shapes first, under a budget. (The
 # first try, with the bits tests beside the build, ended with "the device machine stopped answering".)
