@@ -47,7 +47,9 @@ def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
 # Rounding errors partly cancel: on this project's CPU (benchmarks/coherence.py, docs/cpu/coherence.log) the
 # float32 reference reaches 6.4 (dA_log, per head) and 11.5 (ddt_bias, per channel; 15.6 with bf16 products)
 # on chunk64_strong at T 512, H 4; our bf16 kernels up to 7.8 and 7.3 on the kimi, kimi_c64, fla_layer and
-# kimi_varlen presets, seeds 0 and 1. A bias in dg (5e-4 of its RMS on one head) gave 90 (dA_log). Beyond
+# kimi_varlen presets, seeds 0 and 1; at T 4096-8192 the float32 reference with bf16 products 8.2 and 15.5; on an
+# H100 at T 8192, H 16, K = V = 128 our bf16 kernels 11.7 and 15.2, fla's 6.3 and 14.6 (docs/gpu/round41/call3).
+# A bias in dg (5e-4 of its RMS on one head) gave 90 (dA_log). Beyond
 # COHERENT, at fp32 or in bf16 mode, a dA_log/ddt_bias over its bar is not excused as carried in from dg: the
 # error is dg's bias, which dg's own rows (UNREP within ten times their floor, or within bf16's 2e-2) did not
 # show (user trial, round 41: a dg missing each chunk's last token passed at 0.019 in bf16 mode, dA_log 14x its
