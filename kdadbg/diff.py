@@ -87,6 +87,11 @@ def _stages(progress: Progress | None):
     return step
 
 
+def _spans(ct, chunks: list[int]) -> tuple[list[int], list[int]]:
+    """Each chunk's first flattened token and valid rows (``reach.Reach.tap_masks``)."""
+    return [int(ct.start[c]) for c in chunks], [int(ct.length[c]) for c in chunks]
+
+
 def cell_tolerances(precision: str, tol_overrides) -> dict[str, float]:
     """Taps: the tap table; output rows: the whole-tensor table (``--tol`` names either)."""
     taps = [t for t in tol_overrides or () if t.partition("=")[0].strip() not in ROW_NAMES]
@@ -196,11 +201,10 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     if reach is not None:
         reached = reach.masks(ref.outputs)
         ref.outputs = blank(ref.outputs, reached)
-        every = range(ct.n_chunks)
-        ref_taps = blank(ref_taps, reach.tap_masks(ref_taps, [info.seq[c] for c in every], [info.t[c] for c in every],
-                                                   list(range(inputs.HV))))
+        every = list(range(ct.n_chunks))
+        ref_taps = blank(ref_taps, reach.tap_masks(ref_taps, *_spans(ct, every), list(range(inputs.HV))))
         run = dataclasses.replace(run, outputs=blank(run.outputs, reached), taps=blank(run.taps, reach.tap_masks(
-            run.taps, [info.seq[c] for c in run.tap_chunks], [info.t[c] for c in run.tap_chunks], run.tap_heads)))
+            run.taps, *_spans(ct, run.tap_chunks), run.tap_heads)))
 
     cand = {}
     for n in names:
@@ -256,9 +260,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
             if reach is not None:
                 fl_out = blank(fl_out, reached)
-                every = range(ct.n_chunks)
-                fl_taps = blank(fl_taps, reach.tap_masks(fl_taps, [info.seq[c] for c in every],
-                                                         [info.t[c] for c in every], list(range(inputs.HV))))
+                fl_taps = blank(fl_taps, reach.tap_masks(fl_taps, *_spans(ct, list(range(ct.n_chunks))),
+                                                         list(range(inputs.HV))))
         t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
         if bound:
             for n, dt in run.tap_storage.items():

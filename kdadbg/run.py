@@ -279,7 +279,8 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
     blind = blind_gradients(ref_inputs, names, inputs)   # as received: a do flushed to 0 in fp16 judges nothing
     tols16 = tolerances("bf16", tol_overrides)
     # NaN/Inf inputs: what they can reach is left out on both sides (kdadbg.reach); the rest compared as always
-    reach = nonfinite_reach(inputs, config, ct) if window is None else None
+    # (also in --chunks windows: the reference run on them spreads its NaN as the whole run's does)
+    reach = nonfinite_reach(inputs, config, ct)
     reached = reach.masks({n: t for n, t in ref.outputs.items() if n in names}) if reach is not None else {}
     outs = blank(got.outputs, reached)   # (got.outputs kept as returned: --save writes them)
     ref.outputs = blank(ref.outputs, reached)

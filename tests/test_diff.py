@@ -639,7 +639,7 @@ def test_cli_diff_names_a_planted_fault(tmp_path, dump, kernel_device):
     assert r.exit_code == 1, r.output
     assert "first divergence" in r.stdout and "introduced in the window" in r.stdout and "amplification of dL" in r.stdout
     # user trial, round 41: "introduced here" on a window of two chunks sent the user into chunk 4's own code
-    assert "the fault is in chunks 4..5: chunk 4 itself, or 5, whose dS reaches it" in " ".join(r.stdout.split())
+    assert "the fault is in chunk 4 itself, or in 5, whose dS reaches it" in " ".join(r.stdout.split())
     doc = json.loads((tmp_path / "d.json").read_text())
     fd = doc["first_divergence"]
     assert (doc["verdict"], fd["tap"], fd["chunk"], fd["origin"]) == ("fail", "dL", 4, "introduced")
@@ -1247,3 +1247,23 @@ def test_a_tap_asked_for_by_name_missing_from_either_file_makes_diff_a_b_partial
         res = diff_taps_files(read_taps_file(a), read_taps_file(b), names=("S", "dS"))
         assert res.verdict == "partial" and res.taps_not_provided == ["S"], (a.name, res.missing)
     assert diff_taps_files(read_taps_file(full), read_taps_file(full), names=("S", "dS")).verdict == "pass"
+
+
+@pytest.mark.parametrize("tap, chunk, window, said", [
+    ("o", 5, (5, 7), "the fault is in chunk 5 itself (ratio"),        # forward: later chunks cannot reach it
+    ("U", 5, (5, 5), "the fault is in chunk 5 itself (ratio"),
+    ("dU", 5, (5, 7), "the fault is in chunk 5 itself, or in 6-7, whose dS reaches it"),
+])
+def test_introduced_in_the_window_names_the_chunks_that_can_reach_the_cell(tap, chunk, window, said):
+    """Adversarial trial, round 41: a forward cell introduced in a window of chunks 5..7 read "chunk 5 itself,
+    or 6-7, whose S reaches it"; the forward state flows from earlier chunks only, and the window starts at
+    the cell's chunk, so the fault is in chunk 5. Backward cells name the later chunks, whose dS reaches them."""
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    origin = {"window": list(window), "seq": 0, "seeded": {"h0": "reference S[5]", "dht": "reference dS[8]"},
+              "verdict": "introduced", "tap": tap, "chunk": chunk, "ratio": 0.1, "label": "BUG", "floor": 1e-7}
+    console = Console(record=True, width=300)
+    difftables._origin(console, origin)
+    out = " ".join(console.export_text().split()).replace(" (ratio", " (ratio")
+    assert said.replace(" (ratio", "") in out and ("whose S reaches" not in out), out

@@ -502,7 +502,7 @@ def test_a_tensor_that_fails_whole_with_no_divergent_cell_says_where_to_look():
     assert lead["label"] == "UNREP" and lead["head"] == 1 and res.info.seq[lead["chunk"]] >= 1, lead
     assert res.info.start[lead["chunk"]] >= seq_start and lead["ratio"] > lead["tol"], lead
     text = " ".join(rendered(difftables.render, res).split())
-    assert f"dg: first cell over its tolerance chunk {lead['chunk']}, head 1" in text, text
+    assert f"dg: cell furthest over its noise floor (every cell over its tolerance is UNREP): chunk {lead['chunk']}, head 1" in text, text
     doc = res.as_json()
     assert doc["tensors"]["dg"]["lead"]["chunk"] == lead["chunk"] and doc["tensors"]["o"]["lead"] is None
 
@@ -602,3 +602,79 @@ def test_the_grid_legend_explains_what_the_grid_shows():
     assert "NaN/Inf" not in clean and len(clean) < 300, clean
     nan = difftables.grid_legend(diff_dump(inputs, config, NanOutput("o"), names=("gc",), window=0).grid())
     assert "BUG" in nan and "NaN/Inf on one side" in nan, nan
+
+
+class _Bf16ProductsOff(Implementation):
+    """The float32 reference with bf16 products (bf16 mode's noise model: a correct bf16 computation), its ``o``
+    1 % off at chunk 7 (tokens 448-511), head 1."""
+
+    precision = "bf16"
+
+    def __init__(self):
+        self.name = "bf16 products, o off at chunk 7"
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.impls.reference import Reference
+
+        out = dict(Reference(dtype=torch.float32, dot_dtype=torch.bfloat16).run(inputs, config, device=device).outputs)
+        out["o"] = out["o"].clone()
+        out["o"][:, 448:512, 1] *= 1.01
+        return ImplRun(out)
+
+
+def test_a_failing_tensors_lead_is_not_a_noise_cell_ahead_of_the_fault():
+    """Adversarial trial, round 41: the lead of o, failing whole, was chunk 5 head 0, an UNREP cell of bf16
+    noise (UNREP in a clean run too), ahead of the fault at chunk 7 head 1 (DRIFT). The lead is the first cell
+    over tolerance that is not UNREP."""
+    inputs, config = make_inputs(dataclasses.replace(get_case("kimi_c64"), T=512), seed=0)
+    res = diff_dump(inputs, config, _Bf16ProductsOff(), names=(), window=0)
+    lead = res.tensor_lead("o")
+    assert "o" in res.tensors_failing and (lead["chunk"], lead["head"], lead["lead"]) == (7, 1, "first"), lead
+
+
+class _OracleTweaked(_Oracle):
+    """The oracle with one output element scaled: ``(name, index, factor)``."""
+
+    def __init__(self, tweak=None):
+        super().__init__()
+        self.tweak = tweak
+
+    def run(self, inputs, config, *, device, taps=None):
+        res = super().run(inputs, config, device=device, taps=taps)
+        if self.tweak is not None:
+            name, index, factor = self.tweak
+            res.outputs[name][index] *= factor
+        return res
+
+
+@pytest.mark.parametrize("nan_in, token, tweak", [
+    ("q", 5, ("o", (0, 200, 0), 1.1)),      # q is read, never written into the state: o after its block is finite
+    ("v", 200, ("dk", (0, 3, 0), 1.5)),     # v is written into the state after token 200: dk before its block is not
+])
+def test_the_nan_reach_does_not_hide_what_no_nan_reaches(nan_in, token, tweak):
+    """Adversarial trial, round 41: the first reach (the whole backward, and the forward from the NaN's block
+    on, of its sequence and head) hid a wrong o after a NaN q and a wrong dk before a NaN v: run and diff passed.
+    The reach follows what each input writes (the state, or its gradient) and reads; a clean oracle still
+    passes, the wrong element fails both."""
+    inputs, config = make_inputs(get_case("fla_layer"))
+    t = getattr(inputs, nan_in).clone()
+    t[0, token, 0] = float("nan")
+    inputs = dataclasses.replace(inputs, **{nan_in: t})
+    assert check(inputs, config, impl=_OracleTweaked()).verdict in ("pass", "partial")
+    assert diff_dump(inputs, config, _OracleTweaked(), window=0).verdict in ("pass", "partial")
+    res = check(inputs, config, impl=_OracleTweaked(tweak))
+    assert res.verdict == "fail" and [t.name for t in res.tensors if t.failed] == [tweak[0]], res.tensors
+    assert diff_dump(inputs, config, _OracleTweaked(tweak), window=0).verdict == "fail"
+
+
+def test_a_nan_input_is_not_blamed_in_a_chunks_window_either():
+    """Adversarial trial, round 41: run --chunks built no reach, so the reference's NaN before a NaN v (tokens
+    64-99 of the window's chunk) failed a correct token recurrence again (576 one-sided NaN in o). The window's
+    comparison leaves the reach out as the whole run's does."""
+    inputs, config = make_inputs(get_case("chunk64"))
+    v = inputs.v.clone()
+    v[0, 100, 0] = float("nan")
+    inputs = dataclasses.replace(inputs, v=v)
+    res = check(inputs, config, impl=_Oracle(), chunks=(1, 2))
+    assert res.verdict in ("pass", "partial") and res.nonfinite_inputs["left_out"], \
+        ([(t.name, t.nonfinite, t.passed) for t in res.tensors], res.notes)

@@ -180,22 +180,29 @@ class DiffResult:
         return [n for n, t in self.tensors.items() if t.get("failed")]
 
     def tensor_lead(self, name: str) -> dict | None:
-        """Where to look in a tensor that fails whole while none of its cells is a divergence (each within
-        tolerance, UNREP or DRIFT): its first cell over its tolerance in dataflow order, at the head worst
-        there (``locate``'s dict), or None (no such cell, e.g. every one within tolerance and the sum over).
-        User trial, round 41: in bf16 mode a dg missing a term read UNREP in every chunk (its floor ten times
-        what kernels reach there), the verdict failed on the whole tensor and nothing said where."""
+        """Where to look in a tensor that fails whole: its first cell over its tolerance that is not UNREP
+        (DRIFT, BUG, NaN/Inf) in dataflow order, at the head worst there; where every such cell is UNREP, the one
+        furthest over its own noise floor (ratio / floor): the UNREP cells of a clean run sit near their floor, a
+        bug's stand out. ``locate``'s dict with ``"lead"``: ``"first"`` or ``"over_floor"``; None where no cell
+        is over its tolerance (the sum over, every cell within). User trial, round 41: in bf16 mode a dg missing
+        a term read UNREP in every chunk it touched, the verdict failed on the whole tensor and nothing said
+        where; adversarial trial: the first UNREP cell was bf16 noise ahead of the planted fault."""
         cells = self.cells.get(name)
         if cells is None:
             return None
         over = (cells.count > 0) & ((cells.ratio.nan_to_num(nan=math.inf) > cells.tol) | (cells.nonfinite > 0))
-        rows = over.any(1).nonzero().flatten().tolist()
-        if not rows:
+        judged = over & ((cells.label != noise.UNREP) | (cells.nonfinite > 0))
+        rows = judged.any(1).nonzero().flatten().tolist()
+        if rows:
+            _, r = min((dataflow_key(name, cells.chunks[r], self.info), r) for r in rows)
+            score = torch.where(judged[r], cells.ratio[r].nan_to_num(nan=1e300, posinf=1e300),
+                                torch.tensor(-1.0, dtype=torch.float64))
+            return {**self.locate(name, r, cells.heads[int(score.argmax())]), "lead": "first"}
+        if not bool(over.any()) or cells.floor is None:
             return None
-        _, r = min((dataflow_key(name, cells.chunks[r], self.info), r) for r in rows)
-        score = torch.where(over[r], cells.ratio[r].nan_to_num(nan=1e300, posinf=1e300),
-                            torch.tensor(-1.0, dtype=torch.float64))
-        return self.locate(name, r, cells.heads[int(score.argmax())])
+        excess = torch.where(over, cells.ratio / cells.floor.clamp_min(1e-300), torch.tensor(-1.0, dtype=torch.float64))
+        r, j = divmod(int(excess.argmax()), excess.shape[1])
+        return {**self.locate(name, r, cells.heads[j]), "lead": "over_floor"}
 
     @property
     def taps_not_provided(self) -> list[str]:

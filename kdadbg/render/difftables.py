@@ -101,7 +101,9 @@ def render_tensors(console: Console, res) -> None:
         if lead is None or (res.first_divergence is not None and lead["tap"] == res.first_divergence["tap"]):
             continue   # (where the first divergence is in this tensor, the lines above lead to it already)
         floor = f", noise floor {fig(lead['floor'])}" if lead["floor"] is not None else ""
-        console.print(f"  {n}: first cell over its tolerance chunk {lead['chunk']}, {_head(lead)}: ratio "
+        which = "first cell over its tolerance" if lead["lead"] == "first" else \
+            "cell furthest over its noise floor (every cell over its tolerance is UNREP)"
+        console.print(f"  {n}: {which}: chunk {lead['chunk']}, {_head(lead)}: ratio "
                       f"{fig(lead['ratio'])} > tol {lead['tol']:g} ({lead['label']}{floor}); start looking there",
                       soft_wrap=True, highlight=False)
 
@@ -336,13 +338,16 @@ def _origin(console: Console, o: dict | None) -> None:
         if o["verdict"] == "introduced":
             floor = f", {o['label']}, noise floor {fig(o['floor'])}" if o.get("floor") is not None else ""
             c = o["chunk"]
-            if lo == hi:
+            # the chunks of the window that reach c: the earlier ones through S (forward), the later through
+            # dS (backward); the window starts at the chunk producing the cell, so a forward cell has none
+            # (user trial, round 41: "6-7, whose S reaches it" of a forward cell at chunk 5)
+            fwd = o["tap"] in FWD_TAPS
+            others = [x for x in range(lo, hi + 1) if (x < c if fwd else x > c)]
+            if not others:
                 where = f"the fault is in chunk {c} itself"
-            else:   # the window holds the chunks whose states reach c: the fault can be in any of them
-                others = id_ranges([x for x in range(lo, hi + 1) if x != c])
-                state = "S" if o["tap"] in FWD_TAPS else "dS"
-                where = (f"the fault is in chunks {lo}..{hi}: chunk {c} itself, or {others}, whose {state} "
-                         f"reaches it (--window 1 reruns chunk {c} alone)")
+            else:
+                where = (f"the fault is in chunk {c} itself, or in {id_ranges(others)}, whose "
+                         f"{'S' if fwd else 'dS'} reaches it (--window 1 reruns chunk {c} alone)")
             console.print(f"  [bold red]introduced in the window[/bold red]: rerun on {how}: {o['tap']} at chunk "
                           f"{c} still diverges (ratio {fig(o['ratio'])}{floor}): {where}", soft_wrap=True,
                           highlight=False)
