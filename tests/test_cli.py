@@ -592,3 +592,14 @@ def test_a_checkout_on_pythonpath_runs_its_own_kernels(tmp_path):
     files = r.stdout.split()
     assert files == [str(tree / "kdadbg" / "__init__.py"), str(tree / "kernels" / "__init__.py"),
                      str(tree / "kernels" / "taps.py")], files
+
+
+def test_inspect_says_a_lower_bound_the_gate_does_not_use(tmp_path, basic):
+    """User trial, round 41: a softplus dump (a fla layer's, gen's fla_layer) listed `lower_bound -5.0 file` as
+    any other value in use. It says the gate does not use it; a lower-bound dump's is plain."""
+    dump = tmp_path / "sp.safetensors"
+    assert kdadbg("gen", dump, "--preset", "fla_layer").exit_code == 0
+    row = next(x for x in kdadbg("inspect", dump).stdout.splitlines() if "lower_bound" in x)
+    assert "unused: gate softplus" in row, row
+    row = next(x for x in kdadbg("inspect", basic).stdout.splitlines() if "lower_bound" in x and "gate" not in x)
+    assert "unused" not in row, row

@@ -153,8 +153,12 @@ def render_inspect(console: Console, desc: dict) -> None:
         t.add_column("key")
         t.add_column("value")
         t.add_column("source")
+        gate = next((row["value"] for row in desc["config"] if row["key"] == "gate"), None)
         for row in desc["config"]:
-            t.add_row(row["key"], str(row["value"]), "default" if row["default"] else "file")
+            source = "default" if row["default"] else "file"
+            if row["key"] == "lower_bound" and gate != "lower_bound":   # (user trial, round 41: read as in use)
+                source += f" (unused: gate {gate})"
+            t.add_row(row["key"], str(row["value"]), source)
         console.print(t)
     elif desc["metadata"]:
         console.print("metadata (not a valid config): " + escape(json.dumps(desc["metadata"])), soft_wrap=True)
