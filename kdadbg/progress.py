@@ -16,8 +16,10 @@ Progress = Callable[[str, int, int], None]
 def ticking(progress: Progress | None, stage: str, estimate_s: float | None, every_s: float = 2.0,
             min_s: float = 10.0):
     """``with ticking(progress, "ours", 120.0): run()``: the bar counts seconds against the estimate
-    (never past it before the call ends); without an estimate, or one under ``min_s``, 0/1 repeated while it
-    runs (``beating``: a log gets a line with the elapsed time every 5 s) then 1/1."""
+    (never complete before the call ends); past the estimate the total moves with the seconds (``31/32``,
+    then ``33/34``: a user trial, round 41, watched fla's bar sit at 19/20 for 15 s); without an estimate, or
+    one under ``min_s``, 0/1 repeated while it runs (``beating``: a log gets a line with the elapsed time every
+    5 s) then 1/1."""
     if progress is None:
         yield
         return
@@ -33,7 +35,8 @@ def ticking(progress: Progress | None, stage: str, estimate_s: float | None, eve
 
     def tick():
         while not stop.wait(every_s):
-            progress(label, min(int(time.perf_counter() - t0), total - 1), total)
+            e = int(time.perf_counter() - t0)
+            progress(label, e, total) if e < total else progress(label, e, e + 1)
 
     progress(label, 0, total)
     thread = threading.Thread(target=tick, daemon=True)
@@ -43,7 +46,8 @@ def ticking(progress: Progress | None, stage: str, estimate_s: float | None, eve
     finally:
         stop.set()
         thread.join()
-    progress(label, total, total)
+    end = max(total, int(time.perf_counter() - t0) + 1)
+    progress(label, end, end)
 
 
 class Heartbeat:

@@ -111,6 +111,10 @@ def test_progress_ticks_against_the_estimate():
     with ticking(lambda s, d, t: seen.append((d, t)), "short", 3.0):   # under 10 s: no ticking
         pass
     assert seen == [(0, 1), (1, 1), (0, 1), (1, 1)]
+    seen.clear()   # past the estimate the total moves with the seconds (it sat at 19/20: user trial, round 41)
+    with ticking(lambda s, d, t: seen.append((d, t)), "fla", 1.0, every_s=0.05, min_s=0.5):
+        time.sleep(2.3)
+    assert (2, 3) in seen and all(d < t for d, t in seen[1:-1]) and seen[-1][0] == seen[-1][1] >= 3, seen
 
 
 def worst(d: torch.Tensor) -> float:
