@@ -197,12 +197,12 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     # NaN/Inf inputs: what they can reach is left out on both sides (kdadbg.reach), the rest compared as always;
     # the window rerun's seeds (states) and the exponents keep the reference's own values
     reach = None if seeded else nonfinite_reach(inputs, config, ct)
-    reached = {}
+    reached, reached_taps = {}, {}   # (the reference's tap layout: every chunk, every value head; the floor's too)
     if reach is not None:
         reached = reach.masks(ref.outputs)
         ref.outputs = blank(ref.outputs, reached)
-        every = list(range(ct.n_chunks))
-        ref_taps = blank(ref_taps, reach.tap_masks(ref_taps, *_spans(ct, every), list(range(inputs.HV))))
+        reached_taps = reach.tap_masks(ref_taps, *_spans(ct, list(range(ct.n_chunks))), list(range(inputs.HV)))
+        ref_taps = blank(ref_taps, reached_taps)
         run = dataclasses.replace(run, outputs=blank(run.outputs, reached), taps=blank(run.taps, reach.tap_masks(
             run.taps, *_spans(ct, run.tap_chunks), run.tap_heads)))
 
@@ -258,10 +258,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             fl_out, fl_taps = fl.outputs, fl.taps
         else:
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
-            if reach is not None:
-                fl_out = blank(fl_out, reached)
-                fl_taps = blank(fl_taps, reach.tap_masks(fl_taps, *_spans(ct, list(range(ct.n_chunks))),
-                                                         list(range(inputs.HV))))
+            fl_out, fl_taps = blank(fl_out, reached), blank(fl_taps, reached_taps)
         t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
         if bound:
             for n, dt in run.tap_storage.items():

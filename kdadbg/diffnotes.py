@@ -23,6 +23,16 @@ def _pure_scale(x: torch.Tensor, r: torch.Tensor) -> float | None:
     return s if float((x - s * r).norm()) <= 1e-3 * float(x.norm()) else None
 
 
+def transposed_ratio(x: torch.Tensor, r: torch.Tensor) -> float:
+    """RMS(r - x^T) / RMS(r) over the elements finite on both sides, ``x^T`` swapping the last two axes (a
+    state in the other layout); inf where none is finite."""
+    import math
+
+    xt, r = x.detach().to(torch.float64).cpu().transpose(-1, -2), r.detach().to(torch.float64).cpu()
+    m = torch.isfinite(xt) & torch.isfinite(r)
+    return float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
+
+
 def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
     """Notes where failing taps are the reference's in another convention, which a taps declaration or the
     function's conventions would explain (``TapsSpec``, ``--taps-gate-units``, ``--taps-state-layout``,
@@ -59,10 +69,7 @@ def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
     for n in ("S", "dS"):
         if n not in failing or n not in cand or cand[n].shape[-1] != cand[n].shape[-2]:
             continue
-        x, r = cand[n].detach().to(torch.float64).cpu(), ref[n].detach().to(torch.float64).cpu()
-        xt = x.transpose(-1, -2)
-        m = torch.isfinite(xt) & torch.isfinite(r)
-        err = float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
+        err = transposed_ratio(cand[n], ref[n])
         if err <= cells[n].tol:
             flipped.append(f"{n} (ratio {err:.3g})")
     if flipped:
@@ -159,18 +166,14 @@ def transposed_states_note(outputs: dict, ref: dict, failing: set, tols: dict, i
     within its tolerance: states returned as ``[K,V]`` where the dump lays them out ``[V,K]``, or the other way.
     Said, never converted (a guess would hide a bug). User trial, round 41: a function returning ``ht`` as
     ``[K,V]`` on a ``vk`` dump read "ht 1.409 FAIL" and "BUG, introduced here", with no word of the layout."""
-    import math
-
     hits = []
     for n in ("ht", "dh0"):
         if n not in failing or n not in outputs or n not in ref:
             continue
-        x, r = outputs[n].detach().to(torch.float64).cpu(), ref[n].detach().to(torch.float64).cpu()
-        if x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape != r.shape:
+        x = outputs[n]
+        if x.ndim < 2 or x.shape[-1] != x.shape[-2] or x.shape != ref[n].shape:
             continue
-        xt = x.transpose(-1, -2)
-        m = torch.isfinite(xt) & torch.isfinite(r)
-        err = float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
+        err = transposed_ratio(x, ref[n])
         if err <= tols[n]:
             hits.append(f"{n} (ratio {err:.3g})")
     if not hits:

@@ -21,6 +21,7 @@ from .errors import KdadbgError
 from .fileio import atomic_save, kdadbg_version
 from .impls import Implementation, as_implementation, check_supported
 from .impls.base import as_received, received_note
+from .diffnotes import transposed_states_note
 from .progress import ticking
 from .reach import blank, nonfinite_reach, reach_note
 from .schema import RUN_JSON
@@ -315,8 +316,6 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
     result = RunResult(dump, impl.precision, device, config, rows, timings, impl.describe(), not_provided,
                        [*([config_note] if config_note else []), *got.notes, *([received_as] if received_as else [])])
     result.window = None if window is None else list(window)
-    from .diffnotes import transposed_states_note
-
     flipped = transposed_states_note(outs, ref.outputs, {r.name for r in rows if r.failed}, tols, impl.name)
     if flipped:
         result.notes.append(flipped)
