@@ -175,6 +175,6 @@ def reach_note(reach_counts: dict[str, int]) -> str:
     what = ", ".join(f"{n}: {c}" for n, c in reach_counts.items())
     return (f"left out as NaN/Inf inputs can reach them, in any chunking ({what} elements; {BLOCK}-token blocks: "
             f"the state from the block of the first NaN/Inf k, v, g, beta on, its gradient before the block of the "
-            f"last NaN/Inf q, do, and those blocks; README, kdadbg/reach.py): there a chunked algorithm's NaN "
+            f"last NaN/Inf q, do (all of it for k, g, beta, dht), and those blocks; README, kdadbg/reach.py): there a chunked algorithm's NaN "
             f"spreads to the other tokens of its chunk (0 x NaN) as its chunking, not its correctness, decides. "
             f"Everything else is compared, a NaN/Inf on one side failing")
