@@ -3,19 +3,21 @@ on a machine with no GPU.
 
     python benchmarks/kernel_resources.py [--H 16] [--K 128] [--V 128] [--chunk-size 64]
                                           [--precision bf16] [--taps [NAME ...]] [--op | --infer]
-                                          [--setting pregated|softplus|lower_bound]
+                                          [--setting pregated|softplus|lower_bound] [--sass]
 
 Runs one forward+backward on small CPU tensors with the launches intercepted: each launch is
 compiled by Triton for ``cuda:90`` with the launch's own constexprs and options, and
 ``cuobjdump --dump-resource-usage`` (shipped with Triton) reads the cubin; ``SMEM`` is the shared memory
 the launch needs (``OVER``: more than an H200 grants one program, so the launch would fail). ``STACK`` > 0 means
-local-memory spills, which cost most in the sequential chunk loops.
+local-memory spills, which cost most in the sequential chunk loops. ``--sass`` adds each kernel's sm_90
+instruction count (``cuobjdump -sass``, static: a loop's body counts once).
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,7 +31,7 @@ SMEM_SM90 = getattr(_tuning, "SMEM_SM90", 232448)
 
 DTYPES = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int32: "*i32",
           torch.int64: "*i64"}
-OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "num_ctas")
+OPTIONS = ("num_warps", "num_stages", "enable_fp_fusion", "num_ctas", "maxnreg")
 
 
 def _signature(fn: JITFunction, args, kwargs):
@@ -67,6 +69,23 @@ def resources(cubin: bytes) -> str:
         out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
     line = next((ln for ln in out.splitlines() if "REG:" in ln), "")
     return " ".join(x for x in line.split() if x.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
+
+
+SASS_OP = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)")
+
+
+def sass_counts(cubin: bytes) -> str:
+    """The cubin's sm_90 instructions (``cuobjdump -sass``): how many in all (static: a loop's body counts
+    once), and the exponentials and divisions' ``MUFU``, the compares ``FSETP``, the barriers ``BAR``."""
+    import triton
+
+    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        out = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
+    ops = [m.group(1) for ln in out.splitlines() for m in [SASS_OP.match(ln)] if m]
+    return f"INSTR:{len(ops)} " + " ".join(f"{op}:{ops.count(op)}" for op in ("MUFU", "FSETP", "BAR"))
 
 
 def capture_launches(C, H, K, V, precision, taps, l2norm=False, op=False, gate="none", infer=False):
@@ -144,6 +163,8 @@ def main(argv=None):
                     help="the op's forward alone under torch.no_grad (the inference forward's launches)")
     ap.add_argument("--setting", default="pregated", choices=["pregated", "softplus", "lower_bound"],
                     help="bench.py's input settings: pregated g, or the gate, l2norm and beta sigmoid in the kernel")
+    ap.add_argument("--sass", action="store_true",
+                    help="also count each kernel's sm_90 instructions (static; MUFU, FSETP and BAR apart)")
     a = ap.parse_args(argv)
     if os.environ.get("TRITON_INTERPRET") == "1":
         sys.exit("kernel_resources: unset TRITON_INTERPRET (the kernels must be compiled, not interpreted)")
@@ -157,7 +178,8 @@ def main(argv=None):
         smem = ck.metadata.shared
         print(f"{fn.__name__:<32} grid={tuple(grid) if not callable(grid) else grid} "
               f"warps={kwargs.get('num_warps', 4)} stages={kwargs.get('num_stages', 3)} {resources(ck.asm['cubin'])} "
-              f"SMEM:{smem}{' OVER' if smem > SMEM_SM90 else ''}", flush=True)
+              f"SMEM:{smem}{' OVER' if smem > SMEM_SM90 else ''}{' ' + sass_counts(ck.asm['cubin']) if a.sass else ''}",
+              flush=True)
     return 0
 
 

@@ -552,6 +552,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, **LAUNCH,
             num_warps=warps,
             num_stages=knob("PREP_STAGES", 3),
+            **({"maxnreg": maxnreg} if (maxnreg := knob("PREP_MAXNREG", 0)) else {}),
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)

@@ -41,6 +41,9 @@ KNOBS: dict[str, Knob] = {
                    "1: the forward token kernel forms the gate and its within-chunk cumsum gc in float64, "
                    "rounded to fp32 once: gc's error is then one rounding (e.g. 3.8e-6 at |gc| = 90) rather than "
                    "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
+    "EXP_FTZ": Knob("1", "bf16 mode on the GPU: 1 takes exp as ex2.approx.ftz of x·log2(e), results below 2^-126 "
+                    "flushed to 0 (every other result the same bits as tl.exp, which adds a subnormal fix-up); "
+                    "0: tl.exp. Read once, when the kernels are imported (tlmath.exp_)", True),
     "STATE_F64": Knob("1 (fp32 mode only)", "1: the forward state pass carries S, U in float64 (float64 products), "
                       "the backward dS (fp32 products), stored in fp32 (common.state_f64); 0: in fp32", True),
     "PREP_BK": Knob("K rounded up to a power of two, 16 to 64 (to 32 with the gate or l2norm in the kernel; 16 at "
@@ -90,6 +93,8 @@ KNOBS: dict[str, Knob] = {
     "PREP_AHEAD": Knob("1 at PREP_WARPS' 8-warp launch, else 0",
                        "forward token kernel: 1 loads the next K block's q, k, g one step ahead of the block's own "
                        "work (the loads feed no tl.dot, so the pipeliner leaves them in place)", False),
+    "PREP_MAXNREG": Knob("0 (the compiler's choice)", "forward token kernel: registers per thread at most (Triton's "
+                         "maxnreg; more programs per SM where the compiler would take more)", False),
     "PREP_STAGES": Knob("3", "pipeline stages of the forward token kernel", False),
     "PREP_SOLVE_STAGES": Knob("2", "pipeline stages of the forward intra/solve kernel", False),
     "BPREP_WARPS": Knob("4", "warps of the backward precompute kernel (chunk_bwd_prep)", False),
