@@ -735,7 +735,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # the rows read after the block loops asked into L2 at the start: the K pass 3.355 -> 3.265 ms
             # lower-bound, 3.561 -> 3.464 softplus at H32 T16384 (docs/gpu/round34/call4)
             PREFETCH=knob("DQKG_PREFETCH", 1) if DOT != 0 else 0, **LAUNCH,
-            num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3))
+            num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3),
+            **({"maxnreg": maxnreg} if (maxnreg := knob("DQKG_MAXNREG", 0)) else {}))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

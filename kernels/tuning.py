@@ -143,6 +143,8 @@ KNOBS: dict[str, Knob] = {
                           "after its block loops (the V pass's dO S^T, dvcorr S^T, dkr; the raw gate) into L2 at its "
                           "start (tlmath.prefetch_l2)", False),
     "DQKG_WARPS": Knob("4", "warps of the backward K pass", False),
+    "DQKG_MAXNREG": Knob("0 (the compiler's choice)", "backward K pass: registers per thread at most (Triton's "
+                         "maxnreg; more programs per SM, at the price of spills)", False),
     "DQKG_STAGES": Knob("3", "pipeline stages of the backward K pass", False),
     "DQKG_LOOP_STAGES": Knob("with the block products (DQKG_BLOCKED): 3 at chunk 64, 2 at chunk 32; else 1",
                              "pipeline stages of the backward K pass's P and Q block loops (1: each block's "
