@@ -9,7 +9,7 @@ KDADBG_EXP_FTZ=1 timeout 260 python3 benchmarks/bench.py --peers fla --settings 
     --shapes $SHAPES --budget-s 230 --json $OUT/bench_ftz1.json > $OUT/bench_ftz1.log 2>&1
 echo "bench EXP_FTZ=1 exit $? at $SECONDS s"
 KDADBG_EXP_FTZ=0 timeout 100 python3 benchmarks/bench.py --peers none --settings lower_bound,softplus,pregated \
-    --shapes $SHAPES --budget-s 80 --json $OUT/bench_ftz0.json > $OUT/bench_ftz0.log 2>&1
+    --shapes $SHAPES --taps-at --budget-s 80 --json $OUT/bench_ftz0.json > $OUT/bench_ftz0.log 2>&1
 echo "bench EXP_FTZ=0 exit $? at $SECONDS s"
 grep -E "ratio|ours|fla" $OUT/bench_ftz1.log | tail -30 | cut -c1-200
 tail -12 $OUT/bench_ftz0.log | cut -c1-200
