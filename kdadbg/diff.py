@@ -497,6 +497,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     mine = theirs = {}
     row_ids: dict[str, list] = {}
     notes = []
+    whole = None   # the outputs over every chunk and head (the selection's, if asked): the tensors' verdicts
     if shared and rows and hs:
         ct, why = files_chunk_table(a, b, C, shared)
         if ct is None:
@@ -509,6 +510,17 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
             G = shapes["o"][2] // shapes["dq"][2] if "o" in shapes and "dq" in shapes and shapes["dq"][2] else 1
             mine, row_ids = output_rows({n: b["outputs"][n] for n in shared}, ct, _layout(b), rows, hs, G)
             theirs, _ = output_rows({n: a["outputs"][n] for n in shared}, ct, _layout(a), rows, hs, G)
+            # both files hold the outputs whole, whatever chunks and heads their taps cover: the whole-tensor
+            # verdicts take every chunk and head (those of --chunks/--heads only where asked), as diff DUMP's do
+            HV = next((shapes[n][2] for n in ("o", "dv", "dg", "dbeta") if n in shapes), max(hs) + 1)
+            all_rows = [c for c in range(ct.n_chunks) if chunks is None or chunks[0] <= c < chunks[1]]
+            all_hs = [h for h in range(HV) if heads is None or h in heads]
+            if all_rows == rows and all_hs == hs:
+                whole = (mine, theirs, row_ids)
+            else:
+                m_all, ids_all = output_rows({n: b["outputs"][n] for n in shared}, ct, _layout(b), all_rows, all_hs, G)
+                t_all, _ = output_rows({n: a["outputs"][n] for n in shared}, ct, _layout(a), all_rows, all_hs, G)
+                whole = (m_all, t_all, ids_all)
     if (not pick_a and not mine) or not rows or not hs:
         raise KdadbgError(f"nothing to compare: {b['path']} and {a['path']} share no tap × chunk × head for the "
                           f"selection (taps in both: {', '.join(pick_a) or 'none'}; outputs in both: "
@@ -535,9 +547,9 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     from .impls.tapsfile import written_precision_note
 
     res.notes += [n for n in (written_precision_note(f["path"], f["metadata"], precision) for f in (a, b)) if n]
-    if mine:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
-        res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, None,
-                                      {n: b["outputs"][n].dtype for n in mine}, {})
+    if whole:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
+        res.tensors = tensor_verdicts(*whole, ChunkInfo.from_table(ct), tols, None,
+                                      {n: b["outputs"][n].dtype for n in whole[0]}, {})
     first = res.focus
     if first is not None:
         res.amplification = amplification(res, first)

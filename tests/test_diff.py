@@ -272,6 +272,36 @@ def test_against_file_with_perturbed_dU(tmp_path):
     assert first["seq"] == 2 and first["token"] == 100 + 16 * first["chunk_in_seq"] + first["row"]
 
 
+@pytest.mark.parametrize("preset", ["basic", "fla_layer"])
+def test_exp_taps_are_judged_per_cell(tmp_path, preset):
+    """ki, dqd, dkd span dozens of orders of magnitude across cells (exp(-gc)): a negated ki or a tenfold dkd in a
+    cell far below the tap's largest is named, not passed on an absolute floor set by the largest (it was)."""
+    inputs, cfg = inputs_for(preset)
+    ref = run_reference(inputs, cfg, taps=("ki", "dkd"), dtype=torch.float64).taps
+    rms = {n: ref[n].pow(2).mean(dim=tuple(range(2, ref[n].ndim))).sqrt() for n in ("ki", "dkd")}
+    c, h = divmod(int(rms["ki"].argmin()), rms["ki"].shape[1])        # the smallest ki cell
+    assert float(rms["ki"].max() / rms["ki"][c, h]) > 1e6             # far below the tap's scale: the case at issue
+    cd, hd = divmod(int(rms["dkd"].argmin()), rms["dkd"].shape[1])
+
+    def wrong(taps):
+        taps["ki"][c, h] = -taps["ki"][c, h]
+        taps["dkd"][cd, hd] = 10 * taps["dkd"][cd, hd]
+        return taps
+
+    res = diff_dump(inputs, cfg, theirs(write_reference_taps(tmp_path, inputs, cfg, transform=wrong)))
+    assert not res.passed
+    assert int(res.cells["ki"].label[c, h]) == BUG and int(res.cells["dkd"].label[cd, hd]) == BUG
+    assert res.first_divergence["tap"] == "ki" or res.first_divergence["chunk"] < c
+    assert isinstance(res.cells["ki"].abs_floor, torch.Tensor)      # each cell's own floor
+    doc = res.as_json()
+    assert doc["scales"]["ki"]["per_cell"] and doc["scales"]["ki"]["abs_floor"] is None
+    assert not doc["scales"]["gc"]["per_cell"] and doc["scales"]["gc"]["abs_floor"] > 0
+    bad = [x for x in doc["cells"] if x["tap"] == "ki" and x["chunk"] == c and x["head"] == h][0]
+    assert bad["label"] == "BUG" and bad["cosine"] == pytest.approx(-1) and 0 < bad["abs_floor"]
+    # the same file unchanged passes: the per-cell rule raises no alarm on the reference's own taps
+    assert diff_dump(inputs, cfg, theirs(write_reference_taps(tmp_path, inputs, cfg, name="ok.safetensors"))).passed
+
+
 def test_against_file_conversions(tmp_path):
     inputs, cfg = inputs_for("basic")
 
@@ -321,9 +351,9 @@ def test_two_taps_files(tmp_path):
     assert set(same.tensors) == {"o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias"}
     assert all(t["pass"] and not t["failed"] and t["elements"] > 0 for t in same.tensors.values()), same.tensors
     res = diff_taps_files(read_taps_file(a), read_taps_file(b))
-    # B's chunks 0-4 of basic (2 x 40 tokens at chunk 16): 16 + 16 + 8 rows of sequence 0, 16 + 16 of 1, padding
-    # rows not counted; 2 heads, K = 16
-    assert all(t["pass"] for t in res.tensors.values()) and res.tensors["dk"]["elements"] == 72 * 2 * 16
+    # B's taps cover chunks 0-4 of basic (2 x 40 tokens at chunk 16), but both files hold the outputs whole:
+    # the tensors take all 80 tokens, 2 heads, K = 16 (padding rows not counted)
+    assert all(t["pass"] for t in res.tensors.values()) and res.tensors["dk"]["elements"] == 80 * 2 * 16
 
 
 def test_two_taps_files_judge_an_output_as_a_whole_tensor(tmp_path):
@@ -347,6 +377,34 @@ def test_two_taps_files_judge_an_output_as_a_whole_tensor(tmp_path):
     assert res.first_divergence["tap"] == "dk" and not res.passed
 
 
+def test_two_taps_files_judge_outputs_whole_beyond_the_taps_selection(tmp_path):
+    """diff A B with B's taps over chunks 2-3 of head 1 only: its outputs are still whole, and a wrong dk on chunk
+    0 of head 0 fails the dk tensor (it passed: the tensors were cut to B's taps' chunks and heads, 384 elements)."""
+    from safetensors.torch import load_file, save_file
+    from safetensors import safe_open
+
+    inputs, cfg = inputs_for("basic")
+    res = run_reference(inputs, cfg, taps=("dS", "dgc"))
+    a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors")
+    b = tmp_path / "b.safetensors"
+    write_taps_file(b, res.outputs, {n: t[2:4, 1:2] for n, t in res.taps.items()}, chunk_rows(res.chunks, 2, 4),
+                    [1], taps_metadata("reference", "dump.safetensors", cfg))
+    with safe_open(str(b), "pt") as f:
+        meta = f.metadata()
+    d = load_file(str(b))
+    d["dk"] = d["dk"].clone()
+    d["dk"][0, 0:16, 0] *= 3
+    save_file(d, str(b), metadata=meta)
+    out = diff_taps_files(read_taps_file(a), read_taps_file(b))
+    t = out.tensors["dk"]
+    assert t["pass"] is False and t["failed"] and t["elements"] == 80 * 2 * 16, t
+    assert not out.passed and out.verdict == "fail"
+    assert all(v["pass"] for n, v in out.tensors.items() if n != "dk"), out.tensors
+    # asked for chunks 2-3 of head 1, the tensors are those rows only, and the wrong rows lie outside them
+    sel = diff_taps_files(read_taps_file(a), read_taps_file(b), chunks=(2, 4), heads=(1,))
+    assert sel.tensors["dk"]["pass"] and sel.tensors["dk"]["elements"] == (8 + 16) * 16, sel.tensors["dk"]
+
+
 # --- output contract -------------------------------------------------------------------------------
 
 
@@ -355,7 +413,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 8 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 9 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):

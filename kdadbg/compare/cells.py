@@ -53,7 +53,8 @@ class Cells:
     carried_own: torch.Tensor | None = None
     group: int = 1                     # > 1: heads are q/k heads of this many value heads each
     scale: float = 1.0                 # RMS of the reference over every compared element (metrics.scale_of)
-    abs_floor: float = 1e-6            # the absolute rule's floor, 1e-6 scale (metrics.floors)
+    abs_floor: float | torch.Tensor = 1e-6   # the absolute rule's floor, 1e-6 scale (metrics.floors); per
+    # cell ([R, Hs], 1e-6 times each cell's own scale) for the exp(-gc) taps (metrics.cell_metrics)
 
     def column(self, value_head: int) -> int | None:
         """The column of value head ``value_head`` (its q/k head's for ``group > 1``), or None."""
@@ -166,14 +167,15 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
         lengths = torch.tensor([info.length[c] if c is not None else 0 for c in ids], dtype=torch.long)
         dims = tuple(cand[name].shape[2:])
         mask = valid_mask(name, lengths, dims)
-        met = cell_metrics(cand[name], ref[name], mask)
+        own = name in noise.EXP_NEG_GC_TAPS   # each cell judged at its own scale (metrics.cell_metrics)
+        met = cell_metrics(cand[name], ref[name], mask, per_cell=own)
         hollow_triangles(met, cand[name], ref[name], meaningful_mask(name, lengths, dims))
         cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1)
         fl = None
         if floor is not None and name in floor:
             # one floor run, or several samples (noise.perturbed): each cell takes the largest
             samples = floor[name] if isinstance(floor[name], (tuple, list)) else (floor[name],)
-            fms = [cell_metrics(f, ref[name], mask) for f in samples]
+            fms = [cell_metrics(f, ref[name], mask, per_cell=own) for f in samples]
             ratio = torch.stack([m["ratio"] for m in fms]).amax(0)
             nonf = torch.stack([m["nonfinite"] for m in fms]).amax(0)
             # an output that overflows where the float64 reference is finite is a bug, whatever the floor

@@ -42,7 +42,7 @@ def floors(scale: float) -> tuple[float, float]:
     return max(ABS_PASS * scale, TINY), max(RATIO_EPS * scale, TINY)
 
 
-def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict:
+def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, per_cell: bool = False) -> dict:
     """Metrics of every ``[R, Hs]`` cell: ``x``, ``ref`` ``[R, Hs, *dims]``, ``mask`` broadcastable to them.
 
     Returns ``ratio, max_abs, index`` (flat index of the worst element within the cell), ``cosine``,
@@ -50,6 +50,12 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict
     ``[R, Hs]``, and ``scale`` and ``abs_floor`` (floats): the quantity's scale over every cell
     (:func:`scale_of`) and the absolute rule's floor it sets (:func:`floors`). Computed on ``ref``'s
     device (large GPU taps stay there).
+
+    ``per_cell``: the rule's two constants taken relative to each cell's own scale (the RMS of its
+    reference), ``abs_floor`` then a CPU tensor ``[R, Hs]``: for the taps that carry ``exp(-gc)``
+    (``noise.EXP_NEG_GC_TAPS``), whose cells span dozens of orders of magnitude (``ki`` at e^88 in one
+    chunk and ~1 in another), each with errors relative to its own values. Against the quantity's scale,
+    a cell far below it passed on the absolute rule whatever it held (a negated ``ki`` in a tail chunk).
     """
     dev = ref.device
     x, ref = x.detach().to(dev, torch.float64), ref.detach().to(dev, torch.float64)
@@ -69,6 +75,11 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor) -> dict
     abs_floor, eps = floors(scale)
     err = torch.where(good, xf - rf, zero)
     r0 = torch.where(good, rf, zero)
+    if per_cell:   # each cell's own RMS over its compared, finite reference elements
+        fin = m & fr
+        own = (torch.where(fin, rf, zero).pow(2).sum(-1) / fin.sum(-1).clamp(min=1)).sqrt()
+        eps = (RATIO_EPS * own).clamp(min=TINY)
+        abs_floor = (ABS_PASS * own).clamp(min=TINY).cpu()
     x0 = torch.where(good, xf, zero)
     nonfinite = bad.sum(-1)
     ratio = (err.pow(2).sum(-1) / n).sqrt() / ((r0.pow(2).sum(-1) / n).sqrt() + eps)
