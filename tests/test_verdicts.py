@@ -311,7 +311,8 @@ def test_nothing_compared_has_no_scale():
     assert rows["dv"]["scale"] > 0 and rows["dv"]["abs_floor"] > 0
     inputs, config = make_inputs(get_case("masked_gates"))
     scales = diff_dump(inputs, config, resolve_impl("reference"), window=0).as_json()["scales"]
-    assert scales["dqd"] == {"scale": None, "abs_floor": None}
+    assert scales["dqd"] == {"scale": None, "abs_floor": None, "per_cell": True}
+    assert scales["o"]["per_cell"] is False
     assert scales["o"]["scale"] > 0
 
 
