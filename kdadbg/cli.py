@@ -102,7 +102,13 @@ def _one_line_usage(name: str | None, path: str, args: list[str] = ()):
 
 
 class Group(typer.core.TyperGroup):
-    """The ``kdadbg`` group: its --help is a flag, shown without a type; a usage error is one line."""
+    """The ``kdadbg`` group: its --help and --version are flags, shown without a type; a usage error is one line."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        for p in self.params:
+            if getattr(p, "is_flag", False):
+                p.metavar = ""
 
     def get_help_option(self, ctx):
         option = super().get_help_option(ctx)
@@ -127,6 +133,23 @@ app = typer.Typer(name="kdadbg", cls=Group, no_args_is_help=True, add_completion
                        "export per-chunk taps (taps), capture dumps from training (capture), and make or "
                        "check dumps (gen, inspect). Exit codes: 0 ok, 1 numerical failure, 2 bad input or nothing "
                        "compared, 3 partial (run, diff: not everything provided or compared, not a full pass).")
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+        try:
+            v = version("kdadbg")
+        except PackageNotFoundError:   # a checkout on PYTHONPATH, not installed
+            v = "not installed (a checkout)"
+        print(f"kdadbg {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version_: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                 help="Print kdadbg's version and exit.")] = False) -> None:
+    """Gradient debugger for KDA chunked kernels."""
 
 
 def _out() -> Console:
@@ -646,11 +669,19 @@ def run(
     report.render_run(_out(), result)
     if plotted is not None:
         _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
+    _wrote(json_file, "the result as JSON")
+    _wrote(save, "the implementation's outputs and gradients")
     _replaced_note(outs)
     code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
     if code:
         raise typer.Exit(code)
 
+
+
+def _wrote(path, what: str) -> None:
+    """The line that names a file the command wrote (``--json``, ``--save``), as the plot's does."""
+    if path is not None and str(path) != "-" and Path(path).exists():
+        _out().print(f"wrote {path} ({what})", soft_wrap=True, highlight=False, markup=False)
 
 
 def _replaced_note(outs) -> None:
@@ -811,6 +842,7 @@ def diff(
     diffreport.render(out, result)
     if plotted is not None:
         diffreport.render_plot(out, {**plotted, "path": str(plot)})
+    _wrote(json_file, "the result as JSON")
     _replaced_note(outs)
     code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
     if code:

@@ -87,10 +87,11 @@ def extra_tensors_note(path) -> str | None:
     keys = unknown_metadata(meta)
     parts = []
     if extra:
-        absent = [n for n in KNOWN if n not in specs and n not in REQUIRED]
+        optional = [n for n in KNOWN if n not in REQUIRED]
+        absent = [n for n in optional if n not in specs]
         parts.append(f"holds {len(extra)} tensor(s) that are not dump inputs, not read: {', '.join(extra[:12])}"
-                     f"{', ...' if len(extra) > 12 else ''}"
-                     + (f" (the optional inputs are named {', '.join(absent)})" if absent else ""))
+                     f"{', ...' if len(extra) > 12 else ''} (the optional inputs are named {', '.join(optional)}"
+                     + (f"; absent here: {', '.join(absent)})" if absent else ")"))
     if keys:
         parts.append(f"metadata keys not read: {', '.join(keys[:12])}{', ...' if len(keys) > 12 else ''} (the "
                      f"config keys are {', '.join(CONFIG_KEYS)})")

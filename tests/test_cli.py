@@ -45,6 +45,13 @@ def basic(tmp_path):
     return path
 
 
+def test_version():
+    from importlib.metadata import version
+    r = kdadbg("--version")
+    assert r.exit_code == 0 and r.stdout.strip() == f"kdadbg {version('kdadbg')}", r.stdout
+    assert "--version" in kdadbg("--help").stdout
+
+
 def test_gen_list_shows_every_preset():
     r = kdadbg("gen", "--list")
     assert r.exit_code == 0

@@ -262,6 +262,10 @@ def test_tensors_a_dump_holds_beyond_its_inputs_are_named_not_dropped(dump, tmp_
     r = kdadbg("run", renamed, "--impl", "reference", "--json", js)
     assert r.exit_code == 0, r.output
     assert "not dump inputs, not read: initial_state" in r.output
+    # every optional input named, and which this dump lacks (it named only the absent ones)
+    assert "(the optional inputs are named dht, h0, cu_seqlens, A_log, dt_bias; absent here: " in \
+        " ".join(r.output.split()), r.output
+    assert f"wrote {js} (the result as JSON)" in " ".join(r.output.split())
     assert any("initial_state" in n for n in json.loads(js.read_text())["notes"])
     r = kdadbg("diff", renamed, "--impl", "reference", "--window", "0")
     assert r.exit_code == 0 and "not dump inputs, not read: initial_state" in r.output, r.output
