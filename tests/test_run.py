@@ -351,3 +351,21 @@ def test_fla_under_the_interpreter_is_estimated_and_refused_past_the_limit():
         refuse_slow_interpreter(FakeFla(), big, cfg, "cpu", None, 300)
     refuse_slow_interpreter(FakeFla(), big, cfg, "cuda", None, 300)          # on a GPU: nothing to estimate
     assert interpreter_seconds(FakeFla(), small, cfg, "cpu") == est
+
+
+def test_a_dump_with_no_upstream_gradient_says_why_once(dump, tmp_path):
+    """do all zero and no dht: every gradient is not compared (exit 3, partial) for one reason, written once
+    under the table rather than on each of the 8 rows (it filled 40 lines)."""
+    zero = tmp_path / "zero_do.safetensors"
+
+    def edit(t):
+        t["do"] = torch.zeros_like(t["do"])
+        t.pop("dht", None)
+
+    resave(dump, zero, edit)
+    r = kdadbg("run", zero, "--impl", "reference")
+    assert r.exit_code == 3, r.output
+    text = " ".join(r.output.split())
+    assert text.count("not compared (reason 1, below)") == 8, r.output
+    assert text.count("the dump's do is all zero") == 1, r.output
+    assert "reason 1 (8 rows): the dump's do is all zero and it has no nonzero dht" in text, r.output

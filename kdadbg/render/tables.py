@@ -292,11 +292,17 @@ def render_run(console: Console, result) -> None:
         t.add_row(r.name, _shape(r.shape), str(r.count), _fig(r.max_abs), at, _fig(r.ratio),
                   f"{r.cosine:.8f}" if r.cosine_defined and math.isfinite(r.cosine) else "—", str(r.nonfinite),
                   _num(r.tol), verdict)
-    for name, why in result.not_provided.items():
+    # one reason shared by several rows (do all zero: every gradient) is written once, under the table
+    whys = [why.removeprefix('not compared: ') for why in result.not_provided.values()]
+    shared = [w for w in dict.fromkeys(whys) if whys.count(w) > 1 and len(w) > 40]
+    for (name, why), w in zip(result.not_provided.items(), whys):
         word = missing_word([why])
         t.add_row(name, "—", "0", "—", "—", "—", "—", "—", "—",
-                  f"[yellow]{word}[/yellow] ({escape(why.removeprefix('not compared: '))})")
+                  f"[yellow]{word}[/yellow] " + (f"(reason {shared.index(w) + 1}, below)" if w in shared
+                                                  else f"({escape(w)})"))
     console.print(t)
+    for i, w in enumerate(shared):
+        console.print(f"reason {i + 1} ({whys.count(w)} rows): {escape(w)}", soft_wrap=True, highlight=False)
     for note in result.notes:
         console.print(f"note: {escape(note)}", soft_wrap=True, highlight=False)
     lb = f" lower_bound={cfg.lower_bound}" if cfg.gate == "lower_bound" else ""   # the other gates have none
