@@ -473,7 +473,7 @@ def plot_run(path, data: dict) -> Path:
     ax.set_xlim(lo, hi)
     ax.set_ylim(len(tensors) - 0.5, -0.5)
     ax.set_yticks(range(len(tensors)), [t["name"] for t in tensors], family="monospace")
-    ax.set_xlabel("ratio RMS(ref - x) / (RMS(ref) + 1e-8), log scale")
+    ax.set_xlabel("ratio RMS(ref - x) / (RMS(ref) + 1e-8 scale), log scale")
     ax.grid(axis="x", which="major", color="#dddddd", lw=0.6)
     ax.set_axisbelow(True)
     fig.suptitle(fit_title(fig, Canvas, data["title"], 10), fontsize=10, parse_math=False)
