@@ -2,7 +2,7 @@
 # (knob EXP_FTZ, read at import: one process per value) and the register caps of the token kernel and the K pass (PREP_MAXNREG,
 # DQKG_MAXNREG), the K pass at 8 warps beside, kernel by kernel at lower-bound H32 T16384; which bits EXP_FTZ moves (bits_ab.py)
 # and the error ratios with every gate at its lower bound (accuracy_ab.py, bf16); then the bf16 case table, the
-# large cases against the float64 reference and the taps bits on CUDA with the new default.
+# large cases against the float64 reference and the taps bits on CUDA with EXP_FTZ=1.
 export PYTHONUNBUFFERED=1
 . benchmarks/gpu_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
@@ -23,6 +23,6 @@ for f in 0 1; do
         --tag EXP_FTZ=$f --json-lines $OUT/accuracy.jsonl > $OUT/accuracy_ftz$f.log 2>&1
     echo "accuracy EXP_FTZ=$f exit $? at $SECONDS s"; tail -12 $OUT/accuracy_ftz$f.log | cut -c1-200
 done
-timeout $((480 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gpu.py \
+KDADBG_EXP_FTZ=1 timeout $((480 - SECONDS)) python3 -m pytest -q -p no:cacheprovider tests/test_kernels_gpu.py \
     -k "bf16_case_table or (large_against_reference and bf16) or taps_do_not_change" > $OUT/gpu_tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; tail -4 $OUT/gpu_tests.log | cut -c1-300
