@@ -126,6 +126,25 @@ def test_the_inference_forward_with_row_scales_compiles_without_spills():
     assert all(" STACK:0 " in x and not x.endswith(" OVER") for x in lines), p.stdout
 
 
+def test_exp_ftz_drops_the_subnormal_fixup_and_nothing_else(monkeypatch):
+    """EXP_FTZ=1 (tlmath.exp_, read at import: a process per value) takes exp as ex2.approx.ftz: the same
+    exponentials (MUFU) in the kernels that form them, fewer compares (FSETP: the fix-up's) and instructions."""
+    counts = {}
+    for ftz in ("0", "1"):
+        monkeypatch.setenv("KDADBG_EXP_FTZ", ftz)
+        p = run_script("kernel_resources.py", "--setting", "lower_bound", "--op", "--sass", "--only", "token", "intra",
+                       "dqkg_kernel")
+        assert p.returncode == 0, p.stdout + p.stderr
+        counts[ftz] = {x.split()[0]: dict(kv.split(":") for kv in x.split() if kv.split(":")[0] in
+                                          ("INSTR", "MUFU", "FSETP")) for x in p.stdout.splitlines() if "INSTR:" in x}
+    assert set(counts["0"]) == set(counts["1"]) == {"kda_fwd_token_kernel", "kda_fwd_intra_solve_kernel",
+                                                    "chunk_bwd_dqkg_kernel"}, counts
+    for name, off in counts["0"].items():
+        on = counts["1"][name]
+        assert on["MUFU"] == off["MUFU"] and int(off["MUFU"]) > 0, (name, off, on)
+        assert int(on["FSETP"]) < int(off["FSETP"]) and int(on["INSTR"]) < int(off["INSTR"]), (name, off, on)
+
+
 LOOP = """    %r:3 = scf.for %i = %c0 to %n step %c1 iter_args(%a = %x, %p = %y, %s = %z) -> (f32, f32, f32) {
       %t = tt.load %ptr_t, %m : tensor<128x!tt.ptr<f32>, #blocked>
       %c = ttg.async_copy_global_to_local %ptr_c, %buf mask %m : tensor<64x16x!tt.ptr<f32>, #blocked1>
