@@ -59,15 +59,19 @@ def _signature(fn: JITFunction, args, kwargs):
     return sig, const, attrs
 
 
-def resources(cubin: bytes) -> str:
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    """``cuobjdump <flag>`` (the one shipped with Triton) of a cubin: its output."""
     import triton
 
     tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
         f.write(cubin)
         f.flush()
-        out = subprocess.run([tool, "--dump-resource-usage", f.name], capture_output=True, text=True).stdout
-    line = next((ln for ln in out.splitlines() if "REG:" in ln), "")
+        return subprocess.run([tool, flag, f.name], capture_output=True, text=True).stdout
+
+
+def resources(cubin: bytes) -> str:
+    line = next((ln for ln in cuobjdump(cubin, "--dump-resource-usage").splitlines() if "REG:" in ln), "")
     return " ".join(x for x in line.split() if x.split(":")[0] in ("REG", "STACK", "SHARED", "LOCAL"))
 
 
@@ -77,14 +81,7 @@ SASS_OP = re.compile(r"^\s*/\*[0-9a-f]+\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)"
 def sass_counts(cubin: bytes) -> str:
     """The cubin's sm_90 instructions (``cuobjdump -sass``): how many in all (static: a loop's body counts
     once), and the exponentials and divisions' ``MUFU``, the compares ``FSETP``, the barriers ``BAR``."""
-    import triton
-
-    tool = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin)
-        f.flush()
-        out = subprocess.run([tool, "-sass", f.name], capture_output=True, text=True).stdout
-    ops = [m.group(1) for ln in out.splitlines() for m in [SASS_OP.match(ln)] if m]
+    ops = [m.group(1) for ln in cuobjdump(cubin, "-sass").splitlines() for m in [SASS_OP.match(ln)] if m]
     return f"INSTR:{len(ops)} " + " ".join(f"{op}:{ops.count(op)}" for op in ("MUFU", "FSETP", "BAR"))
 
 

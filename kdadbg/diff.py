@@ -548,7 +548,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
 
     res.notes += [n for n in (written_precision_note(f["path"], f["metadata"], precision) for f in (a, b)) if n]
     if whole:  # as diff DUMP judges them: B's outputs and gradients as whole tensors against A's
-        res.tensors = tensor_verdicts(*whole, ChunkInfo.from_table(ct), tols, None,
+        res.tensors = tensor_verdicts(*whole, info, tols, None,
                                       {n: b["outputs"][n].dtype for n in whole[0]}, {})
     first = res.focus
     if first is not None:

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, tap_kernel_args
-from .tuning import block_size, cdiv, knob
+from .tuning import block_size, cdiv, knob, reg_cap
 from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
@@ -552,7 +552,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, **LAUNCH,
             num_warps=warps,
             num_stages=knob("PREP_STAGES", 3),
-            **({"maxnreg": maxnreg} if (maxnreg := knob("PREP_MAXNREG", 0)) else {}),
+            **reg_cap(knob("PREP_MAXNREG", 0)),
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)

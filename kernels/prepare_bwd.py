@@ -39,7 +39,7 @@ import triton.language as tl
 from .common import LAUNCH, chunk_launches, dot_mode
 from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
-from .tuning import block_size, cdiv, knob
+from .tuning import block_size, cdiv, knob, reg_cap
 
 V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
 K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
@@ -736,7 +736,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # lower-bound, 3.561 -> 3.464 softplus at H32 T16384 (docs/gpu/round34/call4)
             PREFETCH=knob("DQKG_PREFETCH", 1) if DOT != 0 else 0, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3),
-            **({"maxnreg": maxnreg} if (maxnreg := knob("DQKG_MAXNREG", 0)) else {}))
+            **reg_cap(knob("DQKG_MAXNREG", 0)))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
 
 

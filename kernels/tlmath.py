@@ -162,8 +162,9 @@ def exp_(x, PRECISE: tl.constexpr):
     which gates of chunk 16 and 64 reach). (Measured on the H200: the model-size fp32 taps' errors did not
     move with it; the states were what carried their excess, ``common.state_f64``.) Under the interpreter
     (NumPy's exp) and in the fast mode ``tl.exp``; with the knob ``EXP_FTZ`` (off by default: not yet timed on
-    a GPU) on the GPU as ``ex2.approx.ftz`` of ``x·log2(e)``: the product and the instruction ``tl.exp`` lowers to, without the fix-up that
-    gives subnormal results (a compare and two conditional multiplies per exp, sm_90): results below
+    a GPU) on the GPU as ``ex2.approx.ftz`` of ``x·log2(e)``: the product and the instruction ``tl.exp``
+    lowers to, without the fix-up that gives subnormal results (a compare and two conditional multiplies per
+    exp, sm_90): results below
     2^-126 (x < -87.3) are 0 instead of subnormal, every other result the same bits. Over a
     forward + backward at chunk 64 that is 7 to 10 % fewer sm_90 instructions in the token, intra,
     backward precompute and K pass kernels (``benchmarks/kernel_resources.py --sass``), and the token

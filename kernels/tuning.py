@@ -41,9 +41,10 @@ KNOBS: dict[str, Knob] = {
                    "1: the forward token kernel forms the gate and its within-chunk cumsum gc in float64, "
                    "rounded to fp32 once: gc's error is then one rounding (e.g. 3.8e-6 at |gc| = 90) rather than "
                    "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
-    "EXP_FTZ": Knob("0 (not yet timed on a GPU)", "bf16 mode on the GPU: 1 takes exp as ex2.approx.ftz of x·log2(e), results below 2^-126 "
-                    "flushed to 0 (every other result the same bits as tl.exp, which adds a subnormal fix-up); "
-                    "0: tl.exp. Read once, when the kernels are imported (tlmath.exp_)", True),
+    "EXP_FTZ": Knob("0 (not yet timed on a GPU)", "bf16 mode on the GPU: 1 takes exp as ex2.approx.ftz of "
+                    "x·log2(e), results below 2^-126 flushed to 0 (every other result the same bits as tl.exp, "
+                    "which adds a subnormal fix-up); 0: tl.exp. Read once, when the kernels are imported "
+                    "(tlmath.exp_)", True),
     "STATE_F64": Knob("1 (fp32 mode only)", "1: the forward state pass carries S, U in float64 (float64 products), "
                       "the backward dS (fp32 products), stored in fp32 (common.state_f64); 0: in fp32", True),
     "PREP_BK": Knob("K rounded up to a power of two, 16 to 64 (to 32 with the gate or l2norm in the kernel; 16 at "
@@ -194,6 +195,12 @@ def knob(name: str, default: int) -> int:
 def overrides() -> dict[str, str]:
     """The knobs set in the environment, ``{NAME: value}`` (raw strings), in ``KNOBS`` order."""
     return {n: os.environ[f"KDADBG_{n}"] for n in KNOBS if f"KDADBG_{n}" in os.environ}
+
+
+def reg_cap(n: int) -> dict:
+    """The launch options of a register-cap knob's value ``n`` (``PREP_MAXNREG``, ``DQKG_MAXNREG``):
+    ``{"maxnreg": n}``, or none at 0, the default (the compiler's choice)."""
+    return {"maxnreg": n} if n else {}
 
 
 def cdiv(a: int, b: int) -> int:

@@ -56,6 +56,11 @@ class Cells:
     abs_floor: float | torch.Tensor = 1e-6   # the absolute rule's floor, 1e-6 scale (metrics.floors); per
     # cell ([R, Hs], 1e-6 times each cell's own scale) for the exp(-gc) taps (metrics.cell_metrics)
 
+    @property
+    def per_cell(self) -> bool:
+        """Whether each cell was judged at its own scale (the exp(-gc) taps): ``abs_floor`` is then ``[R, Hs]``."""
+        return isinstance(self.abs_floor, torch.Tensor)
+
     def column(self, value_head: int) -> int | None:
         """The column of value head ``value_head`` (its q/k head's for ``group > 1``), or None."""
         h = value_head // self.group

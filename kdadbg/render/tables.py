@@ -288,7 +288,7 @@ def render_run(console: Console, result) -> None:
             continue
         verdict = "[green]pass[/green]" if r.passed else "[magenta]UNREP[/magenta]" if r.unrep else \
             "[yellow]carried[/yellow]" if r.carried is not None else "[bold red]FAIL[/bold red]"
-        at = _shape(r.max_index) if math.isfinite(r.max_abs) or r.nonfinite else "—"  # a figure's place, not a blank's
+        at = _shape(r.max_index) if math.isfinite(r.max_abs) or r.nonfinite else "—"  # where a figure is, only
         t.add_row(r.name, _shape(r.shape), str(r.count), _fig(r.max_abs), at, _fig(r.ratio),
                   f"{r.cosine:.8f}" if r.cosine_defined and math.isfinite(r.cosine) else "—", str(r.nonfinite),
                   _num(r.tol), verdict)

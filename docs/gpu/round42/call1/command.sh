@@ -1,8 +1,9 @@
-# Round 42 call 1 (no carry; bash docs/gpu/round42/call1/command.sh): exp as ex2.approx.ftz in the bf16 kernels
-# (knob EXP_FTZ, read at import: one process per value) and the register caps of the token kernel and the K pass (PREP_MAXNREG,
-# DQKG_MAXNREG), the token kernel at K blocks of 32 capped at 96 registers and the K pass at 8 warps beside, kernel by kernel at lower-bound H32 T16384; which bits EXP_FTZ moves (bits_ab.py)
-# and the error ratios with every gate at its lower bound (accuracy_ab.py, bf16); then the bf16 case table, the
-# large cases against the float64 reference and the taps bits on CUDA with EXP_FTZ=1.
+# Round 42 call 1 (no carry; bash docs/gpu/round42/call1/command.sh): exp as ex2.approx.ftz in the bf16
+# kernels (knob EXP_FTZ, read at import: one process per value) and the register caps of the token kernel and
+# the K pass (PREP_MAXNREG, DQKG_MAXNREG), the token kernel at K blocks of 32 capped at 96 registers and the
+# K pass at 8 warps beside, kernel by kernel at lower-bound H32 T16384; which bits EXP_FTZ moves (bits_ab.py)
+# and the error ratios with every gate at its lower bound (accuracy_ab.py, bf16); then the bf16 case table,
+# the large cases against the float64 reference and the taps bits on CUDA with EXP_FTZ=1.
 export PYTHONUNBUFFERED=1
 . benchmarks/gpu_env.sh
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
