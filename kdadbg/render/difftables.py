@@ -83,7 +83,8 @@ def render(console: Console, res, max_columns: int | None = None) -> None:
 
 
 def render_tensors(console: Console, res) -> None:
-    """The outputs and gradients that fail as whole tensors (``run``'s rule over the compared rows), where
+    """The outputs and gradients that fail as whole tensors (``run``'s rule over the compared rows; ``diff A B``:
+    over every row both files hold, those of ``--chunks``/``--heads`` where asked), where
     no BUG cell says so already: the diff fails with them, and its first divergence leads to them."""
     failing = res.tensors_failing
     if not failing:
@@ -93,9 +94,10 @@ def render_tensors(console: Console, res) -> None:
                      f"{' (returned in ' + t[n]['storage'] + ': bf16 mode' + chr(39) + 's tol)' if t[n]['storage'] else ''}"
                      f" over {t[n]['elements']} elements" for n in failing)
     drift = "" if res.first_bug is not None else \
-        "; no cell of theirs is a BUG (those over tolerance are DRIFT or UNREP), which alone would not fail"
-    console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over the "
-                  f"compared rows): {what}{drift}", soft_wrap=True, highlight=False)
+        "; no cell of theirs is a BUG (those over tolerance, if any, are DRIFT or UNREP), which alone would not fail"
+    rows = "every row both files hold" if res.mode == "files" else "the compared rows"
+    console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over "
+                  f"{rows}): {what}{drift}", soft_wrap=True, highlight=False)
     for n in failing:
         lead = res.tensor_lead(n)
         if lead is None or (res.first_divergence is not None and lead["tap"] == res.first_divergence["tap"]):
