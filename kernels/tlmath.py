@@ -26,7 +26,7 @@ INTERPRET = tl.constexpr(os.environ.get("TRITON_INTERPRET", "0") == "1")
 
 # exp in the fast mode on the GPU as ``ex2.approx.ftz`` (knob ``EXP_FTZ``, read once at import: a global
 # constexpr, part of every kernel's cache key): see ``exp_``.
-EXP_FTZ = tl.constexpr(bool(knob("EXP_FTZ", 0)))
+EXP_FTZ = tl.constexpr(bool(knob("EXP_FTZ", 1)))
 
 GATE_IDS = {"none": 0, "lower_bound": 1, "softplus": 2}  # the kernels' GATE constexpr
 
@@ -161,14 +161,15 @@ def exp_(x, PRECISE: tl.constexpr):
     of ``x·log2(e)`` rounded to fp32, whose relative error grows as ``|x|·2^-24`` (about 5e-6 at |x| = 80,
     which gates of chunk 16 and 64 reach). (Measured on the H200: the model-size fp32 taps' errors did not
     move with it; the states were what carried their excess, ``common.state_f64``.) Under the interpreter
-    (NumPy's exp) and in the fast mode ``tl.exp``; with the knob ``EXP_FTZ`` (off by default: not yet timed on
-    a GPU) on the GPU as ``ex2.approx.ftz`` of ``x·log2(e)``: the product and the instruction ``tl.exp``
-    lowers to, without the fix-up that gives subnormal results (a compare and two conditional multiplies per
-    exp, sm_90): results below
-    2^-126 (x < -87.3) are 0 instead of subnormal, every other result the same bits. Over a
-    forward + backward at chunk 64 that is 7 to 10 % fewer sm_90 instructions in the token, intra,
-    backward precompute and K pass kernels (``benchmarks/kernel_resources.py --sass``), and the token
-    kernel's registers 80 -> 98 (3 programs per SM -> 2; ``PREP_MAXNREG`` caps them)."""
+    (NumPy's exp) ``tl.exp``; in the fast mode on the GPU (knob ``EXP_FTZ``, on by default; 0 gives ``tl.exp``)
+    ``ex2.approx.ftz`` of ``x·log2(e)``: the product and the instruction ``tl.exp`` lowers to, without the
+    fix-up that gives subnormal results (a compare and two conditional multiplies per exp, sm_90): results
+    below 2^-126 (x < -87.3) are 0 instead of subnormal, every other result the same bits. Over a forward +
+    backward at chunk 64 that is 7 to 10 % fewer sm_90 instructions in the token, intra, backward
+    precompute and K pass kernels (``benchmarks/kernel_resources.py --sass``). Measured on the H200
+    (docs/gpu/round42): the K pass 3.28 -> 2.93 ms and forward + backward 4 to 5 % faster in the three gate
+    settings at H32 T16384, H64 T8192, H16 T16384; the same bits of o and every gradient at lower-bound H16
+    T8192 (``benchmarks/bits_ab.py``)."""
     if PRECISE and not INTERPRET:
         return libdevice.exp(x)
     elif EXP_FTZ and not INTERPRET and x.dtype == tl.float32:

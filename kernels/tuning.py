@@ -41,7 +41,7 @@ KNOBS: dict[str, Knob] = {
                    "1: the forward token kernel forms the gate and its within-chunk cumsum gc in float64, "
                    "rounded to fp32 once: gc's error is then one rounding (e.g. 3.8e-6 at |gc| = 90) rather than "
                    "a float32 sum's, which exp(-gc) carries into ki, dqd, dkd and the gate gradient", True),
-    "EXP_FTZ": Knob("0 (not yet timed on a GPU)", "bf16 mode on the GPU: 1 takes exp as ex2.approx.ftz of "
+    "EXP_FTZ": Knob("1 (bf16 mode on the GPU)", "bf16 mode on the GPU: 1 takes exp as ex2.approx.ftz of "
                     "x·log2(e), results below 2^-126 flushed to 0 (every other result the same bits as tl.exp, "
                     "which adds a subnormal fix-up); 0: tl.exp. Read once, when the kernels are imported "
                     "(tlmath.exp_)", True),
