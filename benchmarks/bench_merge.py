@@ -6,7 +6,8 @@
 A device call has ten minutes, so one benchmark of every shape takes several calls, each writing its own
 ``benchmarks.json`` (``docs/gpu/<round>/<call>/``). This writes one file from them: for each setting,
 shape and peer (ours, fla, FlashKDA) the row of the last file given that timed it (``results``,
-each with its ``source`` file and ``commit``; a setting and shape may keep two rows, e.g. one against fla
+each with its ``source`` file and ``commit``, and ``knobs`` where the run's environment overrode any (e.g. a
+knob timed before it became the default); a setting and shape may keep two rows, e.g. one against fla
 and a later one against FlashKDA alone, each with ours from its own process), the rows left with no peer
 of their own (``superseded``, kept: a row timed again is not dropped), every taps-on
 timing (``taps``), every knob A/B run beside the default (``knob_ab``), and each file's environment (commit,
@@ -53,6 +54,12 @@ def peers_of(row: dict) -> tuple[str, ...]:
     return ("ours", *sorted(t for t in (row.get("runs") or {}) if not t.startswith("ours")))
 
 
+def env_knobs(data: dict) -> dict[str, str]:
+    """The knob overrides a bench.py run was timed under (its environment's ``KDADBG_<NAME>``), by name."""
+    env = (data.get("env") or {}).get("env") or {}
+    return {k[len("KDADBG_"):]: v for k, v in sorted(env.items()) if k.startswith("KDADBG_")}
+
+
 def merge(runs: list[tuple[str, dict]], notes: list[str] = (), only: dict[str, set[str]] | None = None) -> dict:
     """``runs``: ``(source, bench.py JSON)`` in priority order, the last winning: per setting and shape, each
     peer's figures are those of the last row that timed it (with ours from the same process, so each row's
@@ -65,13 +72,15 @@ def merge(runs: list[tuple[str, dict]], notes: list[str] = (), only: dict[str, s
     for source, data in runs:
         env = data.get("env", {})
         sources[source] = env
+        knobs = env_knobs(data)
         for r in data["results"]:
             runs_ = r.get("runs") or {}
             if "ours" not in runs_ or "fwd_ms" not in runs_["ours"]:
                 continue  # skipped by the budget, or ours failed: nothing timed to keep
-            rows.append({**r, "source": source, "commit": env.get("commit")})
+            rows.append({**r, "source": source, "commit": env.get("commit"), **({"knobs": knobs} if knobs else {})})
             if r.get("taps_ratios"):
-                taps.append({"source": source, "commit": env.get("commit"), "name": r["name"],
+                taps.append({"source": source, "commit": env.get("commit"), **({"knobs": knobs} if knobs else {}),
+                             "name": r["name"],
                              **{k: r[k] for k in ("taps_fwdbwd_ms", "taps_ratios", "taps_first_call_s",
                                                   "taps_peak_mem_gib") if k in r}})
             variants = {k: {m: v[m] for m in ("fwd_ms", "fwdbwd_ms") if m in v}

@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_merge import load  # noqa: E402
+from bench_merge import env_knobs, load  # noqa: E402
 
 TARGETS = {"fwd": 0.9, "fwdbwd": 0.85, "flashkda": 0.9}
 
@@ -49,6 +49,18 @@ def _commit(row: dict, data: dict) -> str:
     return row.get("commit") or (data.get("env") or {}).get("commit") or "?"
 
 
+def _label(row: dict, data: dict) -> str:
+    """The commit column: the commit, with the knob overrides the row was timed under (a merged row's
+    ``knobs``, a bench.py file's environment), e.g. ``c547650 EXP_FTZ=1``."""
+    knobs = row.get("knobs") if "knobs" in row else (env_knobs(data) if "env" in data else {})
+    return " ".join([_commit(row, data)[:7]] + [f"{k}={v}" for k, v in (knobs or {}).items()])
+
+
+def _kept(commit: str, commits: set[str] | None) -> bool:
+    """Whether ``--commits`` keeps a row of ``commit`` (full or abbreviated on either side)."""
+    return commits is None or any(commit.startswith(c) or c.startswith(commit) for c in commits)
+
+
 def fla_table(rows: list[dict]) -> list[str]:
     out = ["| setting, shape | ours fwd | fla fwd | fwd ratio | ours f+b | fla f+b | f+b ratio | GiB ours / fla "
            "| commit |", "|---|---|---|---|---|---|---|---|---|"]
@@ -57,7 +69,7 @@ def fla_table(rows: list[dict]) -> list[str]:
         out.append(f"| {_where(r)} | {_ms(o.get('fwd_ms'))} | {_ms(f.get('fwd_ms'))} | "
                    f"{_ratio(r['ratios'].get('ours/fla_fwd'), TARGETS['fwd'])} | {_ms(o.get('fwdbwd_ms'))} | "
                    f"{_ms(f.get('fwdbwd_ms'))} | {_ratio(r['ratios'].get('ours/fla_fwdbwd'), TARGETS['fwdbwd'])} | "
-                   f"{o.get('peak_mem_gib', 0):.2f} / {f.get('peak_mem_gib', 0):.2f} | {r['_commit']} |")
+                   f"{o.get('peak_mem_gib', 0):.2f} / {f.get('peak_mem_gib', 0):.2f} | {r['_label']} |")
     return out
 
 
@@ -73,20 +85,20 @@ def flashkda_table(rows: list[dict]) -> list[str]:
                    f"{_ratio(r['ratios'].get('ours/flashkda_fwd'), TARGETS['flashkda'])} | "
                    f"{_ratio(r['ratios'].get('ours_infer/flashkda_fwd'), TARGETS['flashkda'])} | "
                    f"{runs['ours'].get('peak_mem_gib', 0):.2f} / {infer[2]:.2f} / "
-                   f"{runs['flashkda'].get('peak_mem_gib', 0):.2f} | {r['_commit']} |")
+                   f"{runs['flashkda'].get('peak_mem_gib', 0):.2f} | {r['_label']} |")
     return out
 
 
 def taps_table(data: dict, commits: set[str] | None) -> list[str]:
     latest = {}
     for t in data.get("taps") or [r for r in data["results"] if r.get("taps_ratios")]:
-        if commits is None or _commit(t, data) in commits:
-            latest[t["name"]] = dict(t, _commit=_commit(t, data))
+        if _kept(_commit(t, data), commits):
+            latest[t["name"]] = dict(t, _label=_label(t, data))
     out = ["| setting, shape | taps on / off, three separate pairs (forward + backward) | commit |", "|---|---|---|"]
     for name, t in latest.items():
         setting = next(x for x in ("lower_bound", "softplus", "pregated") if name.startswith(x))
         pairs = " / ".join(f"{x:.3f}" for x in t["taps_ratios"])
-        out.append(f"| {setting}, {_shape(name[len(setting) + 1:])} | {pairs} | {t['_commit']} |")
+        out.append(f"| {setting}, {_shape(name[len(setting) + 1:])} | {pairs} | {t['_label']} |")
     return out
 
 
@@ -111,14 +123,14 @@ def fla_moves(data: dict, rows: list[dict]) -> list[str]:
         if all(hi <= MOVED * lo for lo, hi, *_ in cols):
             continue
         cells = [f"{lo:.3f} - {hi:.3f} ({n})" + f" | {_ratio(x, target)}" for lo, hi, n, x, target in cols]
-        out.append(f"| {_where(r)} | {cells[0]} | {cells[1]} | {r['_commit']} |")
+        out.append(f"| {_where(r)} | {cells[0]} | {cells[1]} | {r['_label']} |")
     return out
 
 
 def tables(data: dict, commits: set[str] | None = None) -> str:
-    rows = [dict(r, _commit=_commit(r, data)) for r in data["results"]]
+    rows = [dict(r, _commit=_commit(r, data), _label=_label(r, data)) for r in data["results"]]
     fla, fk = ([r for r in {(r["setting"], r["shape"]): r for r in rows if peer in r["runs"]}.values()
-                if commits is None or r["_commit"] in commits]
+                if _kept(r["_commit"], commits)]
                for peer in ("fla", "flashkda"))  # per configuration the last row that timed the peer
     parts = []
     if fla:

@@ -331,6 +331,41 @@ def test_bench_table_bolds_the_targets_met_and_takes_the_better_inference_chunk(
         assert p.stderr.startswith("bench_table: ")
 
 
+def test_a_row_timed_under_knob_overrides_says_so_in_the_merged_file_and_the_table(tmp_path):
+    """bench_merge.py keeps the KDADBG_* overrides a run was timed under (its env) as the row's and its taps'
+    ``knobs``; bench_table.py prints them beside the commit, and ``--commits`` matches a full commit by its
+    abbreviation (bench.py records the full one)."""
+    import json
+    import subprocess
+    import sys
+
+    full = "c547650bdd35686f16ea35c50eb8655084731267"
+    run = {"schema": 2, "env": {"commit": full, "env": {"KDADBG_EXP_FTZ": "1", "FLA_FLASH_KDA": "0"}}, "results": [
+        {"name": "lower_bound_dense_H32_T16384", "setting": "lower_bound", "shape": "dense_H32_T16384",
+         "runs": {"ours": {"fwd_ms": 1.85, "fwdbwd_ms": 7.72}, "fla": {"fwd_ms": 1.86, "fwdbwd_ms": 8.84}},
+         "ratios": {"ours/fla_fwd": 1.85 / 1.86, "ours/fla_fwdbwd": 7.72 / 8.84}, "taps_ratios": [1.11, 1.11, 1.11]}]}
+    plain = {"schema": 2, "env": {"commit": "aaaaaaa"}, "results": [dict(run["results"][0], shape="dense_H16_T8192",
+                                                                         name="lower_bound_dense_H16_T8192")]}
+    fa, fb, out = tmp_path / "a.json", tmp_path / "b.json", tmp_path / "m.json"
+    fa.write_text(json.dumps(run))
+    fb.write_text(json.dumps(plain))
+    root = Path(__file__).resolve().parents[1] / "benchmarks"
+    p = subprocess.run([sys.executable, str(root / "bench_merge.py"), str(fa), str(fb), "--out", str(out)],
+                       capture_output=True, text=True)
+    assert p.returncode == 0, p.stderr
+    m = json.loads(out.read_text())
+    assert [r.get("knobs") for r in m["results"]] == [{"EXP_FTZ": "1"}, None]
+    assert m["taps"][0]["knobs"] == {"EXP_FTZ": "1"} and "knobs" not in m["taps"][1]
+    for f in (out, fa):  # the merged file and the bench.py file itself
+        p = subprocess.run([sys.executable, str(root / "bench_table.py"), str(f), "--commits", "c547650"],
+                           capture_output=True, text=True)
+        assert p.returncode == 0, p.stderr
+        assert "| lower_bound, H32 T16384 | 1.850 | 1.860 | " in p.stdout and "| c547650 EXP_FTZ=1 |" in p.stdout
+        assert "H16 T8192" not in p.stdout and "| 1.110 / 1.110 / 1.110 | c547650 EXP_FTZ=1 |" in p.stdout
+    p = subprocess.run([sys.executable, str(root / "bench_table.py"), str(out)], capture_output=True, text=True)
+    assert "| lower_bound, H16 T8192 | " in p.stdout and p.stdout.count("| aaaaaaa |") == 2  # no knobs: the commit
+
+
 def test_bench_table_lists_where_fla_moved_and_ours_against_its_fastest_timing(tmp_path):
     """bench_table.py's fourth table: a configuration whose fla timings (current and superseded rows) differ
     by more than 5 % is listed with fla's fastest and slowest timing and ours against the fastest; one whose
