@@ -22,13 +22,13 @@ from safetensors.torch import save_file
 from .errors import KdadbgError, OutputExists
 
 
-def _atomic_write(path, force: bool, write) -> Path:
+def _atomic_write(path, force: bool, write, fmt: str | None = None) -> Path:
     """Call ``write(tmp_path)`` on a temporary file beside ``path``, then move it into place:
     never over an existing file unless ``force``; a symbolic link is replaced, never written
     through; no temporary file is left behind; an OS error is one ``KdadbgError`` line."""
     from .outputs import check_output
 
-    path = check_output("", path, force)
+    path = check_output("", path, force, fmt)
     folder = path.parent if str(path.parent) else Path(".")
     tmp = None
     try:
@@ -59,7 +59,7 @@ def atomic_save(tensors: dict[str, torch.Tensor], metadata: dict[str, str], path
     if bad:
         raise TypeError(f"metadata values must be strings: {bad}")
     cpu = {k: t.detach().to("cpu").contiguous().clone() for k, t in tensors.items()}
-    return _atomic_write(path, force, lambda tmp: save_file(cpu, tmp, metadata=dict(metadata)))
+    return _atomic_write(path, force, lambda tmp: save_file(cpu, tmp, metadata=dict(metadata)), "safetensors")
 
 
 def atomic_write_text(text: str, path, force: bool = False) -> Path:

@@ -1,7 +1,8 @@
 """Output paths of one command: checked before any computation, written all or nothing.
 
 ``check_outputs`` refuses, with one ``KdadbgError`` line naming the option, every output path that
-could not be written or should not be: ``-`` (stdout has the tables, and a file named ``-`` is a
+could not be written or should not be: a name whose suffix says another format (``run --json x.png``),
+``-`` (stdout has the tables, and a file named ``-`` is a
 trap), a folder, a missing or unwritable parent folder, an input of the same command, another
 output of the same command, an existing file without ``force``, and a read-only file even with
 ``force``. With ``force``, a symbolic link is replaced by the new file;
@@ -63,10 +64,39 @@ def _mode(path: Path) -> str:
         return ""
 
 
-def check_output(label: str, path, force: bool = False) -> Path:
-    """Check one output path (see the module docstring); ``label`` names it (``--json``, ``OUT``)."""
+# what a file name's suffix says it holds; an output of another format under such a name is refused
+# (``kdadbg gen x.json`` would write safetensors bytes under a JSON name). Other suffixes, and none, pass.
+SUFFIX_FORMATS = {
+    ".safetensors": "safetensors", ".json": "JSON", ".png": "PNG", ".txt": "text", ".log": "text",
+    ".md": "Markdown", ".csv": "CSV", ".tsv": "TSV", ".npz": "NumPy", ".npy": "NumPy", ".pt": "torch.save",
+    ".pth": "torch.save", ".pkl": "pickle", ".pickle": "pickle", ".svg": "SVG", ".pdf": "PDF", ".jpg": "JPEG",
+    ".jpeg": "JPEG", ".html": "HTML", ".yaml": "YAML", ".yml": "YAML", ".py": "Python", ".gz": "gzip",
+    ".zip": "zip", ".h5": "HDF5",
+}
+FORMAT_SUFFIX = {"safetensors": ".safetensors", "JSON": ".json"}
+LABEL_FORMATS = {"--json": "JSON", "--save": "safetensors", "--out": "safetensors", "OUT": "safetensors"}
+# (--plot must end in .png: render.plot.check_plot says so in its own words)
+
+
+def check_format(label: str, path, fmt: str | None) -> None:
+    """Refuse an output of format ``fmt`` whose name ends in another format's suffix (``SUFFIX_FORMATS``)."""
+    if fmt is None:
+        return
+    path = Path(path)
+    suffix = path.suffix.lower()
+    other = SUFFIX_FORMATS.get(suffix)
+    if other is not None and other != fmt:
+        where = f"{label} {path}" if label else str(path)
+        raise KdadbgError(f"{where}: expected a name ending in {FORMAT_SUFFIX[fmt]} (this output is {fmt}), found "
+                          f"{path.suffix}, a {other} file's suffix")
+
+
+def check_output(label: str, path, force: bool = False, fmt: str | None = None) -> Path:
+    """Check one output path (see the module docstring); ``label`` names it (``--json``, ``OUT``); ``fmt``
+    (default: ``LABEL_FORMATS[label]``) the format written, refused under another format's suffix."""
     path = Path(path)
     where = f"{label} {path}" if label else str(path)
+    check_format(label, path, fmt or LABEL_FORMATS.get(label))
     if str(path) == "-":
         raise KdadbgError(f"{where}: expected a file name; kdadbg does not write this to stdout (its tables go "
                           f"there), nor a file named '-'")

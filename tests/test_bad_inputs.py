@@ -348,6 +348,17 @@ BAD = [
     _bad("s4-chunks-empty", bad_override("--chunks", ""), "--chunks", "found ''", "selects nothing"),
     _bad("s4-run-chunks-empty", usage("run", "--chunks", ""), "--chunks", "found ''"),
     _bad("s4-diff-heads-empty", usage("diff", "--heads", " "), "--heads", "names no head"),
+    # an output named as another format's file: refused before any work, nothing written
+    _bad("o1-gen-txt", usage("gen", "x.txt", dump=False), "OUT x.txt", "ending in .safetensors", "found .txt",
+         "text", keep=_absent("x.txt")),
+    _bad("o1-run-json-png", usage("run", "--json", "r.png"), "--json r.png", "ending in .json", "PNG",
+         keep=_absent("r.png")),
+    _bad("o1-run-save-npz", usage("run", "--save", "s.npz"), "--save s.npz", "ending in .safetensors", "NumPy",
+         keep=_absent("s.npz")),
+    _bad("o1-taps-out-json", usage("taps", "-o", "t.JSON"), "--out t.JSON", "ending in .safetensors", "found .JSON",
+         keep=_absent("t.JSON")),
+    _bad("o1-diff-json-safetensors", usage("diff", "--json", "d2.safetensors"), "--json d2.safetensors",
+         "ending in .json", "safetensors", keep=_absent("d2.safetensors")),
 ]
 
 
