@@ -610,7 +610,8 @@ def test_r13_an_output_nan_where_the_reference_is_finite_is_a_bug(tmp_path):
 
 
 @pytest.mark.parametrize("ret, found", [("o.to(torch.complex64)", "expected a real float dtype, found complex64"),
-                                        ("torch.empty_like(o, device='meta')", "found a meta tensor")])
+                                        ("torch.empty_like(o, device='meta')", "found a meta tensor"),
+                                        ("o[:, :-1]", "expected shape [1,16,1,8] (the dump's), found [1,15,1,8]")])
 def test_an_output_kdadbg_cannot_compare_is_one_line(tmp_path, ret, found):
     """User trial, round 40: a complex o was compared on its real part (torch's warning aside), a meta o
     raised a traceback from the metrics; each is one line naming the implementation and the output, exit 2."""
