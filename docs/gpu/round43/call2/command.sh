@@ -7,7 +7,7 @@ export PYTHONUNBUFFERED=1
 W=$OUT
 . benchmarks/gpu_env.sh fla
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader
-timeout 390 python3 benchmarks/bench.py --json $W/benchmarks.json --budget-s 330 \
+timeout 290 python3 benchmarks/bench.py --json $W/benchmarks.json --budget-s 230 \
     --commit $COMMIT --peers fla --settings lower_bound,softplus,pregated \
     --taps-at lower_bound:dense_H32_T16384 pregated:dense_H16_T16384 \
     --shapes varlen_mixed6_H32 dense_H16_T8192 dense_H32_T8192 dense_H64_T16384 dense_H16_T65536 \
