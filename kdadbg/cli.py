@@ -10,6 +10,7 @@ import functools
 import importlib
 import inspect
 import json
+import re
 import sys
 import warnings
 from enum import Enum
@@ -60,6 +61,10 @@ def _sentence(message: str) -> str:
     return message[:1].lower() + message[1:]
 
 
+JSON_FLAG_HINT = ("--json is a flag for inspect and taps (it prints JSON on stdout; `> FILE` keeps it), where run "
+                  "and diff take --json FILE")
+
+
 def _usage_message(e, name: str | None, path: str, args: list[str]) -> str:
     """click's usage error ``e`` as kdadbg's one line (without "error: "): the command ``name`` (None: the
     group), the option or argument, what was expected and what was found; ``path`` is the command line
@@ -82,6 +87,10 @@ def _usage_message(e, name: str | None, path: str, args: list[str]) -> str:
         if expected and found is not None:
             return f"{label}: expected {expected}, found {found!r}"
         return f"{label}: {_sentence(e.message)}"
+    extra = re.match(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", e.message or "")
+    if extra and "--json" in args and args.index("--json") + 1 < len(args) \
+            and args[args.index("--json") + 1] == extra.group(1).split()[0]:
+        return f"{where}unexpected argument {extra.group(1)} after --json: {JSON_FLAG_HINT}"
     option = getattr(e, "option_name", None)
     if option and "requires an argument" in e.message:
         return f"{name + ' ' if name else ''}{option}: expected a value after it, found none{hint}"
@@ -557,6 +566,9 @@ def taps(
     if list_:
         report.render_tap_list(_out())
         return
+    if json_ and out is not None and out.suffix.lower() == ".json":   # `taps D [-o T] --json F.json`, as run takes it
+        also = f", which -o {out_option} names too" if out_option is not None else ""
+        raise KdadbgError(f"taps: {out} was taken as the taps file OUT{also}: {JSON_FLAG_HINT}")
     if out is not None and out_option is not None:
         raise KdadbgError(f"taps: the file to write given twice, {out} and -o {out_option}: give one")
     out = out_option if out_option is not None else out

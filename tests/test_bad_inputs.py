@@ -357,6 +357,14 @@ BAD = [
          keep=_absent("s.npz")),
     _bad("o1-taps-out-json", usage("taps", "-o", "t.JSON"), "--out t.JSON", "ending in .safetensors", "found .JSON",
          keep=_absent("t.JSON")),
+    # --json FILE as run and diff take it, given to inspect or taps, whose --json is a flag
+    _bad("o2-taps-json-file", usage("taps", "-o", "t.safetensors", "--json", "t.json"), "t.json was taken as the taps "
+         "file OUT", "-o t.safetensors names too", "--json is a flag", "run and diff take --json FILE",
+         keep=_absent("t.json", "t.safetensors")),
+    _bad("o2-taps-json-file-no-o", usage("taps", "--json", "t.json"), "t.json was taken as the taps file OUT",
+         "--json is a flag", keep=_absent("t.json")),
+    _bad("o2-inspect-json-file", usage("inspect", "--json", "i.json"), "inspect: unexpected argument i.json after "
+         "--json", "--json is a flag", keep=_absent("i.json")),
     _bad("o1-diff-json-safetensors", usage("diff", "--json", "d2.safetensors"), "--json d2.safetensors",
          "ending in .json", "safetensors", keep=_absent("d2.safetensors")),
 ]
