@@ -680,7 +680,7 @@ def run(
             lambda path: render_plot.plot_run(path, render_plot.run_plot_data(result))), report.render_run)
     report.render_run(_out(), result)
     if plotted is not None:
-        _out().print(f"wrote {plot}", soft_wrap=True, highlight=False, markup=False)
+        _wrote(plot, "a PNG of each tensor's ratio against its tolerance")
     _wrote(json_file, "the result as JSON")
     _wrote(save, "the implementation's outputs and gradients")
     _replaced_note(outs)
