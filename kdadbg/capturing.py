@@ -480,7 +480,8 @@ class Capture:
     def _run_call(self, fn, impl, sig, args, kwargs):
         if not self._active or _in_backward():
             return fn(*args, **kwargs)
-        self._called.add(impl)
+        with self._lock:   # (manifest_data sorts the set from another thread)
+            self._called.add(impl)
         if not torch.is_grad_enabled():   # evaluation: counted, so that a capture of it says why nothing came
             with self._lock:
                 self.calls_no_grad += 1
