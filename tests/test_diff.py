@@ -1325,3 +1325,25 @@ def test_introduced_in_the_window_names_the_chunks_that_can_reach_the_cell(tap, 
     difftables._origin(console, origin)
     out = " ".join(console.export_text().split()).replace(" (ratio", " (ratio")
     assert said.replace(" (ratio", "") in out and ("whose S reaches" not in out), out
+
+
+def test_a_nan_inputs_reach_does_not_keep_a_carried_in_dA_log_from_passing(tmp_path):
+    """User trial, round 43: the shipped sample with one NaN in k (head 1): its reach leaves dA_log's head 1
+    out on both sides, and dA_log over head 0 alone (3.4e-5 against 1e-5: dg's error carried into a sum that
+    cancels) is carried in from dg, as `run` judged it (PASS); `diff` failed it as a whole tensor, its
+    carried-in rule asking every cell, the one compared nowhere too, for a right sum."""
+    dump = tmp_path / "nan.safetensors"
+
+    def edit(t):
+        t["k"][0, 5, 1, 3] = float("nan")
+
+    resave(Path(__file__).resolve().parents[1] / "sample_inputs" / "basic.safetensors", dump, edit)
+    js = tmp_path / "d.json"
+    r = kdadbg("diff", dump, "--allow-nonfinite", "--json", js)
+    doc = json.loads(js.read_text())
+    da = doc["tensors"]["dA_log"]
+    assert r.exit_code == 0 and doc["verdict"] == "pass", r.output
+    assert da["elements"] == 1 and da["ratio"] > da["tol"] and da["carried_in_from_dg"] is not None, da
+    assert not da["failed"], da
+    r = kdadbg("run", dump, "--allow-nonfinite")
+    assert r.exit_code == 0 and "carried in from dg (dA_log)" in " ".join(r.stdout.split()), r.stdout
