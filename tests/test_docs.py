@@ -1,10 +1,12 @@
 """The evidence the docs cite is in the tree: every ``docs/gpu/...`` or ``docs/cpu/...`` path named by the
 README, the docs, the kernels' docstrings or the benchmark scripts exists (a ``git show SHA:path`` names
-history on purpose and is skipped), and ``docs/benchmarks.json`` merges only files that exist."""
+history on purpose and is skipped), and ``docs/benchmarks.json`` (and the H100's ``benchmarks_h100.json``) merge only files that exist."""
 
 import json
 import re
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 CITED = re.compile(r"(?<![:\w/])(docs/(?:gpu|cpu)/[\w./*-]+?)(?=[`'\"),;:\s]|\.\s|$)")
@@ -29,8 +31,9 @@ def test_every_cited_evidence_path_exists():
     assert not missing, "\n".join(missing)
 
 
-def test_the_merged_benchmarks_name_files_in_the_tree():
-    merged = json.loads((ROOT / "docs" / "benchmarks.json").read_text())
+@pytest.mark.parametrize("name", ["benchmarks.json", "benchmarks_h100.json"])
+def test_the_merged_benchmarks_name_files_in_the_tree(name):
+    merged = json.loads((ROOT / "docs" / name).read_text())
     assert merged["merged_from"] and merged["results"]
     assert [p for p in merged["merged_from"] if not (ROOT / p).is_file()] == []
     assert {r["source"] for r in merged["results"]} <= set(merged["merged_from"])
