@@ -88,8 +88,8 @@ def _usage_message(e, name: str | None, path: str, args: list[str]) -> str:
             return f"{label}: expected {expected}, found {found!r}"
         return f"{label}: {_sentence(e.message)}"
     extra = re.match(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", e.message or "")
-    if extra and "--json" in args and args.index("--json") + 1 < len(args) \
-            and args[args.index("--json") + 1] == extra.group(1).split()[0]:
+    after_json = args[args.index("--json") + 1:][:1] if "--json" in args else []
+    if extra and after_json == extra.group(1).split()[:1]:
         return f"{where}unexpected argument {extra.group(1)} after --json: {JSON_FLAG_HINT}"
     option = getattr(e, "option_name", None)
     if option and "requires an argument" in e.message:

@@ -335,8 +335,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                          f"dg's rows are judged on their own")
     res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
                                   {n: run.outputs[n].dtype for n in mine},
-                                  {n: split.exact for n, split in carried.items() if _sum_ok_where_compared(n, split,
-                                                                                                          cells)},
+                                  {n: split.exact for n, split in carried.items() if split.sum_right()},
                                   floor_rows, precision)
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:
@@ -385,17 +384,6 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             res.origin = {"verdict": None, "reason": "not run (--window 0)"}
     step(None)
     return res
-
-
-def _sum_ok_where_compared(name: str, split, cells: dict) -> bool:
-    """Whether ``name``'s sum is right (``Split.sum_ok``) at every cell compared: a cell with nothing compared (NaN
-    or Inf on both sides, as a NaN input's reach leaves it) neither passes nor blocks the carried-in rule, as in
-    ``run``'s whole-tensor rule (``run.carry_from_dg``), which leaves those elements out."""
-    ok = split.sum_ok
-    c = cells.get(name)
-    if c is not None and tuple(c.count.shape) == tuple(ok.shape):
-        ok = ok | ((c.count.to(ok.device) == 0) & (c.nonfinite.to(ok.device) == 0))
-    return bool(ok.all()) and bool(split.sum_ok.any())   # (and at least one cell compared, its sum right)
 
 
 def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,

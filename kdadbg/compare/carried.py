@@ -92,6 +92,14 @@ class Split(NamedTuple):
     own: torch.Tensor         # the implementation's value against that exact sum (the sum's own error)
     exact: torch.Tensor       # the exact sum's rows, cut as the diff's rows
     coherent: torch.Tensor | None = None   # [R, Hs] how coherently dg's error sums in (COHERENT), with ref_dg
+    unseen: torch.Tensor | None = None     # [R, Hs] cells with nothing compared (NaN/Inf on both sides)
+
+    def sum_right(self) -> bool:
+        """Whether the sum is right at every cell compared, and some cell was: the whole tensor is then carried
+        in from ``dg`` (a cell compared nowhere, as a NaN input's reach leaves it, neither passes nor blocks,
+        as in ``run``'s whole-tensor rule, ``run.carry_from_dg``)."""
+        unseen = torch.zeros_like(self.sum_ok) if self.unseen is None else self.unseen.to(self.sum_ok.device)
+        return bool((self.sum_ok | unseen).all()) and bool(self.sum_ok.any())
 
 
 def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inputs, config, ct, chunk_list,
@@ -131,7 +139,7 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
             c = torch.nan_to_num(coh[n].reshape(R, Hs, -1).to(dev), nan=0.0).amax(-1)
             ok = ok & ~(c > COHERENT)
         out[n] = Split(got[n].ratio, ok, torch.isfinite(own[n].ratio) & (own[n].ratio > bar), own[n].ratio, exact[n],
-                       c)
+                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev))
     return out
 
 
