@@ -444,11 +444,7 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     fewer written and kept for the backward. bf16 mode stores fp16 ``qn, kn`` instead (``qk_lowp_mode``): there
     the row scales were slower in the backward's K pass (spills) and, on the H200, not bit-identical in
     ``dq`` with bf16 inputs."""
-    if not qk_l2norm:
-        return False
-    if precision == "fp32":
-        return bool(knob("QK_ROWSCALE", 1))
-    return bool(knob("BF16_ROWSCALE", 0))
+    return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
 def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> bool:
@@ -530,7 +526,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # bits there: rowscale_for_inference), blocks of 16 at 8 warps (the token kernel at H32 T16384:
     # lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671 against each K block of 32 in a program of
     # its own at 8 warps; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
-    wide = has_gate and qk_l2norm and C == 64 and (store_qk or bf16)  # bf16 mode's row scales (BF16_ROWSCALE) too
+    wide = has_gate and store_qk and C == 64
     bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
     warps = knob("PREP_WARPS", 8 if wide else 4)
     # at that launch its K-block loops unrolled, each step loading the next block's q, k, g before its own

@@ -36,7 +36,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, dot_mode, rowscale_mode
+from .common import LAUNCH, chunk_launches, dot_mode
 from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob, reg_cap
@@ -648,10 +648,9 @@ def _plan_args(tap_plan, chunks) -> dict:
 
 def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
                    gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None,
-                   rq=None, rk=None, qk_lowp: int = 0):
+                   rq=None, rk=None):
     """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis; ``rq, rk``: the
-    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``), each product rounded as the
-    token kernel rounds it (``qk_lowp``, ``prepare.qk_lowp_mode``).
+    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``).
 
     Two kernels over (K-blocks, chunks, heads): the V pass (products with S, dS⁺, U, dU; dv, dMqk, dL)
     and the K pass (everything else); the V pass's results go through global memory (fp32).
@@ -732,7 +731,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             BLOCKED=blocked, TAP_TAME=knob("DQKG_TAP_TAME", 1),
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
-            SCAN=0 if K % BK3 else DOT, RS=rowscale_mode(rq is not None, qk_lowp), LOOP_STAGES=loop_stages,
+            SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages,
             # the rows read after the block loops asked into L2 at the start: the K pass 3.355 -> 3.265 ms
             # lower-bound, 3.561 -> 3.464 softplus at H32 T16384 (docs/gpu/round34/call4)
             PREFETCH=knob("DQKG_PREFETCH", 1) if DOT != 0 else 0, **LAUNCH,

@@ -18,7 +18,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, dot_mode, rowscale_mode, seq_order, state_f64, state_grid
+from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
 from .tlmath import exp_, load_qk, mm, seq_span
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
@@ -173,12 +173,11 @@ def recurrence_bwd_kernel(
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
-                   tap_plan=None, rq=None, rk=None, qd=None, w=None, qk_lowp: int = 0):
+                   tap_plan=None, rq=None, rk=None, qd=None, w=None):
     """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
     (token-major, flattened B*T). The
     recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
-    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``), each product rounded as the
-    token kernel rounds it (``qk_lowp``, ``prepare.qk_lowp_mode``). ``qd``, ``w``: the
+    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``). ``qd``, ``w``: the
     forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed."""
     BT, H, K = qn.shape
     V = do.shape[-1]
@@ -201,7 +200,7 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=knob("BPREP_BK", block_size(K, hi=64)), BV=knob("BPREP_BV", block_size(V, hi=64)),
-        DOT=dot_mode(precision), RS=rowscale_mode(rq is not None, qk_lowp), STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
+        DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
         # 4 warps: the kernel 0.582 -> 0.452 ms against 8 at chunk 64 (lower-bound H32 T16384, the same bits:
         # docs/gpu/round30/call9)
         num_warps=knob("BPREP_WARPS", 4), num_stages=knob("BPREP_STAGES", 3))

@@ -78,10 +78,6 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "BF16_ROWSCALE": Knob("0", "bf16 mode with l2norm, in training: 1 keeps the l2norm as row scales rq, rk as "
-                               "QK_ROWSCALE does in fp32 mode, every reader (forward and backward) rounding q * rq "
-                               "as the token kernel does (prepare.qk_lowp_mode); 0: the token kernel stores qn, kn",
-                          False),
     "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to follow and "
                                 "no taps: 1 keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 "
                                 "mode, each reader rounding q * rq as the token kernel does "
