@@ -95,12 +95,15 @@ def recurrence_bwd_kernel(
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
     H, K, V,         # sizes
     n_seqs,          # N (DH0_SLOT)
+    fill, fill_n, fill_per,  # with FILL: a flat fp32 tensor of fill_n elements to NaN-fill, fill_per a program
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
     F64: tl.constexpr = 0,       # 1: dS carried in float64, stored in fp32 (common.state_f64)
+    FILL: tl.constexpr = 0,      # blocks of FB elements of `fill` NaN-filled per step (0: none)
+    FB: tl.constexpr = 512,
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -132,8 +135,17 @@ def recurrence_bwd_kernel(
     n_steps = c1 - c0
     if DH0_SLOT:
         n_steps += 1
+    if FILL:  # this program's slice of `fill`, FILL blocks per step: stores that no step waits on
+        pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+        f_lo = pid.to(tl.int64) * fill_per
+        f_hi = tl.minimum(f_lo + fill_per, fill_n)
+        nan = tl.full([FB], float("nan"), dtype=tl.float32)
     for i in range(n_steps):
         c = c1 - 1 - i
+        if FILL:
+            for j in tl.static_range(FILL):
+                o_f = f_lo + (i * FILL + j) * FB + tl.arange(0, FB)
+                tl.store(fill + o_f, nan, mask=o_f < f_hi)
         bos = bos0 + (c - c0).to(tl.int64) * C
         n = tl.minimum(eos - bos, C)
         if DH0_SLOT:
@@ -170,6 +182,10 @@ def recurrence_bwd_kernel(
                          mask=m_kv)
     if STORE_DH0 and not DH0_SLOT:
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
+    if FILL:  # what a short chain's steps left of the slice
+        for o0 in range(f_lo + n_steps * FILL * FB, f_hi, FB):
+            o_f = o0 + tl.arange(0, FB)
+            tl.store(fill + o_f, nan, mask=o_f < f_hi)
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
@@ -256,15 +272,25 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     stages = bwd_state_stages(N * H, K, V, chunks.chunk_size, BV, qd.element_size(), do.element_size(), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
-    recurrence_bwd_kernel[state_grid(chunks, H, cdiv(V, BV))](
+    grid = state_grid(chunks, H, cdiv(V, BV))
+    # the tap plan's unfilled buffers (the V and K passes' and the finish kernel's taps, KPASS_FILL_TAPS):
+    # NaN-filled here, a few blocks a step, while each program's chain waits on its products
+    fill = tap_plan.take_unfilled() if tap_plan is not None and knob("TAPS_FILL_KPASS", 1) == 2 else None
+    fb = 512
+    n_prog = grid[0] * grid[1] * grid[2]
+    fill_n = 0 if fill is None else fill.numel()
+    fill_per = cdiv(cdiv(fill_n, n_prog), fb) * fb
+    fill_blocks = 0 if fill is None else 1 << max(0, (cdiv(fill_per, fb * max(chunks.max_chunks, 1)) - 1).bit_length())
+    recurrence_bwd_kernel[grid](
         qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,
         dh0=dh0 if store_dh0 else dummy, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
         seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         tap_dS=tap_plan.get("dS") if tap else dummy, head_slot=tap_plan.head_slot if tap else chunks.chunk_len,
         tap_lo=tap_plan.lo if tap else 0, tap_hi=tap_plan.hi if tap else 0, n_sel=tap_plan.n_sel if tap else 0,
-        H=H, K=K, V=V, n_seqs=N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
+        H=H, K=K, V=V, n_seqs=N, fill=dummy if fill is None else fill, fill_n=fill_n, fill_per=fill_per,
+        C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
         USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, F64=state_f64(precision),
-        **LAUNCH,
+        FILL=fill_blocks, FB=fb, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:
         return dSn, None

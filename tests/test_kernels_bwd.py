@@ -291,22 +291,23 @@ def test_backward_tap_buffers_are_nan_filled_by_the_k_pass(name, window, monkeyp
     B, T, H, K, V = inputs.shape
     sel = TapSelection(names=BWD_TAPS, chunks=window)
     plans = {}
-    for mode in ("kpass", "kpass_no_slots", "up_front"):
-        monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", "0" if mode == "up_front" else "1")
+    for mode in ("kpass", "kpass_no_slots", "state", "state_no_slots", "up_front"):
+        monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", "0" if mode == "up_front" else "2" if "state" in mode else "1")
         plan = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
         assert (plan.unfilled is None) == (mode == "up_front")
         if plan.unfilled is not None:
             plan.unfilled.fill_(1.0)
-        if mode == "kpass_no_slots":
+        if mode.endswith("_no_slots"):
             plan.head_slot.fill_(-1)
         run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
         assert plan.unfilled is None
         plans[mode] = plan._buffers
     group = [n for n in plans["kpass"] if n in KPASS_FILL_TAPS]  # the stored taps (not aliased) of the group
     assert "dgc" in group and "dU" not in group
-    assert all(plans["kpass_no_slots"][n].isnan().all() for n in group)
-    for n in plans["kpass"]:
-        assert torch.equal(plans["kpass"][n].view(torch.int32), plans["up_front"][n].view(torch.int32)), n
+    for mode in ("kpass", "state"):
+        assert all(plans[f"{mode}_no_slots"][n].isnan().all() for n in group), mode
+        for n in plans[mode]:
+            assert torch.equal(plans[mode][n].view(torch.int32), plans["up_front"][n].view(torch.int32)), (mode, n)
 
 
 @pytest.mark.parametrize("name,precision", [("varlen_short", "fp32"), ("basic", "fp32"), ("no_state", "bf16")])
