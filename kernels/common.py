@@ -182,10 +182,10 @@ class FwdSaved:
     w: torch.Tensor | None = None
 
 
-# The taps of the backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db): their
-# buffers are NaN-filled by the K pass's programs over the chunks outside the tap window (FILL), a
-# pass bound by its arithmetic, where the stores cost little; with no such chunks, by a fill in line
-KPASS_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
+# The taps of the backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db), all written
+# after the backward state pass: their buffers, one flat tensor, are NaN-filled by that pass's programs, a
+# few blocks a chain step (recurrence_bwd_kernel's FILL), instead of by a fill of their own
+STATE_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
 
 # Taps that are tensors the kernels write whether taps are on or off: the forward's saved tensors and the
 # backward's intermediates, with the layout of each (``token``: [BT, H, *d]; ``chunk``: [NC, H, *shape];
@@ -234,8 +234,8 @@ class TapWindow:
 class TapPlan:
     """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
 
-    Every buffer starts NaN-filled before a kernel writes it. Those of ``KPASS_FILL_TAPS`` are views of
-    one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_KPASS``, default 1; 0 fills
+    Every buffer starts NaN-filled before a kernel writes it. Those of ``STATE_FILL_TAPS`` are views of
+    one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_STATE``, default 1; 0 fills
     them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if no
     backward has. The taps in ``aliased`` (``ALIAS_TAPS``) have no buffer of their own: ``buffers`` reads
     them from the kernels' tensors, NaN-filled over the window before the kernels wrote them.
@@ -247,7 +247,7 @@ class TapPlan:
     head_slot: torch.Tensor  # [H] int32
     _buffers: dict[str, torch.Tensor]
     n_sel: int = 0
-    unfilled: torch.Tensor | None = None  # flat fp32 holding the KPASS_FILL_TAPS buffers, not yet NaN
+    unfilled: torch.Tensor | None = None  # flat fp32 holding the STATE_FILL_TAPS buffers, not yet NaN
     aliased: tuple[str, ...] = ()
     shape: tuple[int, int, int, int] = (0, 0, 0, 0)  # H, C, K, V
     window: TapWindow | None = None
@@ -261,7 +261,7 @@ class TapPlan:
         slot = _head_slots(sel.head_list(H), H, torch.device(device))
         aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
         stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
-        later = tuple(n for n in stored.names if n in KPASS_FILL_TAPS) if knob("TAPS_FILL_KPASS", 1) else ()
+        later = tuple(n for n in stored.names if n in STATE_FILL_TAPS) if knob("TAPS_FILL_STATE", 1) else ()
         bufs, flat = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, later)
         return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat, aliased, (H, C, K, V))
 
@@ -271,7 +271,7 @@ class TapPlan:
 
     def get(self, name: str) -> torch.Tensor:
         """Tap ``name``'s buffer for a kernel to write: NaN-filled, or one of ``unfilled``'s views,
-        which the backward's K pass fills before any kernel writes them (``take_unfilled``)."""
+        which the backward state pass fills before any kernel writes them (``take_unfilled``)."""
         return self._buffers[name]
 
     def own(self, name: str) -> None:

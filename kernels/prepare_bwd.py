@@ -365,7 +365,6 @@ def chunk_bwd_dqkg_kernel(
     chunk_start, chunk_len,  # [NC] int32
     scale, lower_bound,  # floats
     c0,              # first chunk of this launch (common.chunk_launches)
-    fill, fill_n,    # with FILL: a flat fp32 tensor of fill_n elements these programs NaN-fill
     BT, H, K,        # sizes
     C: tl.constexpr, BK: tl.constexpr, DOT: tl.constexpr, GATE: tl.constexpr,
     TAP_DKR: tl.constexpr, TAP_DQD: tl.constexpr, TAP_DKD: tl.constexpr, TAP_DKI: tl.constexpr,
@@ -373,14 +372,11 @@ def chunk_bwd_dqkg_kernel(
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
-    FILL: tl.constexpr = 0,      # NaN-fill `fill` (the tap plan's unfilled buffers), shared by the programs
     TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
     LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
     PREFETCH: tl.constexpr = 0,  # 1: the rows read after the block loops asked into L2 first (DQKG_PREFETCH)
 ):
-    if FILL:  # first: its arguments then hold no register through the loops
-        _fill_nan(fill, fill_n)
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     ANY_TAP: tl.constexpr = TAP_DKR or TAP_DQD or TAP_DKD or TAP_DKI or TAP_DGT or TAP_DGC
     if ANY_TAP:  # the head's tap slot, loaded once: each tap's index is formed from it at its store
@@ -553,19 +549,6 @@ def chunk_bwd_dqkg_kernel(
 
 
 @triton.jit
-def _fill_nan(fill, fill_n, FB: tl.constexpr = 512):
-    """This program's share of NaN-filling ``fill[0:fill_n]``: one contiguous slice per program."""
-    n_prog = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2)
-    pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-    per = tl.cdiv(tl.cdiv(fill_n, n_prog), FB) * FB
-    start = pid.to(tl.int64) * per
-    nan = tl.full([FB], float("nan"), dtype=tl.float32)
-    for off in range(0, per, FB):
-        o = start + off + tl.arange(0, FB)
-        tl.store(fill + o, nan, mask=o < fill_n)
-
-
-@triton.jit
 def _x_dx_block(x, dx, o_th, m_t, K, i_k, BK: tl.constexpr):
     """K block ``i_k`` of the rows ``o_th``: ``x`` (as fp32) and ``dx``, with their offsets and mask."""
     o_k = i_k * BK + tl.arange(0, BK)
@@ -684,14 +667,11 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         tap_plan.alias(chunks, dMqk=dMqk, dL=dL, dkr=dkr)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
     bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
-    # the tap plan's unfilled buffers (KPASS_FILL_TAPS): NaN-filled by the first K pass launch over
-    # chunks outside the tap window, which therefore run first; with none, here in line
+    # the tap plan's unfilled buffers (STATE_FILL_TAPS) are NaN-filled by the backward state pass, before
+    # this; a caller that did not run it (tests of this stage alone) gets them filled here
     fill = tap_plan.take_unfilled() if tap_plan is not None else None
-    launches = chunk_launches(tap_plan, NC)
-    launches = [p for p in launches if not p[2]] + [p for p in launches if p[2]]
-    if fill is not None and not any(not w for _, _, w in launches):
+    if fill is not None:
         fill.fill_(float("nan"))
-        fill = None
     plan = _plan_args(tap_plan, chunks)
     DOT = dot_mode(precision)
     blocked = knob("DQKG_BLOCKED", 0 if DOT == 0 else 1)
@@ -702,9 +682,8 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     # the V pass's V tile: 64 columns in bf16 mode at chunk 64 (fewer, wider steps: 1.675 -> 1.585 ms at
     # H32 T16384 on the H200, though it spills), else up to 32 (fp32 mode's ieee products at 64 spill 15 KB)
     bv = knob("DQKGV_BV", block_size(V, hi=64 if DOT != 0 and C == 64 else 32))
-    for c0, c1, in_window in launches:
+    for c0, c1, in_window in chunk_launches(tap_plan, NC):
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
-        fill_here, fill = (fill, None) if not in_window else (None, fill)
         chunk_bwd_dqkg_v_kernel[(cdiv(K, BK), c1 - c0, H)](
             b=b, INV=INV, S=S, dSn=dSn, U=U, dU=dU, v=v, do=do, dv=dv, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS,
             dkr=dkr, dgTs=dgTs, dbv=dbv, **{f"t_{n}": bufs[n] for n in V_TAPS}, **plan,
@@ -723,8 +702,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             dq=dqn, dk=dkn, dg=dg, db_part=db_part, dA_part=dA_part if has_params else dv,
             ddt_part=ddt_part if has_params else dv, **{f"t_{n}": bufs[n] for n in K_TAPS}, **plan,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, lower_bound=lower_bound,
-            c0=c0, fill=dMqk if fill_here is None else fill_here, fill_n=0 if fill_here is None else fill_here.numel(),
-            BT=BT, H=H, K=K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate], FILL=fill_here is not None,
+            c0=c0, BT=BT, H=H, K=K, C=C, BK=BK3, DOT=DOT, GATE=GATE_IDS[gate],
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks are faster in the bf16 modes; fp32 mode keeps the [C, C] products, more accurate in
             # ddt_bias on the H200 (both measured: docs/kernels.md)

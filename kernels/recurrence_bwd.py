@@ -273,9 +273,9 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     grid = state_grid(chunks, H, cdiv(V, BV))
-    # the tap plan's unfilled buffers (the V and K passes' and the finish kernel's taps, KPASS_FILL_TAPS):
+    # the tap plan's unfilled buffers (the V and K passes' and the finish kernel's taps, STATE_FILL_TAPS):
     # NaN-filled here, a few blocks a step, while each program's chain waits on its products
-    fill = tap_plan.take_unfilled() if tap_plan is not None and knob("TAPS_FILL_KPASS", 1) == 2 else None
+    fill = tap_plan.take_unfilled() if tap_plan is not None else None
     fb = 512
     n_prog = grid[0] * grid[1] * grid[2]
     fill_n = 0 if fill is None else fill.numel()

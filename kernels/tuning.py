@@ -152,8 +152,8 @@ KNOBS: dict[str, Knob] = {
                              "loads issued in its own step)", False),
     "TAPS_ALIAS": Knob("1", "1: taps that are the kernels' own tensors are read from them; 0: stored "
                             "again into tap buffers", False),
-    "TAPS_FILL_KPASS": Knob("1", "1: the K pass's programs outside the tap window NaN-fill the backward's "
-                                 "tap buffers; 0: filled up front", False),
+    "TAPS_FILL_STATE": Knob("1", "1: the backward state pass's programs NaN-fill the tap buffers of the passes "
+                                 "after it, a few blocks a chain step; 0: filled up front", False),
 }
 
 

@@ -7,6 +7,8 @@ kernels are present.
 
 from __future__ import annotations
 
+import inspect
+
 import pytest
 import torch
 from safetensors.torch import load_file
@@ -16,7 +18,7 @@ from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.config import KDAInputs, parse_config
 from kdadbg.reference import run_reference
 from kdadbg_kernels.chunk_bwd import kda_backward
-from kdadbg_kernels.common import KPASS_FILL_TAPS, FwdSaved, KernelChunks, TapPlan
+from kdadbg_kernels.common import STATE_FILL_TAPS, FwdSaved, KernelChunks, TapPlan
 from kdadbg_kernels.taps import REGISTRY, TapSelection
 
 FWD_SAVED_TAPS = ("gc", "gT", "b", "INV", "Mqk", "S", "U")
@@ -280,34 +282,44 @@ def test_taps_same_bits(name):
     assert not any(torch.isnan(b).any() for b in full.buffers.values())
 
 
-@pytest.mark.parametrize("name, window", (("t65", (3, 5)), ("chunk32", (1, 3)), ("varlen_short", None)))
-def test_backward_tap_buffers_are_nan_filled_by_the_k_pass(name, window, monkeypatch):
-    """The backward passes' tap buffers (KPASS_FILL_TAPS, one flat tensor) start as garbage (1.0 here)
-    and are NaN-filled by the K pass's launch over the chunks outside the tap window (in line when the
-    window holds every chunk): with every head's slot cleared, so that no kernel writes a tap, every
-    element of them is NaN afterwards; with the slots, every buffer has the bits of the fill up front
-    (TAPS_FILL_KPASS=0)."""
+@pytest.mark.parametrize("name, window", (("t65", (3, 5)), ("chunk32", (1, 3)), ("varlen_short", None), ("varlen", (2, 12))))
+def test_backward_tap_buffers_are_nan_filled_by_the_state_pass(name, window, monkeypatch):
+    """The backward passes' tap buffers (STATE_FILL_TAPS, one flat tensor) start as garbage (1.0 here)
+    and are NaN-filled by the backward state pass's programs, a few blocks a chain step, the rest after
+    their chains (varlen: chains of 1, 6 and 13 chunks): it takes the tensor, and with every head's slot
+    cleared, so that no kernel writes a tap, every element of them is NaN afterwards; with the slots,
+    every buffer has the bits of the fill up front (TAPS_FILL_STATE=0)."""
     inputs, cfg, res, chunks, saved = reference_case(_case(name))
     B, T, H, K, V = inputs.shape
     sel = TapSelection(names=BWD_TAPS, chunks=window)
+    takers = []
+    take = TapPlan.take_unfilled
+
+    def spy(self):
+        flat = take(self)
+        if flat is not None:
+            takers.append(inspect.stack()[1].function)
+        return flat
+
+    monkeypatch.setattr(TapPlan, "take_unfilled", spy)
     plans = {}
-    for mode in ("kpass", "kpass_no_slots", "state", "state_no_slots", "up_front"):
-        monkeypatch.setenv("KDADBG_TAPS_FILL_KPASS", "0" if mode == "up_front" else "2" if "state" in mode else "1")
+    for mode in ("state", "state_no_slots", "up_front"):
+        monkeypatch.setenv("KDADBG_TAPS_FILL_STATE", "0" if mode == "up_front" else "1")
         plan = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
         assert (plan.unfilled is None) == (mode == "up_front")
         if plan.unfilled is not None:
             plan.unfilled.fill_(1.0)
-        if mode.endswith("_no_slots"):
+        if mode == "state_no_slots":
             plan.head_slot.fill_(-1)
         run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
         assert plan.unfilled is None
         plans[mode] = plan._buffers
-    group = [n for n in plans["kpass"] if n in KPASS_FILL_TAPS]  # the stored taps (not aliased) of the group
+    assert takers == ["recurrence_bwd", "recurrence_bwd"]
+    group = [n for n in plans["state"] if n in STATE_FILL_TAPS]  # the stored taps (not aliased) of the group
     assert "dgc" in group and "dU" not in group
-    for mode in ("kpass", "state"):
-        assert all(plans[f"{mode}_no_slots"][n].isnan().all() for n in group), mode
-        for n in plans[mode]:
-            assert torch.equal(plans[mode][n].view(torch.int32), plans["up_front"][n].view(torch.int32)), (mode, n)
+    assert all(plans["state_no_slots"][n].isnan().all() for n in group)
+    for n in plans["state"]:
+        assert torch.equal(plans["state"][n].view(torch.int32), plans["up_front"][n].view(torch.int32)), n
 
 
 @pytest.mark.parametrize("name,precision", [("varlen_short", "fp32"), ("basic", "fp32"), ("no_state", "bf16")])

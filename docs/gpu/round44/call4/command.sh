@@ -1,4 +1,4 @@
-# Round 44 call 4 (no carry; COMMIT=<sha> bash docs/gpu/round44/call4/command.sh): the backward's tap buffers
+# Round 44 call 4 (no carry; ran at 7d88a48: its TAPS_FILL_KPASS=2 is the default since, as TAPS_FILL_STATE=1): the backward's tap buffers
 # NaN-filled by the backward state pass, a few blocks a chain step (KDADBG_TAPS_FILL_KPASS=2), against the K
 # pass's launch over the chunks outside the window (1, the default; round 44 call 1: that launch 9 % slower per
 # chunk than taps off's): bench.py's taps pairs, ours alone, at pre-gated H16 T16384 and lower-bound H32 T16384
