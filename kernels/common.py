@@ -290,6 +290,12 @@ class TapPlan:
         flat, self.unfilled = self.unfilled, None
         return flat
 
+    def fill_unfilled(self) -> None:
+        """NaN-fill the flat tensor now, if no kernel has taken it (``take_unfilled``)."""
+        flat = self.take_unfilled()
+        if flat is not None:
+            flat.fill_(float("nan"))
+
     def bind_window(self, start, length, seq, t) -> None:
         """The chunk tables of ``chunk_layout`` (host), so that ``alias`` needs no read-back."""
         self.window = TapWindow.of(self.lo, self.hi, self.shape[1], start, length, seq, t)
@@ -377,9 +383,7 @@ class TapPlan:
         """Every selected tap, ``[hi-lo, n_sel_heads, *shape]``, NaN where nothing was written (the
         stored buffers filled here if the backward did not run; aliased taps read from the kernels'
         tensors)."""
-        flat = self.take_unfilled()
-        if flat is not None:
-            flat.fill_(float("nan"))
+        self.fill_unfilled()
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}

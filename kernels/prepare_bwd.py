@@ -667,11 +667,10 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
         tap_plan.alias(chunks, dMqk=dMqk, dL=dL, dkr=dkr)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
     bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
-    # the tap plan's unfilled buffers (STATE_FILL_TAPS) are NaN-filled by the backward state pass, before
-    # this; a caller that did not run it (tests of this stage alone) gets them filled here
-    fill = tap_plan.take_unfilled() if tap_plan is not None else None
-    if fill is not None:
-        fill.fill_(float("nan"))
+    # the tap plan's unfilled buffers (STATE_FILL_TAPS) are NaN-filled by the backward state pass before
+    # this; where that pass did not take them (a caller of this stage alone), here, before any kernel writes
+    if tap_plan is not None:
+        tap_plan.fill_unfilled()
     plan = _plan_args(tap_plan, chunks)
     DOT = dot_mode(precision)
     blocked = knob("DQKG_BLOCKED", 0 if DOT == 0 else 1)

@@ -280,7 +280,8 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     n_prog = grid[0] * grid[1] * grid[2]
     fill_n = 0 if fill is None else fill.numel()
     fill_per = cdiv(cdiv(fill_n, n_prog), fb) * fb
-    fill_blocks = 0 if fill is None else 1 << max(0, (cdiv(fill_per, fb * max(chunks.max_chunks, 1)) - 1).bit_length())
+    # blocks a step: a power of two (few compiled variants) with which the longest chain covers its slice
+    fill_blocks = 0 if fill is None else triton.next_power_of_2(cdiv(fill_per, fb * max(chunks.max_chunks, 1)))
     recurrence_bwd_kernel[grid](
         qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,
         dh0=dh0 if store_dh0 else dummy, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
