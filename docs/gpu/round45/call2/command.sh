@@ -1,7 +1,6 @@
-# Round 41 call 2 (.peer in carry; COMMIT=<sha> bash docs/gpu/round41/call2/command.sh), prepared in round 38 as its call 2: upstream FlashKDA built,
-# then the lower-bound setting at the shapes of issue 23 against fla (safe_gate) and FlashKDA in one process
-# (FlashKDA's rows at 7 of the 10 shapes are round 27's), most asked-for shapes first, under a budget. (The
-# first try, with the bits tests beside the build, ended with "the device machine stopped answering".)
+# Round 45 call 2 (.peer in carry; COMMIT=<sha> bash docs/gpu/round45/call2/command.sh; prepared in round 38,
+# first run in round 41): upstream FlashKDA built, then the lower-bound setting at the 10 shapes of issue 23
+# against fla (safe_gate) and FlashKDA in one process, most asked-for shapes first, under a budget.
 export PYTHONUNBUFFERED=1
 W=$OUT
 . benchmarks/gpu_env.sh fla

@@ -1,8 +1,7 @@
-# Round 43 call 2 (.peer in carry; COMMIT=<sha> bash docs/gpu/round43/call2/command.sh): today's kernels
-# (EXP_FTZ on by default) in the three settings against fla at the seven shapes of issue 23 not timed with
-# it on the H200 (varlen H32, H16/H32 T8192, H64 T16384, H16/H32/H64 T65536), then the three timed in round 42
-# call 2, with the taps pairs at lower-bound H32 T16384 and pre-gated H16 T16384, under a budget (whichever
-# card comes: on an H100 the first full three-setting table there).
+# Round 45 call 1 (.peer in carry; COMMIT=<sha> bash docs/gpu/round45/call1/command.sh; prepared in round 43 as
+# its call 2): today's kernels in the three settings against fla at the 10 shapes of issue 23 (the seven not
+# timed with EXP_FTZ on the H200 first), with the taps pairs at lower-bound H32 T16384 and pre-gated H16
+# T16384, under a budget, whichever card comes.
 export PYTHONUNBUFFERED=1
 W=$OUT
 . benchmarks/gpu_env.sh fla
