@@ -26,7 +26,8 @@ def _expect(ok: bool, name: str, expected: str, found) -> None:
 
 class DeviceError(RuntimeError):
     """Tensors on a device the kernels cannot run on in this process: CPU tensors without Triton's
-    interpreter (else Triton's own ``0 active drivers`` or ``InterpreterError`` at the first launch)."""
+    interpreter (else Triton's own ``0 active drivers``, ``cannot be accessed from Triton`` or
+    ``InterpreterError`` at the first launch)."""
 
 
 def _cpu_refusal() -> str | None:
@@ -44,7 +45,8 @@ def _cpu_refusal() -> str | None:
 
 def _device_errors(fn):
     """``fn`` (an entry point whose first argument is ``q``) with Triton's failure on CPU tensors where its
-    interpreter is not on (``0 active drivers``, or its ``InterpreterError``) turned into one line saying
+    interpreter is not on (``0 active drivers`` without a GPU, ``Pointer argument ... cannot be accessed from
+    Triton`` with one, or the interpreter's ``InterpreterError``) turned into one line saying
     what to do. Nothing is checked before the call: tools that run the op on CPU tensors with the launches
     intercepted (``benchmarks/kernel_resources.py``) keep working, and a call on the GPU pays one frame."""
 
@@ -53,7 +55,9 @@ def _device_errors(fn):
         try:
             return fn(q, *args, **kwargs)
         except Exception as e:
-            driver = isinstance(e, RuntimeError) and "active drivers" in str(e)
+            # no GPU: Triton has no driver; with one: its launcher refuses the CPU pointer
+            driver = (isinstance(e, RuntimeError) and "active drivers" in str(e)) or (
+                isinstance(e, ValueError) and "cannot be accessed from Triton" in str(e))
             if not (driver or type(e).__name__ == "InterpreterError") or not getattr(q, "is_cpu", False):
                 raise
             why = _cpu_refusal()
@@ -110,6 +114,10 @@ def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_s
                 None if A_log is None else tuple(A_log.shape))
         _expect(dt_bias is not None and dt_bias.numel() == H * K, "dt_bias", f"[{H}, {K}] (gate {gate!r})",
                 None if dt_bias is None else tuple(dt_bias.shape))
+    for name, t in (("A_log", A_log if gate != "none" else None), ("dt_bias", dt_bias if gate != "none" else None),
+                    ("h0", h0)):
+        if t is not None:
+            _expect(t.device == q.device, name, f"device {q.device} (q's)", t.device)
     cu = None
     if cu_seqlens is None:
         _expect(cu_seqlens_cpu is None, "cu_seqlens_cpu", "None without cu_seqlens", "offsets")

@@ -1059,15 +1059,20 @@ def test_outputs_returned_in_bf16_are_judged_at_bf16s_tolerance_and_the_rerun_at
 
 
 def test_a_wrong_dA_log_sum_is_a_bug_even_where_its_floor_is_over_its_tolerance(kernel_device):
-    """Our bf16 kernels with dA_log 5 % off the sum of their own dg, on the CI-size kimi dump: its cells' bf16
-    floors are over dA_log's 1e-2, so they read UNREP, no first divergence, and only the whole-tensor rule
-    failed the diff (user trial, round 36). The sum's own error is no precision's: both heads are BUG."""
+    """Our bf16 kernels with dA_log 5 % off the sum of their own dg, on the CI-size kimi dump: where a cell's
+    bf16 floor is over dA_log's 1e-2 it read UNREP, no first divergence, and only the whole-tensor rule
+    failed the diff (user trial, round 36). The sum's own error is no precision's: such a cell is BUG. (On the
+    CPU both heads' floors are over 1e-2; on an H100 head 1's is 0.0062, and its kernel's own bf16 error, 3.7 %
+    low, leaves the planted 5 % within tolerance there: OK by the tolerance alone, `docs/gpu/round45/call3`.)"""
     from conftest import scaled_output
 
     inputs, cfg = make_inputs(get_case("kimi"), seed=0)
     res = diff_dump(inputs, cfg, scaled_output(ours("bf16"), "dA_log", 1.05), device=kernel_device, window=0)
     c = res.cells["dA_log"]
-    assert bool((c.label == BUG).all()) and res.first_bug["tap"] == "dA_log", (c.label, c.ratio, c.floor)
+    over = c.floor > c.tol
+    assert bool(over.any()), (c.floor, c.tol)   # the premise: at least one head's floor is over the tolerance
+    assert bool((c.label[over] == BUG).all()) and res.first_bug["tap"] == "dA_log", (c.label, c.ratio, c.floor)
+    assert not bool(((c.label != BUG) & (c.ratio > c.tol)).any()), (c.label, c.ratio)
     assert res.verdict == "fail"
     clean = diff_dump(inputs, cfg, ours("bf16"), device=kernel_device, window=0)   # carried in: not a bug
     assert not bool((clean.cells["dA_log"].label == BUG).any()) and clean.verdict == "pass"

@@ -116,6 +116,21 @@ def test_op_with_host_offsets_gives_the_same_bits():
         run_op(inputs, cfg, "bf16", cu_seqlens_cpu=torch.tensor([0, 70, 5, 150]))
 
 
+def test_op_refuses_a_parameter_or_state_on_another_device_than_q():
+    """A_log, dt_bias and h0 on a device other than q's: one line naming the tensor and both devices, before any
+    launch (Triton's own refusal names only a pointer's position). Meta tensors stand in for another device."""
+    inputs, cfg = make_inputs(with_size(get_case("gate_softplus"), T=20))
+    q, k, v, g, beta = (getattr(inputs.to(DEVICE), n) for n in ("q", "k", "v", "g", "beta"))
+    H, K = q.shape[2], q.shape[3]
+    A_log, dt_bias = torch.zeros(H, device=DEVICE), torch.zeros(H, K, device=DEVICE)
+    h0 = torch.zeros(1, H, K, v.shape[-1], device=DEVICE)
+    for name in ("A_log", "dt_bias", "h0"):
+        kw = {"A_log": A_log, "dt_bias": dt_bias, "initial_state": h0}
+        kw["initial_state" if name == "h0" else name] = kw["initial_state" if name == "h0" else name].to("meta")
+        with pytest.raises(ValueError, match=rf"^{name}: expected device {q.device} \(q's\), found meta$"):
+            chunk_kda(q, k, v, g, beta, use_gate_in_kernel=True, precision="fp32", **kw)
+
+
 def test_op_without_final_state_and_lower_bound_without_params():
     inputs, cfg = make_inputs(with_size(get_case("basic"), T=20))
     q, k, v, g, beta = (getattr(inputs.to(DEVICE), n) for n in ("q", "k", "v", "g", "beta"))
