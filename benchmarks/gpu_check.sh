@@ -47,7 +47,7 @@ named() { [[ " $what " == *" $1 "* ]]; }   # parts that "all" leaves out
 
 if has tests; then
     # the tests that touch the GPU (the rest run in CI on a CPU). With pytest-xdist (the GPU machine has it)
-    # in TESTS_WORKERS processes at once: compilation is CPU-bound and the GPU has room for all. A cap keeps
+    # in TESTS_WORKERS processes at once: compilation is CPU-bound, the GPU's memory is shared. A cap keeps
     # the call inside its limit. TESTS_SELECT (pytest arguments) narrows it, e.g. "tests/test_kernels_fwd.py -k taps"
     # (the default in single quotes: inside ${VAR:-...} the inner quotes of -k "not oracle" were removed,
     # and pytest then looked for a file named oracle and ran nothing)
@@ -56,7 +56,11 @@ if has tests; then
         tests/test_kernels_bwd.py tests/test_diff.py tests/test_reference.py -k "not oracle"'
     sel=$(echo $sel)   # one line
     par=()
-    if python3 -c "import xdist" 2>/dev/null; then par=(-n "${TESTS_WORKERS:-6}"); fi
+    # the default: one worker per 24 GiB of GPU memory, 1 to 6 (the model-size tests' reference takes up to
+    # 20 GiB; 8 workers on an 80 GB H100 left 16 tests refusing to start for want of memory, round 45 call 3)
+    gib=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1)
+    workers=$(( ${gib:-24576} / 24576 )); [ "$workers" -ge 1 ] || workers=1; [ "$workers" -le 6 ] || workers=6
+    if python3 -c "import xdist" 2>/dev/null; then par=(-n "${TESTS_WORKERS:-$workers}"); fi
     echo "gpu_check.sh: pytest ${par[*]} $sel" > "$OUT/gpu_tests.log"
     # shellcheck disable=SC2086
     eval timeout "${TESTS_TIMEOUT_S:-480}" python3 -m pytest -v -p no:cacheprovider --durations=25 -rfE \
