@@ -195,13 +195,22 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         states = ref_taps
     exp_taps = ref_taps
     # NaN/Inf inputs: what they can reach is left out on both sides (kdadbg.reach), the rest compared as always;
-    # the window rerun's seeds (states) and the exponents keep the reference's own values
-    reach = None if seeded else nonfinite_reach(inputs, config, ct)
-    reached, reached_taps = {}, {}   # (the reference's tap layout: every chunk, every value head; the floor's too)
-    if reach is not None:
+    # the window rerun's seeds (states) and the exponents keep the reference's own values. Seeded windows too: the
+    # reach is the whole dump's, a bound for any window of it (a window's seeds carry the reference's NaN in)
+    reach = nonfinite_reach(inputs, config, ct)
+    reached, reached_taps = {}, {}   # (the reference's tap layout: every chunk, or the window's, every value head;
+    if reach is not None:            # the floor's too)
         reached = reach.masks(ref.outputs)
+        if seeded:   # of the token-major tensors only the windows' tokens are compared (and counted as left out)
+            win = torch.zeros(B * T, dtype=torch.bool)
+            for c in range(lo, hi):
+                win[int(ct.start[c]):int(ct.start[c]) + int(ct.length[c])] = True
+            reached = {n: m & win.view(B, T, *([1] * (m.ndim - 2))).to(m.device) if m.ndim >= 3 else m
+                       for n, m in reached.items()}
+            reached = {n: m for n, m in reached.items() if bool(m.any())}
         ref.outputs = blank(ref.outputs, reached)
-        reached_taps = reach.tap_masks(ref_taps, *_spans(ct, list(range(ct.n_chunks))), list(range(inputs.HV)))
+        ref_chunks = list(range(lo, hi)) if seeded else list(range(ct.n_chunks))
+        reached_taps = reach.tap_masks(ref_taps, *_spans(ct, ref_chunks), list(range(inputs.HV)))
         ref_taps = blank(ref_taps, reached_taps)
         run = dataclasses.replace(run, outputs=blank(run.outputs, reached), taps=blank(run.taps, reach.tap_masks(
             run.taps, *_spans(ct, run.tap_chunks), run.tap_heads)))
@@ -258,7 +267,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             fl_out, fl_taps = fl.outputs, fl.taps
         else:
             fl_out, fl_taps = noise.floor_reference(inp, config, precision, taps, device)
-            fl_out, fl_taps = blank(fl_out, reached), blank(fl_taps, reached_taps)
+        fl_out, fl_taps = blank(fl_out, reached), blank(fl_taps, reached_taps)
         t = select({n: stored_as(fl_taps[n], run.tap_storage.get(n)) for n in taps}, ref_rows, tap_heads)
         if bound:
             for n, dt in run.tap_storage.items():
