@@ -61,6 +61,7 @@ def _sentence(message: str) -> str:
     return message[:1].lower() + message[1:]
 
 
+OUTPUT_OPTIONS = ("--json", "--plot", "--save", "--out", "-o")   # options whose value is a file to write
 JSON_FLAG_HINT = ("--json is a flag for inspect and taps (it prints JSON on stdout; `> FILE` keeps it), where run "
                   "and diff take --json FILE")
 
@@ -88,6 +89,12 @@ def _usage_message(e, name: str | None, path: str, args: list[str]) -> str:
             return f"{label}: expected {expected}, found {found!r}"
         return f"{label}: {_sentence(e.message)}"
     extra = re.match(r"Got unexpected extra argument(?:s|\(s\))? \((.*)\)", e.message or "")
+    for opt in OUTPUT_OPTIONS:   # `--json --precision bf16`: the option taken as the file name, its value left over
+        nxt = args[args.index(opt) + 1:][:1] if opt in args else []
+        if extra and nxt and nxt[0].startswith("-") and nxt[0] != "-":
+            flag = f"; {JSON_FLAG_HINT}" if opt == "--json" else ""
+            return (f"{where}{opt}: expected a file name after it, found the option {nxt[0]} (so {extra.group(1)} "
+                    f"was left over){flag}")
     after_json = args[args.index("--json") + 1:][:1] if "--json" in args else []
     if extra and after_json == extra.group(1).split()[:1]:
         return f"{where}unexpected argument {extra.group(1)} after --json: {JSON_FLAG_HINT}"

@@ -91,15 +91,34 @@ def check_format(label: str, path, fmt: str | None) -> None:
                           f"{path.suffix}, a {other} file's suffix")
 
 
+def check_plot_name(path) -> None:
+    """Refuse a ``--plot`` path not named ``.png`` (any case; the figures are PNG only, and another suffix would
+    hold PNG bytes under a misleading name)."""
+    name = Path(path).name
+    if not name.lower().endswith(".png"):   # the name itself: a hidden file '.png' has no suffix for pathlib
+        suffix = Path(path).suffix
+        found = f"the suffix {suffix!r}" if suffix else "no suffix"
+        raise KdadbgError(f"--plot {path}: expected a file name ending in .png (the figure is written as a PNG "
+                          f"only), found {found}")
+
+
 def check_output(label: str, path, force: bool = False, fmt: str | None = None) -> Path:
     """Check one output path (see the module docstring); ``label`` names it (``--json``, ``OUT``); ``fmt``
     (default: ``LABEL_FORMATS[label]``) the format written, refused under another format's suffix."""
+    raw = os.fspath(path)   # as typed: Path("./-x") is "-x"
     path = Path(path)
     where = f"{label} {path}" if label else str(path)
     check_format(label, path, fmt or LABEL_FORMATS.get(label))
     if str(path) == "-":
         raise KdadbgError(f"{where}: expected a file name; kdadbg does not write this to stdout (its tables go "
                           f"there), nor a file named '-'")
+    if raw.startswith("-"):   # `--json --force`: the next option taken as the file name
+        after = f" after {label}" if label.startswith("-") else ""
+        raise KdadbgError(f"{where}: expected a file name{after}, found {str(path)!r}, an option's spelling (the "
+                          f"option it names was not applied); for a file whose name starts with '-', give its folder too (its full "
+                          f"path, or e.g. out/{path})")
+    if label == "--plot":
+        check_plot_name(path)
     if path.is_dir():
         raise KdadbgError(f"{where}: is a folder, expected a file path to write")
     folder = _folder(path)

@@ -107,10 +107,17 @@ def inspect_k0(tmp_path):
     return ["inspect", _replace(tmp_path, "k0.safetensors", q=empty, k=empty, g=empty)]
 
 
+def plot_onto_existing(name):
+    """``diff DUMP --plot NAME`` where a file NAME exists."""
+    def setup(tmp_path):
+        return ["diff", _dump(tmp_path), "--plot", _existing(tmp_path, name)]
+    return setup
+
+
 def force_onto_read_only(command, option):
     def setup(tmp_path):
         dump = _dump(tmp_path)
-        target = _read_only(_existing(tmp_path, "ro.out"))
+        target = _read_only(_existing(tmp_path, "ro.png" if option == "--plot" else "ro.out"))
         if command == "diff":
             return ["diff", _taps(tmp_path, "a.safetensors"), _taps(tmp_path, "b.safetensors"), option, target,
                     "--force"]
@@ -134,10 +141,11 @@ def into_read_only_folder(command, option):
 def dangling_link(command, option):
     def setup(tmp_path):
         dump = _dump(tmp_path)
-        os.symlink(tmp_path / "target", tmp_path / "link")
+        link = "link.png" if option == "--plot" else "link"   # (--plot's name is checked first: .png)
+        os.symlink(tmp_path / "target", tmp_path / link)
         if command == "diff":
             a = _taps(tmp_path, "a.safetensors")
-            return ["diff", a, a, option, tmp_path / "link"]
+            return ["diff", a, a, option, tmp_path / link]
         if command == "gen":
             return ["gen", tmp_path / "link"]
         return [command, dump, option, tmp_path / "link"]
@@ -147,7 +155,7 @@ def dangling_link(command, option):
 def missing_folder(command, option, force=False):
     def setup(tmp_path):
         dump = _dump(tmp_path)
-        out = tmp_path / "nodir" / "x"
+        out = tmp_path / "nodir" / ("x.png" if option == "--plot" else "x")
         if option == "-o":  # the output is a folder
             out = _mkdir(tmp_path, "adir")
         args = [command, _taps(tmp_path, "a.safetensors"), _taps(tmp_path, "b.safetensors")] \
@@ -254,7 +262,7 @@ BAD = [
     _bad("r4-run-json-force-read-only", force_onto_read_only("run", "--json"), "--json", "read-only",
          keep=_untouched("ro.out")),
     _bad("r4-diff-plot-force-read-only", force_onto_read_only("diff", "--plot"), "--plot", "read-only",
-         keep=_untouched("ro.out")),
+         keep=_untouched("ro.png")),
     _bad("r5-taps-read-only-folder", into_read_only_folder("taps", "-o"), "--out", "folder", "not writable"),
     _bad("r5-gen-read-only-folder", into_read_only_folder("gen", None), "OUT", "not writable"),
     _bad("r5-diff-plot-read-only-folder", into_read_only_folder("diff", "--plot"), "--plot", "not writable"),
@@ -313,6 +321,19 @@ BAD = [
     _bad("o2-taps-out-argument-stdout", to_stdout("taps", "-"), "--out -: expected a file name", keep=_absent("-")),
     _bad("o2-gen-stdout", to_stdout("gen"), "OUT -: expected a file name", keep=_absent("-")),
     _bad("o2-capture-out-stdout", to_stdout("capture"), "--out -: expected a folder", keep=_absent("-")),
+    # an output option followed by another option (user trial, round 45: `run --json --force` wrote a file named
+    # --force, and --force was not applied): refused, nothing written
+    _bad("o2-run-json-then-force", usage("run", "--json", "--force"), "--json --force: expected a file name after "
+         "--json", "'--force', an option's spelling", "was not applied", keep=_absent("--force")),
+    _bad("o2-diff-plot-then-force", usage("diff", "--plot", "--force"), "--plot --force: expected a file name",
+         keep=_absent("--force")),
+    _bad("o2-run-save-then-json", usage("run", "--save", "--json", "r.json"), "run: --save: expected a file name "
+         "after it, found the option --json", keep=_absent("--json", "r.json")),
+    _bad("o2-run-json-then-precision", usage("run", "--json", "--precision", "bf16"), "run: --json: expected a file "
+         "name after it, found the option --precision", "bf16 was left over", "run and diff take --json FILE",
+         keep=_absent("--precision")),
+    _bad("o1-diff-plot-json-exists", plot_onto_existing("d.json"), "d.json: expected a file name ending "
+         "in .png", "found the suffix '.json'", keep=_untouched("d.json")),   # the name's fault first, not "exists"
     # options that would be ignored: refused, naming the option and why it does not apply
     _bad("i3-full-run-without-chunks", inapplicable("diff", "--full-run"), "--full-run", "with --chunks only"),
     _bad("i3-taps-state-layout-without-taps-file", inapplicable("diff", "--taps-state-layout", "vk"),
@@ -482,7 +503,7 @@ def test_r8_failure_while_moving_outputs_writes_none(tmp_path, monkeypatch):
 def test_r8_output_checks_refuse_duplicates_and_inputs(tmp_path):
     dump = _dump(tmp_path)
     with pytest.raises(Exception, match="also the --json output"):
-        check_outputs({"--json": tmp_path / "x", "--plot": tmp_path / "." / "x"})
+        check_outputs({"--json": tmp_path / "x", "--out": tmp_path / "." / "x"})
     (tmp_path / "sub").mkdir()
     with pytest.raises(Exception, match="is an input"):
         check_outputs({"--out": tmp_path / "sub" / ".." / "d.safetensors"}, inputs=[dump], force=True)

@@ -61,14 +61,11 @@ def require_matplotlib() -> None:
 
 
 def check_plot(path) -> None:
-    """Before any compute: refuse a ``--plot`` path not named ``.png`` (any case; the figures are PNG
-    only, and another suffix would hold PNG bytes under a misleading name), then a missing matplotlib."""
-    name = Path(path).name
-    if not name.lower().endswith(".png"):   # the name itself: a hidden file '.png' has no suffix for pathlib
-        suffix = Path(path).suffix
-        found = f"the suffix {suffix!r}" if suffix else "no suffix"
-        raise KdadbgError(f"--plot {path}: expected a file name ending in .png (the figure is written as a PNG "
-                          f"only), found {found}")
+    """Before any compute: refuse a ``--plot`` path not named ``.png`` (``outputs.check_plot_name``), then a
+    missing matplotlib."""
+    from ..outputs import check_plot_name
+
+    check_plot_name(path)
     _matplotlib()
 
 
