@@ -488,7 +488,9 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                "chunks": [c for c in want_chunks if c not in b_ids],
                "heads": [h for h in want_heads if h not in hs],
                "not_written": [],
-               "not_in_reference_file": [n for n in names if n not in a["taps"]]}
+               # those B holds (or --taps asked for by name): not every tap neither file holds
+               "not_in_reference_file": [n for n in names if n not in a["taps"]
+                                         and (n in b["taps"] or tuple(names) != TAP_NAMES)]}
     pick_a = {n: a["taps"][n] for n in names if n in a["taps"] and n in b["taps"]}
     cand = convert_taps({n: b["taps"][n] for n in pick_a}, spec)
     # all NaN in B where A is not: compared (its cells fail as non-finite) and named, as diff DUMP --against names it
@@ -539,8 +541,17 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
         return select({n: t.to(torch.float64) for n, t in taps.items()}, [ids.index(c) for c in rows],
                       [hl.index(h) for h in hs])
 
+    # cells float32 cannot hold (exp(-gc) overflows): judged from A's gc where A holds it, as diff DUMP judges them
+    unrep = {}
+    if pick_a and "gc" in a["taps"]:
+        gc = sel(a_ids, a_heads, {"gc": a["taps"]["gc"]})["gc"]   # [rows, hs, C, K], in rows' order
+        first = min(rows)
+        full = torch.zeros((max(rows) - first + 1, *gc.shape[1:]), dtype=gc.dtype)
+        full[torch.tensor([c - first for c in rows])] = gc
+        unrep = unrepresentable({"gc": full}, list(pick_a), {n: rows for n in pick_a}, list(range(len(hs))), info,
+                                first)
     cells = compare_cells(sel(b_ids, b_heads, cand), sel(a_ids, a_heads, pick_a), {n: rows for n in pick_a}, hs,
-                          info, tols) if pick_a else {}
+                          info, tols, unrep=unrep) if pick_a else {}
     missing["not_written"] = written_nowhere(missing["not_written"], cells)
     if mine:
         cells.update(compare_cells(mine, theirs, row_ids, hs, info, tols, group=G))
@@ -551,7 +562,10 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                      not_provided=not_provided,
                      files={"reference": a["path"], "theirs": b["path"], "state_layout": spec.state_layout,
                             "gate_units": spec.gate_units})
-    res.notes.append("no dump: no noise floor (failing cells are BUG), no window rerun")
+    dump = a["metadata"].get("dump") or b["metadata"].get("dump") or "DUMP"
+    res.notes.append(f"no dump: no noise floor (failing cells are BUG), no window rerun; kdadbg diff {dump} --against "
+                     f"{b['path']} judges B against the float64 reference with both (and, in bf16, dA_log and "
+                     f"ddt_bias by the error dg carries into them)")
     res.notes += notes
     from .impls.tapsfile import written_precision_note
 

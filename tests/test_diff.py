@@ -727,6 +727,25 @@ def test_cli_diff_taps_files(tmp_path, dump):
     assert "taps it does not provide" not in r.stdout
 
 
+def test_two_taps_files_leave_what_float32_cannot_hold_unrep_as_diff_against_does(tmp_path):
+    """User trial, round 45: `diff REF OURS` (fla_layer: reference taps, our fp32 kernels' taps) failed 5 cells of
+    ki, dqd, dkd as BUG (inf where exp(-gc) overflows float32) that `diff DUMP --against OURS` labels UNREP: the
+    rule needs only the reference side's gc, which A holds. Without A's gc the cells still fail, said as BUG."""
+    d, ref, ours = tmp_path / "d.safetensors", tmp_path / "ref.safetensors", tmp_path / "ours.safetensors"
+    assert kdadbg("gen", d, "--preset", "fla_layer").exit_code == 0
+    assert kdadbg("taps", d, "-o", ref).exit_code == 0
+    kdadbg("taps", d, "-o", ours, "--source", "ours")   # (exit 1: its overflow note)
+    res = diff_taps_files(read_taps_file(ref), read_taps_file(ours))
+    n = res.counts()
+    assert n["unrep"] > 0 and n["bug"] == 0 and res.verdict == "pass", n
+    assert {c for c, cells in res.cells.items() if bool((cells.label == UNREP).any())} <= {"ki", "dqd", "dkd"}
+    assert any(f"kdadbg diff d.safetensors --against {ours}" in note for note in res.notes), res.notes
+    no_gc = tmp_path / "ref_no_gc.safetensors"
+    assert kdadbg("taps", d, "-o", no_gc, "--taps", "ki,dqd,dkd").exit_code == 0
+    res = diff_taps_files(read_taps_file(no_gc), read_taps_file(ours), names=("ki", "dqd", "dkd"))
+    assert res.counts()["bug"] == n["unrep"] and res.verdict == "fail", res.counts()
+
+
 def test_against_a_file_without_an_output_is_partial_not_a_pass(tmp_path, dump):
     """User trial, round 38: `diff DUMP --against FILE` passed (exit 0) a file without dk, or without any output
     or gradient, where `diff A B` and `run --impl FILE` said partial: now each output the selection compares
