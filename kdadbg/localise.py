@@ -15,6 +15,7 @@ from .compare import ChunkInfo, DiffResult, compare_cells, output_rows
 from .compare.quantities import TAP_ORDER, dataflow_key
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
+from . import noise
 from .impls.base import Implementation, ImplError, ImplRun, as_received
 from .noise import EXP_LIMIT_FP32
 
@@ -237,7 +238,8 @@ def amplification(res: DiffResult, first: dict) -> list[dict]:
         out.append({"tap": name, "head": h, "direction": "backward" if backward else "forward",
                     **({"value_heads": list(range(h * cells.group, (h + 1) * cells.group))} if cells.group > 1
                        else {}),   # dq/dk under GVA: a q/k head, named with its value heads
-                    "chunks": [cells.chunks[r] for r in seq_rows], "ratios": ratios, "growth": growth})
+                    "chunks": [cells.chunks[r] for r in seq_rows], "ratios": ratios, "growth": growth,
+                    "labels": [noise.LABELS[int(cells.label[r, j])] for r in seq_rows]})
     return out
 
 

@@ -1351,6 +1351,41 @@ def test_introduced_in_the_window_names_the_chunks_that_can_reach_the_cell(tap, 
     assert said.replace(" (ratio", "") in out and ("whose S reaches" not in out), out
 
 
+def test_a_drift_introduced_in_the_window_is_not_called_a_fault():
+    """User trial, round 45: a DRIFT first divergence (verdict pass) read "introduced in the window: ... the fault is
+    in chunk 3 itself"; a drift is within its noise floor, precision's and not a fault: it "arises" there."""
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    origin = {"window": [3, 5], "seq": 0, "seeded": {"h0": "reference S[3]", "dht": "reference dS[6]"},
+              "verdict": "introduced", "tap": "dkd", "chunk": 3, "ratio": 0.03, "label": "DRIFT", "floor": 0.01}
+    for label, said in (("DRIFT", "the drift arises in chunk 3 itself"), ("BUG", "the fault is in chunk 3 itself")):
+        console = Console(record=True, width=300)
+        difftables._origin(console, {**origin, "label": label})
+        out = " ".join(console.export_text().split())
+        assert said in out and ("fault" not in out if label == "DRIFT" else True), out
+
+
+def test_the_amplification_line_says_unrep_and_elides_a_long_walk():
+    """User trial, round 45: an UNREP cell (exp(-gc) overflowing float32) read "—" in the amplification line, as a
+    cell not compared does; and a 94-chunk walk printed 94 steps on one line: now "unrep", and the first and last
+    chunks with the middle elided (every one in --json)."""
+    from types import SimpleNamespace
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    n = 40
+    amp = {"tap": "dS", "head": 0, "direction": "backward", "chunks": list(range(n - 1, -1, -1)),
+           "ratios": [float("inf") if c == n - 2 else 1e-6 for c in range(n - 1, -1, -1)],
+           "growth": [None] * (n - 1), "labels": ["UNREP" if c == n - 2 else "OK" for c in range(n - 1, -1, -1)]}
+    console = Console(record=True, width=400)
+    difftables._amplification(console, SimpleNamespace(amplification=[amp]))
+    out = " ".join(console.export_text().split())
+    assert f"chunk {n - 2} unrep" in out and "—" not in out, out
+    assert f"… {n - difftables.AMPLIFICATION_STEPS + 1} chunks (every one in --json) …" in out, out
+    assert "chunk 0 " in out and f"chunk {n - 1} " in out and "chunk 20 " not in out, out
+
+
 def test_a_nan_inputs_reach_does_not_keep_a_carried_in_dA_log_from_passing(tmp_path):
     """User trial, round 43: the shipped sample with one NaN in k (head 1): its reach leaves dA_log's head 1
     out on both sides, and dA_log over head 0 alone (3.4e-5 against 1e-5: dg's error carried into a sum that

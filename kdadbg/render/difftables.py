@@ -315,18 +315,31 @@ def render_first(console: Console, res) -> None:
                       highlight=False)
         _worst(console, bug, kname, rname)
     _origin(console, res.origin)
-    for a in res.amplification:
-        steps = []
-        for i, (c, r) in enumerate(zip(a["chunks"], a["ratios"])):
-            g = a["growth"][i - 1] if i else None
-            steps.append(f"chunk {c} {short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
-        if steps:   # (it read "1:5e-3 → 0:8e-7 (×0.000162)": user trial, round 41)
-            console.print(f"  amplification of {a['tap']} ({_head(a)}), its ratio chunk by chunk in the {a['direction']} "
-                          f"pass's order, ×: the change from the chunk before: " + " → ".join(steps),
-                          soft_wrap=True, highlight=False)
+    _amplification(console, res)
 
 
 FWD_TAPS = tuple(n for n in QUANTITIES if QUANTITIES[n].stage.startswith("fwd"))
+AMPLIFICATION_STEPS = 12   # chunks an amplification line shows before it elides the middle
+
+
+def _amplification(console: Console, res) -> None:
+    """The error's growth chunk by chunk along the diverging sequence (``localise.amplification``)."""
+    for a in res.amplification:
+        steps = []
+        labels = a.get("labels") or [None] * len(a["chunks"])
+        for i, (c, r, lab) in enumerate(zip(a["chunks"], a["ratios"], labels)):
+            g = a["growth"][i - 1] if i else None
+            if lab == "UNREP":   # (it read "—", as a cell not compared does: user trial, round 45)
+                steps.append(f"chunk {c} unrep")
+            else:
+                steps.append(f"chunk {c} {short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
+        if len(steps) > AMPLIFICATION_STEPS:   # a long sequence: its first and last chunks, the rest in --json
+            head, tail = AMPLIFICATION_STEPS // 2, AMPLIFICATION_STEPS // 2 - 1
+            steps = [*steps[:head], f"… {len(steps) - head - tail} chunks (every one in --json) …", *steps[-tail:]]
+        if steps:   # (it read "1:5e-3 → 0:8e-7 (×0.000162)": user trial, round 41)
+            console.print(f"  amplification of {a['tap']} ({_head(a)}), its ratio chunk by chunk in the {a['direction']} "
+                          f"pass's order, ×: the change from the chunk before (unrep: a value the compared precision "
+                          f"cannot hold): " + " → ".join(steps), soft_wrap=True, highlight=False)
 
 
 def _origin(console: Console, o: dict | None) -> None:
@@ -345,12 +358,15 @@ def _origin(console: Console, o: dict | None) -> None:
             # (user trial, round 41: "6-7, whose S reaches it" of a forward cell at chunk 5)
             fwd = o["tap"] in FWD_TAPS
             others = [x for x in range(lo, hi + 1) if (x < c if fwd else x > c)]
+            # a DRIFT (within 10x the noise floor: precision, not a fault) arises; a BUG's is a fault
+            what, style = ("the drift arises", "bold yellow") if o.get("label") == "DRIFT" else \
+                ("the fault is", "bold red")
             if not others:
-                where = f"the fault is in chunk {c} itself"
+                where = f"{what} in chunk {c} itself"
             else:
-                where = (f"the fault is in chunk {c} itself, or in {id_ranges(others)}, whose "
+                where = (f"{what} in chunk {c} itself, or in {id_ranges(others)}, whose "
                          f"{'S' if fwd else 'dS'} reaches it (--window 1 reruns chunk {c} alone)")
-            console.print(f"  [bold red]introduced in the window[/bold red]: rerun on {how}: {o['tap']} at chunk "
+            console.print(f"  [{style}]introduced in the window[/{style}]: rerun on {how}: {o['tap']} at chunk "
                           f"{c} still diverges (ratio {fig(o['ratio'])}{floor}): {where}", soft_wrap=True,
                           highlight=False)
         elif o["verdict"] == "inherited":
