@@ -106,12 +106,29 @@ def inputs_fingerprint(inputs) -> str:
 CONFIG_KEYS = ("scale", "gate", "lower_bound", "qk_l2norm", "beta_sigmoid")   # the math (chunk_size: its own check)
 
 
-def config_differences(meta: dict, config_meta: dict) -> list[str]:
-    """The config keys (``CONFIG_KEYS``) whose values differ between a file's metadata and a dump's config
-    (``KDAConfig.to_metadata()``, or another file's metadata), as ``key file-value / other-value``; keys
+def config_differences(meta: dict, config_meta: dict, keys: tuple[str, ...] = CONFIG_KEYS) -> list[str]:
+    """The config keys (``CONFIG_KEYS``, or ``keys``) whose values differ between a file's metadata and a dump's
+    config (``KDAConfig.to_metadata()``, or another file's metadata), as ``key file-value / other-value``; keys
     absent on either side are not compared, nor ``lower_bound`` unless the gate is ``lower_bound``."""
+    return [f"{key} {a} / {b}" for key, a, b in _differing(meta, config_meta, keys)]
+
+
+def config_overrides(meta: dict, config_meta: dict, keys: tuple[str, ...] = CONFIG_KEYS) -> str:
+    """The config overrides (``--gate softplus --chunk-size 32``) that give a dump the config of a file's
+    metadata, every differing key at once (``config_differences``)."""
+    opts = []
+    for key, a, _ in _differing(meta, config_meta, keys):
+        flag = "--" + key.replace("_", "-")
+        if key in ("qk_l2norm", "beta_sigmoid"):
+            opts.append(flag if str(a).strip().lower() in ("true", "1", "yes", "on") else "--no-" + flag[2:])
+        else:
+            opts.append(f"{flag} {str(a).strip()}")
+    return " ".join(opts)
+
+
+def _differing(meta: dict, config_meta: dict, keys: tuple[str, ...]) -> list[tuple[str, object, object]]:
     out = []
-    for key in CONFIG_KEYS:
+    for key in keys:
         a, b = meta.get(key), config_meta.get(key)
         if a is None or b is None:
             continue
@@ -122,7 +139,7 @@ def config_differences(meta: dict, config_meta: dict) -> list[str]:
         except ValueError:
             same = str(a).strip() == str(b).strip()
         if not same:
-            out.append(f"{key} {a} / {b}")
+            out.append((key, a, b))
     return out
 
 

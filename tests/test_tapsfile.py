@@ -153,6 +153,18 @@ def test_files_of_another_config_or_of_two_dumps_are_refused_and_a_float32_copy_
     save_file(x, str(scaled), metadata={**meta, "scale": str(2 * float(meta["scale"]))})
     assert_one_error_line(kdadbg("diff", scaled, "--against", ta), "made with another config than this dump's", "scale")
     assert_one_error_line(kdadbg("diff", a, "--against", ta, "--scale", "0.5"), "made with another config")
+    # every differing key at once, chunk_size too, with the overrides that give the dump the file's config (user
+    # trial, round 45: gate first, then on a rerun with --gate, chunk_size)
+    tc = tmp_path / "c.taps.safetensors"
+    assert kdadbg("taps", a, "-o", tc, "--gate", "softplus", "--chunk-size", "32", "--no-qk-l2norm",
+                  "--taps", "dS").exit_code == 0
+    meta_a = {k: meta[k] for k in ("gate", "chunk_size", "qk_l2norm")}
+    assert meta_a["gate"] != "softplus" and meta_a["chunk_size"] != "32" and meta_a["qk_l2norm"] == "true", meta_a
+    assert_one_error_line(kdadbg("diff", a, "--against", tc), f"gate softplus / {meta_a['gate']}",
+                          f"chunk_size 32 / {meta_a['chunk_size']}", "qk_l2norm false / true",
+                          "the overrides --gate softplus --no-qk-l2norm --chunk-size 32")
+    assert kdadbg("diff", a, "--against", tc, "--gate", "softplus", "--chunk-size", "32",
+                  "--no-qk-l2norm").exit_code == 0
     assert_one_error_line(kdadbg("diff", ta, tb), "made from different inputs", "'a.safetensors'", "'b.safetensors'")
     assert kdadbg("diff", ta, ta).exit_code == 0
     bf, bf32 = tmp_path / "bf.safetensors", tmp_path / "bf32.safetensors"

@@ -142,14 +142,17 @@ class TapsFile(Implementation):
         """A file that records its inputs' digest (``inputs_sha256``: ``kdadbg taps``, ``run --save``,
         ``capture``) must have been made from this dump's inputs; one without it (an older kdadbg's, or
         another tool's) is taken on trust. Called by ``check_supported``, before any work."""
-        from ..tapsfile import config_differences, inputs_fingerprint
+        from ..tapsfile import CONFIG_KEYS, config_differences, config_overrides, inputs_fingerprint
 
         f = self.read()
         if config is not None:
-            diffs = config_differences(f["metadata"], config.to_metadata())
+            keys = (*CONFIG_KEYS, "chunk_size")   # every differing key in one line (chunk_size too)
+            diffs = config_differences(f["metadata"], config.to_metadata(), keys)
             if diffs:
+                fix = config_overrides(f["metadata"], config.to_metadata(), keys)
                 raise KdadbgError(f"{self.path}: made with another config than this dump's (file / dump: "
-                                  f"{'; '.join(diffs)}): compare a file with the dump and config it was made from")
+                                  f"{'; '.join(diffs)}): compare a file with the dump and config it was made from "
+                                  f"(with this dump, the file's config is the overrides {fix})")
         want = f["metadata"].get("inputs_sha256")
         if want is None:
             self._inputs_checked = inputs
