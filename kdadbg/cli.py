@@ -578,6 +578,7 @@ def taps(
         raise KdadbgError(f"taps: {out} was taken as the taps file OUT{also}: {JSON_FLAG_HINT}")
     if out is not None and out_option is not None:
         raise KdadbgError(f"taps: the file to write given twice, {out} and -o {out_option}: give one")
+    label = "--out" if out_option is not None else "OUT"   # an error names the output as it was given
     out = out_option if out_option is not None else out
     if dump is None:
         raise KdadbgError(f"taps: missing argument DUMP, or --list ({ctx.command_path} --help)")
@@ -587,7 +588,7 @@ def taps(
     if source.strip() == "reference" and _on_command_line(ctx, "precision"):
         raise KdadbgError("--precision: sets the dot operands of an implementation's kernels (--source ours or "
                           "another); --source reference computes in float64")
-    check_outputs({"--out": out}, inputs=[dump], force=force)
+    check_outputs({label: out}, inputs=[dump], force=force)
     _refuse_lower_bound(dump, overrides)
     names = parse_tap_names(tap_names)
     chunk_range, head_list = parse_chunk_range(chunks), parse_heads(heads)

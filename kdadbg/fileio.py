@@ -139,7 +139,12 @@ def read_header(path) -> tuple[dict[str, TensorSpec], dict[str, str]]:
                 raise _unreadable(path, f"header too small: {size} bytes")
             n = int.from_bytes(head, "little")
             if n > MAX_HEADER_BYTES:
-                raise _unreadable(path, f"a header of {n} bytes is not plausible")
+                text = head.decode("ascii", "replace")
+                looks = (f"; it starts with text, {text!r}, as a JSON, CSV or other text file does"
+                         if text.isprintable() or text.strip().isprintable() else
+                         "; it starts as a zip or pickle (torch.save) file does" if head[:2] in (b"PK", b"\x80\x02")
+                         else "")
+                raise _unreadable(path, f"its first 8 bytes, a header length, say {n} bytes, not plausible{looks}")
             if 8 + n > size:
                 raise KdadbgError(f"{path}: truncated: its header needs {8 + n} bytes, the file holds {size}")
             raw = f.read(n)

@@ -318,7 +318,7 @@ BAD = [
     _bad("o2-diff-plot-stdout", to_stdout("diff", "--plot", "-"), "--plot -: expected a file name",
          keep=_absent("-")),
     _bad("o2-taps-o-stdout", to_stdout("taps", "-o", "-"), "--out -: expected a file name", keep=_absent("-")),
-    _bad("o2-taps-out-argument-stdout", to_stdout("taps", "-"), "--out -: expected a file name", keep=_absent("-")),
+    _bad("o2-taps-out-argument-stdout", to_stdout("taps", "-"), "OUT -: expected a file name", keep=_absent("-")),
     _bad("o2-gen-stdout", to_stdout("gen"), "OUT -: expected a file name", keep=_absent("-")),
     _bad("o2-capture-out-stdout", to_stdout("capture"), "--out -: expected a folder", keep=_absent("-")),
     # an output option followed by another option (user trial, round 45: `run --json --force` wrote a file named

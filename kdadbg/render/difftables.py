@@ -105,7 +105,8 @@ def render_tensors(console: Console, res) -> None:
         floor = f", noise floor {fig(lead['floor'])}" if lead["floor"] is not None else ""
         which = "first cell over its tolerance" if lead["lead"] == "first" else \
             "cell furthest over its noise floor (every cell over its tolerance is UNREP)"
-        console.print(f"  {n}: {which}: chunk {lead['chunk']}, {_head(lead)}: ratio "
+        where = "every chunk (a sum over them)" if lead["chunk"] is None else f"chunk {lead['chunk']}"
+        console.print(f"  {n}: {which}: {where}, {_head(lead)}: ratio "
                       f"{fig(lead['ratio'])} > tol {lead['tol']:g} ({lead['label']}{floor}); start looking there",
                       soft_wrap=True, highlight=False)
 
@@ -149,7 +150,10 @@ def render_header(console: Console, res) -> None:
                  ", theirs as written (state layout kv, gates ln: nothing converted)")
     qk = next((c for c in res.cells.values() if c.group > 1), None)
     if qk is not None:   # GVA
-        extra = f" (value heads; dq, dk on the q/k heads {','.join(map(str, qk.heads))} they read){extra}"
+        hs = qk.heads
+        which = f"q/k head {hs[0]}, which they read" if len(hs) == 1 else \
+            f"q/k heads {','.join(map(str, hs))}, which they read"
+        extra = f" (value heads; dq, dk on {which}){extra}"
     src = f"{escape(res.dump)}: " if res.dump else ""
     console.print(f"[bold]kdadbg diff[/bold] {src}{what}; precision {res.precision}"
                   f"{', device ' + res.device if res.device else ''}; {chunks}, heads "
@@ -163,7 +167,9 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     # (the metric's name, not the implementation's: "fla ratio" read as fla's own figures under --impl fla)
     title = "ratio RMS(ref-x)/RMS(ref) per tap × chunk, worst head" + (
         f" (columns: {grid['bucket']} chunks each, worst cell)" if grid["bucket"] > 1 else "")
-    t = Table(title=title, title_justify="left", padding=(0, 0), show_edge=False, pad_edge=False)
+    # the title on a line of its own: as the table's, rich wrapped it to a narrow grid's width (user trial, round 45)
+    console.print(Text(title, style="italic"), soft_wrap=True)
+    t = Table(padding=(0, 0), show_edge=False, pad_edge=False)
     t.add_column("tap", no_wrap=True, style="bold")
     for lo, hi in grid["columns"]:
         t.add_column(f" {lo}" if lo == hi else f" {lo}-{hi}", justify="right", no_wrap=True)
@@ -419,7 +425,9 @@ def _origin(console: Console, o: dict | None) -> None:
 
 
 def _worst(console: Console, cell: dict, kname: str, rname: str) -> None:
-    console.print(f"  worst element {cell['index']}: {_where(cell)}: {kname} {num(cell['kernel'])}, "
+    index = cell.get("index")
+    what = f"worst element {index}" if index not in (None, [], ()) else "its value"   # (a scalar cell: dA_log's)
+    console.print(f"  {what}: {_where(cell)}: {kname} {num(cell['kernel'])}, "
                   f"{rname} {num(cell['reference'])}, |diff| {fig(cell['max_abs'])}"
                   f"{', ' + str(cell['nonfinite']) + ' NaN/Inf' if cell['nonfinite'] else ''}",
                   soft_wrap=True, highlight=False)

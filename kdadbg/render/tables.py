@@ -325,8 +325,9 @@ def render_run(console: Console, result) -> None:
     for r in result.tensors:
         if r.carried is not None:
             console.print(f"carried: {r.name} over its tolerance, carried in from dg (not a failure): the exact sum "
-                          f"of the implementation's own dg is {r.carried:.3g} from the reference, and its {r.name} "
-                          f"{r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its own row",
+                          f"of the implementation's own dg is at ratio {r.carried:.3g} from the reference, and its {r.name} "
+                          f"at ratio {r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its "
+                          f"own row",
                           soft_wrap=True, highlight=False)
         if r.coherent is not None:
             console.print(f"not carried in: {r.name} over its tolerance, and dg's error sums into it coherently "
