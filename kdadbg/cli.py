@@ -469,7 +469,7 @@ def gen(
                                                           "or the preset's group).")] = None,
     K: Annotated[Optional[int], typer.Option("--K", help="Key head dim.")] = None,
     V: Annotated[Optional[int], typer.Option("--V", help="Value head dim.")] = None,
-    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, float64, bfloat16 or float16.")] = None,
+    dtype: Annotated[Optional[str], typer.Option("--dtype", help="float32, float64, bfloat16 or float16 (or bf16, fp32, fp16, fp64).")] = None,
 ):
     """Write a dump (format v1) from a preset of the shared case table.
 

@@ -12,6 +12,7 @@ from .errors import KdadbgError
 from .outputs import check_output
 
 SIZE_KEYS = ("B", "T", "H", "HV", "K", "V", "dtype")
+DTYPE_ALIASES = {"bf16": "bfloat16", "fp32": "float32", "fp16": "float16", "fp64": "float64"}
 
 
 def list_presets() -> list[dict]:
@@ -74,10 +75,13 @@ def generate(out, preset: str = "basic", seed: int = 0, force: bool = False, **s
     unknown = set(kw) - set(SIZE_KEYS)
     if unknown:
         raise TypeError(f"unknown size keys {sorted(unknown)}")
+    if kw.get("dtype") in DTYPE_ALIASES:   # --precision's spellings (bf16, fp32) name the same dtypes
+        kw["dtype"] = DTYPE_ALIASES[kw["dtype"]]
     for key, value in kw.items():
         if key == "dtype":
             if value not in DTYPES:
-                raise KdadbgError(f"--dtype: expected one of {', '.join(DTYPES)}, found {value!r}")
+                raise KdadbgError(f"--dtype: expected one of {', '.join(DTYPES)} (or {', '.join(DTYPE_ALIASES)}), "
+                                  f"found {value!r}")
         elif value < 1:
             raise KdadbgError(f"--{key}: expected a positive size, found {value}")
     if case.cu_seqlens is not None and ("T" in kw or kw.get("B", 1) != 1):

@@ -26,9 +26,19 @@ def parse_tap_names(spec: str | None) -> tuple[str, ...]:
         elif item in STAGES:
             chosen.update(t for t in TAP_NAMES if REGISTRY[t].stage == item)
         else:
-            raise KdadbgError(f"--taps: unknown tap {item!r}; known taps: {', '.join(TAP_NAMES)} "
+            raise KdadbgError(f"--taps: unknown tap {item!r}{_did_you_mean(item)}; known taps: {', '.join(TAP_NAMES)} "
                               f"(or a stage: {', '.join(STAGES)}; or all, none)")
     return tuple(t for t in TAP_NAMES if t in chosen)
+
+
+def _did_you_mean(item: str) -> str:
+    """`` (did you mean dS?)`` for a near miss (case, or a close spelling), else nothing: taps differ by case
+    alone (``S``, ``dS``; ``L``, ``dL``), so a name matching without case is named first."""
+    import difflib
+
+    known = (*TAP_NAMES, *STAGES)
+    near = [n for n in known if n.lower() == item.lower()] or difflib.get_close_matches(item, known, n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
 
 
 def parse_chunk_range(spec: str | None) -> tuple[int | None, int | None] | None:

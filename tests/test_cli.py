@@ -74,6 +74,9 @@ def test_gen_sizes(tmp_path):
     assert r.exit_code == 0, r.output
     inputs, _ = load_dump(path)
     assert inputs.shape == (1, 33, 1, 32, 8) and inputs.q.dtype == torch.bfloat16
+    short = tmp_path / "short.safetensors"   # --precision's spelling names the same dtype (user trial, round 45)
+    assert kdadbg("gen", short, "--T", 8, "--dtype", "bf16").exit_code == 0
+    assert load_dump(short)[0].q.dtype == torch.bfloat16
 
 
 def test_gen_refuses_overwrite_without_force(tmp_path, basic):
@@ -350,6 +353,8 @@ def test_every_command_with_a_dump_has_every_config_override():
 
 @pytest.mark.parametrize("args, fragments", [
     pytest.param(["--taps", "dS,bogus"], ["unknown tap 'bogus'", "dgc", "fwd_prepare"], id="unknown-tap"),
+    pytest.param(["--taps", "ds"], ["unknown tap 'ds' (did you mean dS?)"], id="tap-case-near-miss"),
+    pytest.param(["--taps", "dgcc"], ["unknown tap 'dgcc' (did you mean dgc?)"], id="tap-spelling-near-miss"),
     pytest.param(["--chunks", "6:9"], ["selects no chunk", "6 chunks"], id="chunks-past-end"),
     pytest.param(["--chunks", "3:1"], ["A < B"], id="chunks-reversed"),
     pytest.param(["--chunks", "a:b"], ["--chunks"], id="chunks-syntax"),
