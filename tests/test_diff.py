@@ -413,7 +413,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 9 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 10 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):

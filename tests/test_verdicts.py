@@ -101,7 +101,7 @@ def test_diff_cells_with_nothing_compared_are_not_ok(tmp_path):
     n = res.counts()
     assert n["not_compared"] > 0 and n["ok"] == n["cells"]     # OK counts only cells that compared something
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 9 and doc["compared"]["not_compared"] == n["not_compared"]
+    assert doc["schema"] == 10 and doc["compared"]["not_compared"] == n["not_compared"]
     cells = [c for c in doc["cells"] if c["tap"] == "dqd"]
     assert cells and all(c["label"] == "NOT_COMPARED" and c["ratio"] is None and c["reason"] for c in cells)
     assert not any(c["label"] == "OK" for c in doc["cells"] if c["count"] == 0)
