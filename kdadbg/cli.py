@@ -520,6 +520,8 @@ def inspect_(
     else:
         report.render_inspect(_out(), desc)
     if not desc["ok"]:
+        if not json_ and _out().is_terminal and _err().is_terminal:
+            raise typer.Exit(KdadbgError.exit_code)   # the verdict line said it on this terminal already
         raise KdadbgError(desc["verdict"])
 
 
