@@ -113,21 +113,30 @@ class Ours(Implementation):
         return ImplRun(outputs, buffers, list(range(lo, hi)), list(taps.head_list(inputs.HV)), notes=notes)
 
 
-# Our kernels under the Triton interpreter (with kdadbg.interpreter's skip): seconds per (chunk x head),
-# a + b * K*V*C / (128*128*16), plus a fixed start; fitted to forward+backward runs on this project's
-# 2-core CPU machine (K=V=16..128, chunks 16 and 64: 0.05-0.48 s per chunk x head).
-INTERP_FIXED_S, INTERP_A_S, INTERP_B_S = 1.5, 0.10, 0.09
+# Our kernels under the Triton interpreter (with kdadbg.interpreter's skip): a fixed start plus, per chunk x
+# value head, a + b K/128 + c C/64 + d K V C / (128^2 64) seconds, with (a, b, c, d) per precision: bf16 mode
+# emulates its bf16 operands under the interpreter (tlmath.mm rounds each operand in fp32), 1.4-2x fp32's
+# time. Fitted to forward+backward runs on this project's 2-core CPU (K, V 16..128, chunks 16/32/64, 2-64
+# chunks x heads; docs/cpu/interpreter_rate.log), then raised 25 %: a bound more than a mean (runs of 8 or
+# more chunks x heads took 0.65-0.96 of it), so that --max-interpreter-s lets no run far over its limit through.
+INTERP_FIXED_S = 1.5
+INTERP_RATES = {"fp32": (0.04, 0.34, 0.13, 0.30), "bf16": (0.03, 0.58, 0.28, 0.62)}
 
 
-def interpreter_estimate(inputs: KDAInputs, config: KDAConfig, n_chunks: int | None = None) -> tuple[float, str]:
-    """``(seconds, how)``: the estimated time of our kernels' forward+backward under the interpreter on
-    ``n_chunks`` chunks (None: all of the dump's) and every head."""
+def interpreter_estimate(inputs: KDAInputs, config: KDAConfig, n_chunks: int | None = None,
+                         precision: str = "fp32") -> tuple[float, str]:
+    """``(seconds, how)``: the estimated time of our kernels' forward+backward at ``precision`` under the
+    interpreter on ``n_chunks`` chunks (None: all of the dump's) and every head."""
     from ..chunks import chunk_table
 
+    if precision not in INTERP_RATES:
+        raise KdadbgError(f"--precision: expected one of {', '.join(PRECISIONS)}, found {precision!r}")
     B, T, _, K, V = inputs.shape
     H, C = inputs.HV, config.chunk_size   # the kernels run over the value heads (GVA repeats q, k)
     if n_chunks is None:
         n_chunks = chunk_table(B, T, inputs.cu_seqlens, C).n_chunks
-    per = INTERP_A_S + INTERP_B_S * K * V * C / (128 * 128 * 16)
+    a, b, c, d = INTERP_RATES[precision]
+    per = a + b * K / 128 + c * C / 64 + d * K * V * C / (128 * 128 * 64)
     est = INTERP_FIXED_S + n_chunks * H * per
-    return est, f"{n_chunks} chunks x {H} heads at {per:.2f} s each, the rate measured on a 2-core CPU"
+    return est, (f"{n_chunks} chunks x {H} heads at {per:.2f} s each in {precision} mode, the rate measured on a "
+                 f"2-core CPU")
