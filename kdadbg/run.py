@@ -434,7 +434,8 @@ def _interpreter_estimator(impl: Implementation, device: str):
         return None
     if impl.kind == "ours":
         from .impls.ours import interpreter_estimate
-        return interpreter_estimate
+        precision = getattr(impl, "precision", "fp32")   # bf16 mode runs 1.5-2x fp32's time there
+        return lambda inputs, config, n_chunks=None: interpreter_estimate(inputs, config, n_chunks, precision)
     if impl.kind == "fla":
         from .impls.fla import interpreter_estimate
         return interpreter_estimate
