@@ -373,8 +373,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         if window > 0:
             if impl.takes_initial_state and first["chunk"] is not None:  # else not run (window_rerun says why)
                 step("window rerun")
+            seen = "S" in res.cells   # (no S compared: a state update before the cell's chunk starts the window)
             res.origin = window_rerun(inputs, config, states, info, first, impl, device, tols, window, drift_fails,
-                                      precision if noise_floor else None, storage_tols)
+                                      precision if noise_floor else None, storage_tols, state_seen=seen)
             if res.origin is not None:   # which cell the rerun was of (the first BUG, where there is one)
                 res.origin["of"] = {k: first[k] for k in ("tap", "chunk", "head", "label")}
                 carried_seed(res, res.origin)
@@ -385,7 +386,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                 if impl.takes_initial_state and div["chunk"] is not None:
                     step("window rerun of the first divergence")
                 res.origin_first = window_rerun(inputs, config, states, info, div, impl, device, tols, window,
-                                                drift_fails, precision if noise_floor else None, storage_tols)
+                                                drift_fails, precision if noise_floor else None, storage_tols,
+                                                state_seen=seen)
                 if res.origin_first is not None:
                     carried_seed(res, res.origin_first)
                     res.origin_first["of"] = {k: div[k] for k in ("tap", "chunk", "head", "label")}

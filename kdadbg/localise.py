@@ -12,7 +12,7 @@ from kdadbg_kernels.taps import TapSelection
 
 from .chunks import chunk_table
 from .compare import ChunkInfo, DiffResult, compare_cells, output_rows
-from .compare.quantities import TAP_ORDER, dataflow_key
+from .compare.quantities import QUANTITIES, TAP_ORDER, dataflow_key
 from .config import KDAConfig, KDAInputs
 from .errors import KdadbgError
 from . import noise
@@ -83,12 +83,15 @@ def window_inputs(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Ch
 def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: ChunkInfo, first: dict,
                  impl: Implementation, device: str, tols: dict[str, float], window: int = 3,
                  drift_fails: bool = False, precision: str | None = None,
-                 storage_tols: dict[str, float] | None = None) -> dict:
+                 storage_tols: dict[str, float] | None = None, state_seen: bool = True) -> dict:
     """Rerun the implementation under test on a window starting at the diverging chunk, seeded from
     the reference.
 
     The window holds ``window`` chunks from the producer of the diverging quantity (``S[c]``: chunk
-    ``c-1``) or to the end of its sequence. If the diverging cell still fails there, its error was
+    ``c-1``) or to the end of its sequence. Where the diff compared no ``S`` (``state_seen`` False: an
+    implementation without taps), a quantity that reads the state entering its chunk (all but the forward
+    prepare taps) starts the window one chunk earlier, at the state update that wrote that state: seeded at its
+    own chunk, a wrong state update before it read as "inherited" (user trial, round 45). If the diverging cell still fails there, its error was
     ``introduced`` by that chunk; if it passes, it was ``inherited`` from earlier chunks (forward) or
     later chunks (backward). With ``precision`` the window's cells are labelled against the noise floor of
     the window at that precision as the diff's own are (a value stored in 16 bits including its rounding;
@@ -113,6 +116,9 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
                           f"cannot test; differing from it, the implementation did not start the sequence from its "
                           f"initial state (a state not reset at the boundary, or loaded from the wrong place)"}
     start = producer_chunk(name, chunk, info)
+    reads_state = QUANTITIES[name].stage != "fwd_prepare" if name in QUANTITIES else False
+    if not state_seen and start == chunk and info.t[chunk] > 0 and reads_state:
+        start = chunk - 1   # the state update that wrote S[c], which no compared S tap shows
     seq_chunks = info.seq_chunks(n)
     last = min(seq_chunks[-1], max(chunk, start + max(1, window) - 1))
     w_in = window_inputs(inputs, config, ref_taps, info, start, last)

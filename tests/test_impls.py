@@ -126,7 +126,10 @@ def test_run_of_a_user_function_passes_and_adds_little_time():
 @pytest.mark.parametrize("fault, case, chunk, head, want, origin", [
     pytest.param("fwd_fault", "zero_gates", 2, 1, ("o", 2), "introduced", id="forward-error"),
     pytest.param("bwd_fault", "zero_gates", 1, 0, ("dk", 1), "introduced", id="backward-only-error"),
-    pytest.param("state_fault", "zero_gates", 1, 1, ("o", 2), "inherited", id="state-carried-wrongly"),
+    # the state leaving chunk 1 wrong: o of chunk 2 diverges first; no S compared (a function without taps), the
+    # window starts at chunk 1, whose state update wrote it, and finds the fault there (it read "inherited" from a
+    # window seeded at chunk 2 until round 45)
+    pytest.param("state_fault", "zero_gates", 1, 1, ("o", 2), "introduced", id="state-carried-wrongly"),
     pytest.param("fwd_fault", "varlen", 9, 2, ("o", 9), "introduced", id="forward-error-varlen"),
     # the state's gradient wrong on its way back into chunk 2: chunks 0-2's gradients and dh0 all fail; the
     # backward walks chunk 2 first (user trial, round 39: it named dh0 at chunk 0, the walk's end)
@@ -141,12 +144,14 @@ def test_planted_fault_is_named_exactly(fault, case, chunk, head, want, origin):
     assert (first["tap"], first["chunk"], first["head"]) == (*want, head)
     assert first["label"] == "BUG" and not res.passed
     assert res.origin["verdict"] == origin
+    if fault == "state_fault":   # the window from the marked chunk, whose state update is wrong
+        assert res.origin["window"][0] == chunk, res.origin["window"]
 
 
 @pytest.mark.parametrize("fault, case, chunk, head, want, origin", [
     pytest.param("fwd_fault", "gva", 1, 3, ("o", 1, 3), "introduced", id="gva-forward-error-value-head"),
     pytest.param("bwd_fault", "gva", 1, 3, ("dk", 1, 1), "introduced", id="gva-backward-error-qk-head"),
-    pytest.param("state_fault", "gva_varlen", 2, 2, ("o", 3), "inherited", id="gva-varlen-state-carried"),
+    pytest.param("state_fault", "gva_varlen", 2, 2, ("o", 3), "introduced", id="gva-varlen-state-carried"),
 ])
 def test_gva_planted_fault_is_named_on_its_head(fault, case, chunk, head, want, origin):
     """GVA: a fault on value head 3 shows in o of value head 3, or in dk of the q/k head 1 that value
@@ -166,6 +171,8 @@ def test_gva_planted_fault_is_named_on_its_head(fault, case, chunk, head, want, 
         assert "value_heads" not in first
     assert first["label"] == "BUG" and not res.passed
     assert res.origin["verdict"] == origin
+    if fault == "state_fault":
+        assert res.origin["window"][0] == chunk, res.origin["window"]
 
 
 def test_wrong_varlen_offset_of_the_second_sequence_is_named():

@@ -571,6 +571,69 @@ def test_a_nan_input_in_a_seeded_window_is_not_blamed_on_a_causal_implementation
     assert bad.verdict == "fail" and bad.first_nonfinite["tap"] == "o" and bad.first_nonfinite["head"] == 1
 
 
+class _WrongStateUpdate(Implementation):
+    """The float64 reference returning no taps, its state update's ``kr`` with the exponent's sign flipped
+    (``kn exp(gc - gT)``, a user trial's planted bug): every chunk writes the next state wrong, while each chunk's
+    own products, seeded with the right state, are right."""
+
+    def __init__(self):
+        self.name = "reference, wrong state update"
+
+    def run(self, inputs, config, *, device, taps=None):
+        from unittest import mock
+
+        from kdadbg import reference
+        from kdadbg.impls.reference import Reference
+
+        prepare = reference.fwd_prepare
+
+        def wrong(x, scale):
+            p = prepare(x, scale)
+            return {**p, "kr": p["kd"] * torch.exp(-p["gT"])[:, :, None, :]}
+
+        with mock.patch.object(reference, "fwd_prepare", wrong):   # this run only: the judge is not patched
+            return ImplRun(Reference().run(inputs, config, device=device).outputs)
+
+
+def test_a_wrong_state_update_without_taps_is_introduced_by_the_chunk_before():
+    """User trial, round 45: an implementation without taps whose state update is wrong diverges first at o of
+    chunk 1; the window rerun seeded chunk 1 with the reference's S, so o there was right ("inherited") and the
+    rerun's own first divergence, one chunk on, read "tied to token positions, not carried in". With no S
+    compared, the window now starts at the state update that wrote S[1], chunk 0: introduced there."""
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, _WrongStateUpdate(), window=3)
+    first, origin = res.first_divergence, res.origin
+    assert (first["tap"], first["chunk"]) == ("o", 1) and "S" not in res.cells, first
+    assert origin["verdict"] == "introduced" and origin["window"][0] == 0, origin
+    console = Console(record=True, width=400)
+    difftables._origin(console, origin)
+    out = " ".join(console.export_text().split())
+    assert "the fault is in chunk 1 itself, or in chunk 0's state update, which wrote the S entering it" in out, out
+    assert "token positions" not in out, out
+
+
+def test_a_rerun_diverging_one_chunk_after_its_seed_is_said_to_carry_through_the_state():
+    """The window's rerun diverging first at its second chunk is the first chunk to read a state the implementation
+    wrote itself: a wrong state update carried through S, not a fault tied to token positions (user trial, round
+    45); elsewhere in the window the position-tied reading stands."""
+    from rich.console import Console
+    from kdadbg.render import difftables
+
+    base = {"window": [4, 6], "seq": 0, "seeded": {"h0": "reference S[4]", "dht": "reference dS[7]"},
+            "verdict": "inherited", "tap": "o", "chunk": 4, "ratio": 1e-7, "label": "OK", "floor": 1e-7,
+            "carried_by": None}
+    for w_chunk, said, not_said in ((5, "a wrong state update, carried through S", "token positions"),
+                                    (6, "tied to token positions", "carried through S")):
+        w = {"tap": "o", "chunk": w_chunk, "head": 0, "label": "BUG", "ratio": 0.5, "token": None}
+        console = Console(record=True, width=400)
+        difftables._origin(console, {**base, "first_in_window": w})
+        out = " ".join(console.export_text().split())
+        assert said in out and not_said not in out.split("the window's rerun itself")[1], out
+
+
 class _StatesTransposed(Implementation):
     """The float64 reference with ht (and dh0) returned transposed: [K,V] where the dump's are [V,K]."""
 

@@ -277,7 +277,7 @@ def fn(q, *a, **kw):
     assert "IndexError" in r.stdout
     doc = json.loads(out.read_text())
     assert doc["verdict"] == "fail" and doc["first_divergence"]["chunk"] == 1
-    assert doc["origin"]["verdict"] is None and doc["origin"]["window"] == [1, 2]
+    assert doc["origin"]["verdict"] is None and doc["origin"]["window"] == [0, 2]   # from chunk 0: no S compared
     assert doc["origin"]["reason"].startswith("not available (the implementation raised on the window rerun: ")
     assert "IndexError" in doc["origin"]["reason"]
 
@@ -306,21 +306,24 @@ def _text(res):
 
 
 def test_a_fault_at_an_absolute_token_is_named_where_the_window_rerun_moves_it(tmp_path):
-    """o wrong at token 20 (chunk 1, zero_gates C=16): the rerun of chunks 1..3 starts afresh at token 16 and
-    the fault lands on its token 20, the dump's 36 (chunk 2). The text said only "inherited ... carried in";
-    the JSON's first_in_window gave chunk 2 with the window's own token (20) and chunk_in_seq (1) (user trial,
-    round 39): now the dump's coordinates, and a line says the fault moved with the window's start."""
+    """o wrong at token 36 (chunk 2, zero_gates C=16): no S compared, the rerun of chunks 1..3 (from the state
+    update before chunk 2) starts afresh at token 16 and the fault lands on its token 36, the dump's 52 (chunk 3).
+    The text said only "inherited ... carried in"; the JSON's first_in_window gave the window's own token and
+    chunk_in_seq (user trial, round 39): now the dump's coordinates, and a line says the fault moved with the
+    window's start."""
     inputs, config = make_inputs(get_case("zero_gates"))
-    res = diff_dump(inputs, config, _positional(tmp_path, 20), names=())
+    res = diff_dump(inputs, config, _positional(tmp_path, 36), names=())
     first = res.first_divergence
-    assert (first["tap"], first["chunk"], first["token"]) == ("o", 1, 20) and res.origin["verdict"] == "inherited"
+    assert (first["tap"], first["chunk"], first["token"]) == ("o", 2, 36) and res.origin["verdict"] == "inherited"
+    assert res.origin["window"] == [1, 3], res.origin["window"]
     w = res.origin["first_in_window"]
-    assert (w["tap"], w["chunk"], w["seq"], w["chunk_in_seq"], w["token"]) == ("o", 2, 0, 2, 36), w
+    assert (w["tap"], w["chunk"], w["seq"], w["chunk_in_seq"], w["token"]) == ("o", 3, 0, 3, 52), w
     text = _text(res)
-    assert "the window's rerun itself diverges first at o chunk 2" in text and "token 36" in text, text
+    assert "the window's rerun itself diverges first at o chunk 3" in text and "token 52" in text, text
+    assert "tied to token positions, not carried in" in text, text
     assert "or is tied to where the chunk sits (its absolute token positions, its batch row or sequence)" in text
     # --window 0: no rerun, and the JSON says so instead of null (which reads as "nothing diverged")
-    none = diff_dump(inputs, config, _positional(tmp_path, 20), names=(), window=0)
+    none = diff_dump(inputs, config, _positional(tmp_path, 36), names=(), window=0)
     assert none.origin == {"verdict": None, "reason": "not run (--window 0)"}
     assert "origin: not run (--window 0)" in _text(none)
 
@@ -344,7 +347,7 @@ def test_the_window_reruns_ratios_are_null_where_nothing_was_compared(tmp_path):
     `origin.ratios` gave 0.0 for them (user trial, round 39): null, as the diff's own cells."""
     inputs, config = make_inputs(get_case("zero_gates"))
     inputs = dataclasses.replace(inputs, do=torch.full_like(inputs.do, float("nan")))
-    res = diff_dump(inputs, config, _positional(tmp_path, 20), names=())
+    res = diff_dump(inputs, config, _positional(tmp_path, 36), names=())
     assert res.origin["tap"] == "o" and res.origin["verdict"] == "inherited"
     ratios = res.origin["ratios"]
     assert all(r is None for r in ratios["dv"]) and all(r is None for r in ratios["dk"]), ratios

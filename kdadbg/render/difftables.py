@@ -362,16 +362,22 @@ def _origin(console: Console, o: dict | None) -> None:
             # the chunks of the window that reach c: the earlier ones through S (forward), the later through
             # dS (backward); the window starts at the chunk producing the cell, so a forward cell has none
             # (user trial, round 41: "6-7, whose S reaches it" of a forward cell at chunk 5)
+            # (the window starts one chunk early where no S was compared: that chunk's state update reaches c)
             fwd = o["tap"] in FWD_TAPS
-            others = [x for x in range(lo, hi + 1) if (x < c if fwd else x > c)]
+            before, after = list(range(lo, c)), ([] if fwd else list(range(c + 1, hi + 1)))
             # a DRIFT (within 10x the noise floor: precision, not a fault) arises; a BUG's is a fault
             what, style = ("the drift arises", "bold yellow") if o.get("label") == "DRIFT" else \
                 ("the fault is", "bold red")
+            early = lo == c - 1 and o["tap"] != "S"   # started early: no S compared (localise.window_rerun)
+            others = [*([f"in chunk {lo}'s state update, which wrote the S entering it (no S tap was compared, so "
+                         f"the window starts there)" if early else f"in {id_ranges(before)}, whose S reaches it"]
+                        if before else []),
+                      *([f"in {id_ranges(after)}, whose dS reaches it"] if after else [])]
             if not others:
                 where = f"{what} in chunk {c} itself"
             else:
-                where = (f"{what} in chunk {c} itself, or in {id_ranges(others)}, whose "
-                         f"{'S' if fwd else 'dS'} reaches it (--window 1 reruns chunk {c} alone)")
+                where = (f"{what} in chunk {c} itself, or {', or '.join(others)}"
+                         + ("" if early else f" (--window 1 reruns chunk {c} alone)"))
             console.print(f"  [{style}]introduced in the window[/{style}]: rerun on {how}: {o['tap']} at chunk "
                           f"{c} still diverges (ratio {fig(o['ratio'])}{floor}): {where}", soft_wrap=True,
                           highlight=False)
@@ -414,12 +420,19 @@ def _origin(console: Console, o: dict | None) -> None:
                           f"{why}", soft_wrap=True, highlight=False)
             w = o.get("first_in_window")
             if w is not None and (w["tap"], w["chunk"]) != (o["tap"], o["chunk"]):
-                # the rerun diverged elsewhere: a fault that moved with the window's start is tied to positions
-                console.print(f"  the window's rerun itself diverges first at {w['tap']} chunk {w['chunk']}, "
-                              f"{_head(w)} ({w['label']}, ratio {fig(w['ratio'])}"
-                              + (f", token {w['token']}" if w.get("token") is not None else "")
-                              + "): a fault that moves with where the run starts is tied to token positions, "
-                              "not carried in", soft_wrap=True, highlight=False)
+                at = (f"  the window's rerun itself diverges first at {w['tap']} chunk {w['chunk']}, {_head(w)} "
+                      f"({w['label']}, ratio {fig(w['ratio'])}"
+                      + (f", token {w['token']}" if w.get("token") is not None else "") + ")")
+                if w["chunk"] == lo + 1 and w["tap"] != "S" and QUANTITIES[w["tap"]].stage != "fwd_prepare":
+                    # one chunk after the seeded one: the first chunk reading a state the implementation wrote
+                    # itself (user trial, round 45: a wrong state update read as tied to token positions)
+                    console.print(at + f": chunk {lo + 1} is the window's first to read a state the implementation "
+                                  f"wrote itself (chunk {lo}'s state update; the window seeded chunk {lo}'s own): a "
+                                  f"wrong state update, carried through S, diverges one chunk after wherever the "
+                                  f"run starts", soft_wrap=True, highlight=False)
+                else:   # the rerun diverged elsewhere: a fault that moved with the window's start is tied to positions
+                    console.print(at + ": a fault that moves with where the run starts is tied to token positions, "
+                                  "not carried in", soft_wrap=True, highlight=False)
         else:
             console.print(f"  origin: {escape(o.get('reason', 'unknown'))}", soft_wrap=True, highlight=False)
 
