@@ -111,6 +111,7 @@ class CapturedCall:
     outputs: dict[str, torch.Tensor] = field(default_factory=dict)
     grads: dict[str, torch.Tensor] = field(default_factory=dict)
     notes: dict[str, str] = field(default_factory=dict)
+    precision: str | None = None   # kdadbg's mode of the call (our kernels' precision=), None for another's
 
     def nonfinite(self) -> list[str]:
         """Names of the float tensors (inputs, outputs, gradients) holding a NaN or an Inf."""
@@ -583,7 +584,10 @@ class Capture:
             held = sum(c.nbytes for c in self._pending)
             over = self.max_bytes is not None and held + nbytes > self.max_bytes
             if not over:
-                call = CapturedCall(info, config, nbytes)
+                # our kernels' own precision= (bf16 by default): the theirs file records it, so that diff judges
+                # it at that mode's tolerances or says to (a clean bf16 step failed at fp32's: user trial, round 45)
+                prec = bound.get("precision")
+                call = CapturedCall(info, config, nbytes, precision=prec if prec in ("fp32", "bf16") else None)
                 self._pending.append(call)
         if over:   # raised in the training code: the manifest says first that capture stopped it
             msg = (f"capture: call {info.label} ({info.impl}) would hold {fmt_bytes(nbytes)} on the host, "
@@ -773,7 +777,7 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
     rows = chunk_rows(chunk_table(B, T, inputs.cu_seqlens, config.chunk_size), 0, 0)
     atomic_save(tensors, meta, dump, force=force)
     write_taps_file(theirs, outputs, {}, rows, range(inputs.HV),
-                    {**taps_metadata("capture", dump, config, inputs=inputs), **origin}, force=force)
+                    {**taps_metadata("capture", dump, config, call.precision, inputs=inputs), **origin}, force=force)
     return {"dump": str(dump), "theirs": str(theirs), "step": info.step, "call": info.call, "module": info.module,
             "rank": info.rank, "impl": info.impl, "reason": reason, "nonfinite": nonfinite,
             "dht": "dht" in call.grads, "outputs": sorted(outputs), "inside": info.inside or None}

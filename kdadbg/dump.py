@@ -456,7 +456,8 @@ def _describe_taps_file(path, specs: dict, meta: dict, kind: str, out: dict) -> 
     info = {"written_by": kind, "format": meta.get("format"), "source": meta.get("source"),
             "precision": meta.get("precision"), "dump": dump, "inputs_sha256": meta.get("inputs_sha256"),
             "window": meta.get("chunks"), "outputs": [], "taps": [], "missing_taps": [], "chunks": None,
-            "heads": None, "use": f"kdadbg diff {dump_arg} --against {path}"}
+            "heads": None, "use": f"kdadbg diff {dump_arg} --against {path}"
+            + (f" --precision {meta['precision']}" if meta.get("precision") in ("fp32", "bf16") else "")}
     out["taps_file"] = info
     out["config"] = [{"key": k, "value": meta[k], "default": False} for k in CONFIG_KEYS if k in meta]
     error, first = None, {}

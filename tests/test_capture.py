@@ -95,6 +95,38 @@ def test_theirs_file_holds_what_training_computed(kernel_run):
             assert same_bits(grad, outs[name]), name
 
 
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_a_capture_of_our_kernels_records_their_precision_for_diff(precision, tmp_path):
+    """User trial, round 45: a clean training step of our kernels at their default precision="bf16", captured,
+    failed `diff DUMP --against NAME.theirs` (the command inspect recommends) with 24 BUG cells: judged at fp32's
+    tolerances, and the theirs file said "precision not recorded". It records the call's precision now: inspect's
+    command names it, and diff at the other precision says which to use."""
+    from kdadbg.diff import diff_dump
+    from kdadbg.impls.tapsfile import TapsFile
+    import kdadbg_kernels
+
+    torch.manual_seed(0)
+    B, T, H, K = 1, 32, 2, 16
+    q, k, v, g = (torch.randn(B, T, H, K, requires_grad=True) for _ in range(4))
+    beta = torch.rand(B, T, H, requires_grad=True)
+    kw = {} if precision == "bf16" else {"precision": "fp32"}   # bf16: the op's own default
+    with capture(tmp_path, targets=["kdadbg"]) as cap:
+        o, _ = kdadbg_kernels.chunk_kda(q, k, v, torch.nn.functional.logsigmoid(g), beta, chunk_size=16,
+                                        use_qk_l2norm_in_kernel=True, **kw)
+        o.square().sum().backward()
+    d = cap.written[0]
+    assert read_taps_file(d["theirs"])["metadata"]["precision"] == precision
+    use = describe_dump(d["theirs"])["taps_file"]["use"]
+    assert use.endswith(f"--against {d['theirs']} --precision {precision}"), use
+    inputs, config = load_dump(d["dump"])
+    other = "fp32" if precision == "bf16" else "bf16"
+    wrong = diff_dump(inputs, config, TapsFile(d["theirs"], precision=other), window=0)
+    assert any(f"was written at precision {precision}" in n and f"use --precision {precision}" in n
+               for n in wrong.notes), wrong.notes
+    right = diff_dump(inputs, config, TapsFile(d["theirs"], precision=precision), window=0)
+    assert right.verdict == "pass" and right.counts()["cells"] > 0, right.counts()
+
+
 def test_a_call_that_asked_for_no_final_state_is_a_full_pass_against_its_theirs_file(kernel_run, tmp_path):
     """Training asks for no final state (output_final_state=False): its theirs file has no ht, and diff
     --against / run --impl of it said "partial: ht not provided", exit 3, on nearly every capture (user
