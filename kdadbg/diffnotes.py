@@ -33,6 +33,9 @@ def transposed_ratio(x: torch.Tensor, r: torch.Tensor) -> float:
     return float((xt - r)[m].norm() / (r[m].norm() + 1e-300)) if bool(m.any()) else math.inf
 
 
+LOG2_SPEC = "TapsSpec(gate_units='log2')"
+
+
 def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
     """Notes where failing taps are the reference's in another convention, which a taps declaration or the
     function's conventions would explain (``TapsSpec``, ``--taps-gate-units``, ``--taps-state-layout``,
@@ -55,11 +58,17 @@ def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
         elif abs(s - down) < 1e-3 * down:
             ln_read_as_log2.append(n)
     notes = []
+    # a taps file's conventions are the flags'; a function's, the TapsSpec it returns (the flags describe a taps
+    # file and are refused without one: user trial, round 45)
+    as_file = getattr(impl, "kind", None) == "taps file"
+
+    def declare(flag: str, spec: str) -> str:
+        return flag if as_file else f"{spec} returned from --impl {impl.name} (the {flag.split()[0]} flag is a taps file's)"
+
     if log2_read_as_ln:
         notes.append(f"{', '.join(log2_read_as_ln)} {'is' if len(log2_read_as_ln) == 1 else 'are'} the reference's "
                      f"times exactly 1/ln 2 (a gate) or ln 2 (its gradient): taps in log2 units read as natural-log; "
-                     f"declare their units (--taps-gate-units log2, or TapsSpec(gate_units='log2') from --impl "
-                     f"{impl.name})")
+                     f"declare their units ({declare('--taps-gate-units log2', LOG2_SPEC)})")
     if ln_read_as_log2:
         notes.append(f"{', '.join(ln_read_as_log2)} {'is' if len(ln_read_as_log2) == 1 else 'are'} the reference's "
                      f"times exactly ln 2 (a gate) or 1/ln 2 (its gradient): natural-log taps declared as log2, or "
@@ -75,9 +84,9 @@ def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
     if flipped:
         notes.append(f"{', '.join(flipped)} match{'es' if len(flipped) == 1 else ''} the reference transposed, "
                      f"within tolerance: [V,K] states read as [K,V] or the other way; declare the taps' layout "
-                     f"(--taps-state-layout, or TapsSpec(state_layout=...) from --impl {impl.name}); a function "
-                     f"with a state_v_first parameter is handed states as the dump lays them out, one without it "
-                     f"[K,V]")
+                     f"({declare('--taps-state-layout vk (or kv)', 'TapsSpec(state_layout=...)')})"
+                     + ("" if as_file else "; a function with a state_v_first parameter is handed states as the "
+                                           "dump lays them out, one without it [K,V]"))
     return notes
 
 

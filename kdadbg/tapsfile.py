@@ -252,8 +252,17 @@ def check_taps_layout(path, specs: dict, meta: dict[str, str], index: dict[str, 
                       f"{','.join(shape)}] (chunk rows, heads, per-chunk), found {_fmt(t.shape)}")
         for sym, size in zip(shape, t.shape[2:]):
             if sizes.setdefault(sym, int(size)) != size:
+                hint = ""
+                found = tuple(int(x) for x in t.shape[2:])
+                # the other layout's shape: its last dim this layout's first (known), its first the other (or not
+                # yet known: V's first tap may come later)
+                if len(shape) == 2 and set(shape) == {"K", "V"} and found[1] == sizes.get(shape[0]) and \
+                        sizes.get(shape[1], found[0]) == found[0]:
+                    other = "vk" if state_layout != "vk" else "kv"   # its shape is the other layout's, exactly
+                    hint = (f": the [{','.join(shape[::-1])}] of a {other} state layout "
+                            f"(--taps-state-layout {other}, or TapsSpec(state_layout={other!r}) for a function)")
                 raise err(f"tensor 'tap.{name}': expected per-chunk shape [{','.join(shape)}] with "
-                          f"{sym}={sizes[sym]}, found {_fmt(t.shape[2:])}")
+                          f"{sym}={sizes[sym]}, found {_fmt(t.shape[2:])}{hint}")
     if chunks and "C" in sizes and bool(((chunks["len"] < 1) | (chunks["len"] > sizes["C"])).any()):
         raise err(f"tensor 'chunk.len': expected values in 1..{sizes['C']}, found {chunks['len'].tolist()}")
     return {"chunks": chunks, "heads": heads, "outputs": outputs, "taps": taps,

@@ -847,8 +847,9 @@ def test_against_file_in_vk_layout_with_k_ne_v(tmp_path):
         return taps
 
     path = write_reference_taps(tmp_path, inputs, cfg, transform=to_theirs)
-    with pytest.raises(KdadbgError, match="tap.S"):
-        read_taps_file(path)                                   # read as [K,V]: a clear error
+    with pytest.raises(KdadbgError, match="tap.S") as e:
+        read_taps_file(path)                                   # read as [K,V]: a clear error, naming the flag
+    assert f"found [{V},{K}]: the [V,K] of a vk state layout (--taps-state-layout vk" in str(e.value), str(e.value)
     f = read_taps_file(path, state_layout="vk")
     assert f["taps"]["S"].shape[-2:] == (V, K)
     assert diff_dump(inputs, cfg, theirs(path, "vk")).first_divergence is None
@@ -1284,6 +1285,29 @@ def test_taps_in_an_undeclared_convention_get_a_note_naming_it(how, said):
         assert notes == [], notes
     else:
         assert len(notes) == 1 and said in notes[0], res.notes
+        # a function declares its conventions by the TapsSpec it returns; the flags are a taps file's and are
+        # refused without one (the note named both: user trial, round 45)
+        spec = "TapsSpec(gate_units='log2')" if how == "log2" else "TapsSpec(state_layout=...)"
+        assert f"{spec} returned from --impl" in notes[0] and "flag is a taps file's" in notes[0], notes[0]
+
+
+def test_a_convention_note_names_the_flag_for_a_taps_file_and_tapsspec_for_a_function():
+    """A taps file declares its conventions with --taps-gate-units / --taps-state-layout, a function with the
+    TapsSpec it returns: each note names only its own way (user trial, round 45: a function was told to pass a
+    flag that diff then refused)."""
+    import types
+    from kdadbg.diffnotes import convention_notes
+
+    torch.manual_seed(0)
+    ref = {"gc": torch.randn(2, 2, 16, 8, dtype=torch.float64), "S": torch.randn(2, 2, 8, 8, dtype=torch.float64)}
+    cand = {"gc": ref["gc"] / LN2, "S": ref["S"].transpose(-1, -2)}
+    cells = {n: types.SimpleNamespace(failing=torch.ones(2, 2, dtype=torch.bool), tol=5e-5) for n in ref}
+    for kind, own, other in (("taps file", ("(--taps-gate-units log2)", "(--taps-state-layout vk (or kv))"), "TapsSpec"),
+                             ("implementation", ("(TapsSpec(gate_units='log2') returned from --impl f",
+                                                 "(TapsSpec(state_layout=...) returned from --impl f"), None)):
+        notes = convention_notes(cells, cand, ref, types.SimpleNamespace(kind=kind, name="f"))
+        assert len(notes) == 2 and own[0] in notes[0] and own[1] in notes[1], notes
+        assert other is None or not any(other in n for n in notes), notes
 
 
 def test_a_dump_whose_gates_flush_the_state_every_chunk_says_it_cannot_test_the_decay_between_chunks():
