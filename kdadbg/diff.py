@@ -234,8 +234,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         cand = {}
     if cand:
         cand = select(cand, [run.tap_chunks.index(c) for c in tap_rows], [run.tap_heads.index(h) for h in tap_heads])
-    if (not impl.provides_taps or not run.taps) and tuple(names) == TAP_NAMES:
+    if not run.taps and tuple(names) == TAP_NAMES:
         missing["taps"] = []   # an implementation without taps, all asked by default: nothing to list
+    # (one that returned some, a function's forward taps say, has the others listed: user trial, round 45)
     # (taps asked for by name are listed as not provided whatever the implementation offers)
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)

@@ -1291,6 +1291,37 @@ def test_taps_in_an_undeclared_convention_get_a_note_naming_it(how, said):
         assert f"{spec} returned from --impl" in notes[0] and "flag is a taps file's" in notes[0], notes[0]
 
 
+class _ForwardTapsOnly(Implementation):
+    """The float64 reference returning its forward taps alone, as a user's function may (provides_taps unset)."""
+
+    def __init__(self):
+        self.name = "reference, forward taps only"
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.impls.reference import Reference
+
+        res = Reference().run(inputs, config, device=device, taps=taps)
+        return dataclasses.replace(res, taps={n: t for n, t in res.taps.items() if n in FWD_NAMES})
+
+
+FWD_NAMES = tuple(n for n in TAP_NAMES if n in ("gc", "gT", "b", "qd", "kd", "ki", "kr", "L", "INV", "Mqk", "S",
+                                                "vcorr", "U"))
+
+
+def test_an_implementation_returning_some_taps_has_the_others_listed():
+    """User trial, round 45: a function returning its forward taps only had no "taps it does not provide" line and
+    an empty missing.taps, so nothing said that no backward tap was compared; one returning none lists none."""
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, _ForwardTapsOnly(), window=0)
+    assert res.passed and set(res.missing["taps"]) == set(TAP_NAMES) - set(FWD_NAMES), res.missing
+    assert "dS" in res.missing["taps"] and "S" not in res.missing["taps"]
+    none = _ForwardTapsOnly()
+    none.run = lambda inputs, config, *, device, taps=None: ImplRun(
+        _ForwardTapsOnly.run(none, inputs, config, device=device, taps=taps).outputs)
+    bare = diff_dump(inputs, config, none, window=0)
+    assert bare.passed and bare.missing["taps"] == [], bare.missing
+
+
 def test_a_convention_note_names_the_flag_for_a_taps_file_and_tapsspec_for_a_function():
     """A taps file declares its conventions with --taps-gate-units / --taps-state-layout, a function with the
     TapsSpec it returns: each note names only its own way (user trial, round 45: a function was told to pass a
