@@ -613,6 +613,11 @@ def test_a_wrong_state_update_without_taps_is_introduced_by_the_chunk_before():
     out = " ".join(console.export_text().split())
     assert "the fault is in chunk 1 itself, or in chunk 0's state update, which wrote the S entering it" in out, out
     assert "token positions" not in out, out
+    # the tensors that fail whole are listed once; with a first BUG above, no per-tensor "start looking there"
+    console = Console(record=True, width=400)
+    difftables.render_tensors(console, res)
+    out = " ".join(console.export_text().split())
+    assert res.first_bug is not None and "over tolerance as whole tensors" in out and "start looking" not in out, out
 
 
 def test_a_rerun_diverging_one_chunk_after_its_seed_is_said_to_carry_through_the_state():

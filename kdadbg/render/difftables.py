@@ -98,6 +98,8 @@ def render_tensors(console: Console, res) -> None:
     rows = "every row both files hold" if res.mode == "files" else "the compared rows"
     console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over "
                   f"{rows}): {what}{drift}", soft_wrap=True, highlight=False)
+    if res.first_bug is not None:
+        return   # the first BUG above leads there: a line per tensor read as ten places to start (user trial, round 45)
     for n in failing:
         lead = res.tensor_lead(n)
         if lead is None or (res.first_divergence is not None and lead["tap"] == res.first_divergence["tap"]):
