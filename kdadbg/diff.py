@@ -37,7 +37,7 @@ from .errors import KdadbgError
 from .impls import TapsSpec, as_implementation, check_supported, resolve_impl
 from .impls.base import as_received, convert_taps, received_note, rounding_bound, stored_as
 from .localise import all_nan, amplification, exponent_ranges, repeat_report, select, window_rerun
-from .diffnotes import (carried_seed, convention_notes, decay_coverage_note, precision_hint,
+from .diffnotes import (carried_seed, convention_notes, decay_coverage_note, negated_note, precision_hint,
                         transposed_states_note, written_nowhere)
 from .dump import blind_gradients
 from .reach import blank, nonfinite_reach, reach_note
@@ -326,6 +326,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                             *([note] if (note := received_note(impl.name, dump_inputs, run.upstream, seeded))
                               else [])])
     res.notes.extend(convention_notes(cells, cand, ref_sel, impl))
+    negated = negated_note(cells, (cand, ref_sel), (mine, theirs))
+    if negated:
+        res.notes.append(negated)
     flipped = transposed_states_note(run.outputs, ref.outputs, {n for n in ("ht", "dh0") if n in cells and bool(
         cells[n].failing.any())}, tols, impl.name)
     if flipped:

@@ -36,6 +36,27 @@ def transposed_ratio(x: torch.Tensor, r: torch.Tensor) -> float:
 LOG2_SPEC = "TapsSpec(gate_units='log2')"
 
 
+def negated_note(cells: dict, *sides: tuple[dict, dict]) -> str | None:
+    """A note naming the failing quantities that are the reference's times exactly -1 (``_pure_scale``): a sign
+    flipped, which a ratio of 2 in every cell does not say by itself (user trial, round 45: a negated dg). ``sides``:
+    ``(candidate, reference)`` dicts of the cells' tensors (taps, output rows)."""
+    names = []
+    for n, c in cells.items():
+        if not bool(c.failing.any()):
+            continue
+        for cand, ref in sides:
+            if n in cand and n in ref:
+                s = _pure_scale(cand[n], ref[n])
+                if s is not None and abs(s + 1) < 1e-3:
+                    names.append(n)
+                break
+    if not names:
+        return None
+    return (f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} the reference's times exactly -1 over every "
+            f"element compared: a sign flipped where {'it is' if len(names) == 1 else 'they are'} computed (or "
+            f"accumulated), not an error of size")
+
+
 def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
     """Notes where failing taps are the reference's in another convention, which a taps declaration or the
     function's conventions would explain (``TapsSpec``, ``--taps-gate-units``, ``--taps-state-layout``,

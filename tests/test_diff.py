@@ -1322,6 +1322,19 @@ def test_an_implementation_returning_some_taps_has_the_others_listed():
     assert bare.passed and bare.missing["taps"] == [], bare.missing
 
 
+def test_a_negated_quantity_is_said_to_have_its_sign_flipped():
+    """User trial, round 45: dg exactly negated read as ratio 2 in every cell, nothing more. A note names the
+    quantities that are the reference's times -1; a dg 1 % off gets none."""
+    from conftest import scaled_output
+
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, scaled_output(resolve_impl("reference"), "dg", -1.0), window=0)
+    notes = [n for n in res.notes if "times exactly -1" in n]
+    assert len(notes) == 1 and notes[0].startswith("dg is the reference's times exactly -1"), res.notes
+    res = diff_dump(inputs, config, scaled_output(resolve_impl("reference"), "dg", 1.01), window=0)
+    assert res.verdict == "fail" and not [n for n in res.notes if "times exactly -1" in n], res.notes
+
+
 def test_a_convention_note_names_the_flag_for_a_taps_file_and_tapsspec_for_a_function():
     """A taps file declares its conventions with --taps-gate-units / --taps-state-layout, a function with the
     TapsSpec it returns: each note names only its own way (user trial, round 45: a function was told to pass a
