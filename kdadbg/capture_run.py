@@ -14,8 +14,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import subprocess
 import tempfile
+import threading
 import uuid
 from pathlib import Path
 
@@ -84,6 +86,14 @@ def parse_size(text: str | None) -> int | None:
     return int(value * scale)
 
 
+def _forward(proc, signum: int) -> None:
+    """Send signal ``signum`` on to the command ``proc`` (gone already: nothing to do)."""
+    try:
+        proc.send_signal(signum)
+    except ProcessLookupError:
+        pass
+
+
 def run_captured(command: list[str], out, *, targets: list[str] | None = None, calls: list[int] | None = None,
                  modules: list[str] | None = None, first: int | None = None, every: int = 1, when: str = "always",
                  max_bytes: int | None = None, steps: str = "optimizer", force: bool = False) -> dict:
@@ -133,12 +143,20 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
             proc = subprocess.Popen(command, env=env)
         except OSError as e:
             raise KdadbgError(f"capture: cannot run {command[0]!r} ({e.strerror or e})") from None
-        while True:
-            try:
-                code = proc.wait()
-                break
-            except KeyboardInterrupt:  # the command got the signal too: wait for it to finish
-                continue
+        # SIGTERM (timeout, a scheduler) goes on to the command, and capture waits for it as for Ctrl-C, so that
+        # its summary is printed and this temporary folder removed (it ended kdadbg alone: user trial, round 45)
+        main = threading.current_thread() is threading.main_thread()
+        before = signal.signal(signal.SIGTERM, lambda signum, frame: _forward(proc, signum)) if main else None
+        try:
+            while True:
+                try:
+                    code = proc.wait()
+                    break
+                except KeyboardInterrupt:  # the command got the signal too: wait for it to finish
+                    continue
+        finally:
+            if main:
+                signal.signal(signal.SIGTERM, before)
     if code < 0:
         code = 128 - code
     result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "excluded": {}, "errors": [],

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 import torch
@@ -841,6 +842,29 @@ def test_ctrl_c_during_capture_reports_the_commands_own_exit_status(tmp_path):
                          start_new_session=True)
     assert res.returncode == 0 and "child done" in res.stdout, (res.returncode, res.stderr)
     assert "interrupted (SIGINT)" not in res.stderr
+
+
+def test_sigterm_to_capture_reaches_the_command_and_leaves_its_summary(tmp_path):
+    """User trial, round 45: `timeout 9 kdadbg capture ...` (SIGTERM to capture alone) ended it at once: no
+    summary, and its temporary sitecustomize folder left in /tmp. It goes on to the command now, and capture
+    waits for it, says how it ended (143: SIGTERM) and removes the folder."""
+    import glob
+    import signal
+    import tempfile
+    import time
+
+    pattern = str(Path(tempfile.gettempdir()) / "kdadbg-capture-*")
+    before = set(glob.glob(pattern))
+    child = "import time; print('child up', flush=True); time.sleep(60)"
+    proc = subprocess.Popen([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "d"), "--",
+                             sys.executable, "-c", child], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    assert proc.stdout.readline().strip() == "child up"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)   # capture alone, as timeout sends it
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signal.SIGTERM, (proc.returncode, err)
+    assert "capture:" in err and "SIGTERM" in err, err
+    assert set(glob.glob(pattern)) <= before, set(glob.glob(pattern)) - before
 
 
 def test_a_target_called_inside_another_target_is_marked_inside_it(tmp_path):

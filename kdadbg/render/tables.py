@@ -431,8 +431,15 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
     ends = f"the command exited with {result['exit_code']}" + (
         f"; capture exits {status}" if status != result["exit_code"] else "")
     if not result["processes"] and result["exit_code"] > 128:   # killed by a signal before any exit hook ran
-        err.print(f"capture: no manifest came back: the command was ended by signal {result['exit_code'] - 128} "
-                  f"before it wrote one", soft_wrap=True, highlight=False)
+        n = result["exit_code"] - 128
+        try:
+            import signal
+
+            name = f" ({signal.Signals(n).name})"
+        except ValueError:
+            name = ""
+        err.print(f"capture: no manifest came back: the command was ended by signal {n}{name} before it wrote one",
+                  soft_wrap=True, highlight=False)
     elif not result["processes"]:
         err.print("capture: no manifest came back: was the command a Python process with site enabled "
                   "(not python -S or -I)?", soft_wrap=True, highlight=False)
