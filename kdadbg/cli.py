@@ -893,7 +893,8 @@ def capture_(
                                                  "e.g. 0,3.")] = None,
     modules: Annotated[Optional[list[str]], typer.Option("--modules", help="Glob pattern of module names, e.g. "
                                                          "'layers.*.attn' (repeatable).")] = None,
-    first: Annotated[Optional[int], typer.Option("--first", help="Write at most N dumps.")] = None,
+    first: Annotated[Optional[int], typer.Option("--first", help="Write at most N dumps in each process the command "
+                                                 "starts (N >= 1).")] = None,
     every: Annotated[int, typer.Option("--every", help="Only steps 0, k, 2k, ...")] = 1,
     target: Annotated[Optional[list[str]], typer.Option("--target", help="What to wrap: fla, kdadbg or "
                                                         "pkg.module:function (repeatable; default fla and "
@@ -929,6 +930,9 @@ def capture_(
         if not call_list or min(call_list) < 0:
             raise KdadbgError(f"--calls: expected call indices >= 0 within a step (0 is a step's first KDA call), "
                               f"found {calls!r}")
+    for option, value in (("--first", first), ("--every", every)):   # by the command line's names (not capture()'s)
+        if value is not None and value < 1:
+            raise KdadbgError(f"{option}: expected an integer >= 1, found {value}")
     patterns = [p for m in modules or [] for p in m.split(",") if p]
     result = run_captured(cmd, out, targets=target, calls=call_list, modules=patterns or None, first=first,
                           every=every, when=when.value, max_bytes=parse_size(max_bytes), steps=steps.value,

@@ -113,7 +113,7 @@ def no_upstream_gradient(inputs) -> bool:
 
 # a captured call that asked for no final state (output_final_state=False, as training does) returned no ht:
 # nothing to compare, and no shortfall of the implementation's either (not "partial")
-NOT_ASKED = "not computed by the captured call (it asked for no final state)"
+NOT_ASKED = "not computed by the captured call, which asked for no final state"
 
 
 NO_UPSTREAM_RECEIVED = ("not compared: do as the implementation's backward received it (rounded to its output's "

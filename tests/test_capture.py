@@ -724,10 +724,12 @@ def test_cli_capture_refuses_bad_sizes_and_selections_in_one_line(tmp_path):
             parse_size(bad)
     assert parse_size("2K") == 2048
     marker = tmp_path / "ran"
-    for args in (["--max-bytes", "inf"], ["--calls", ","], ["--calls", "-1"], ["--first", "0"]):
+    for args in (["--max-bytes", "inf"], ["--calls", ","], ["--calls", "-1"], ["--first", "0"], ["--every", "0"]):
         r = CliRunner().invoke(app, ["capture", "--out", str(tmp_path / "d"), *args, "--", sys.executable, "-c",
                                      f"open({str(marker)!r}, 'w')"])
         assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output, (args, r.output)
+        if args[0] in ("--first", "--every"):   # the option as typed (it said "capture first=0": round 45)
+            assert f"error: {args[0]}: expected an integer >= 1, found 0" in r.output, r.output
         assert not marker.exists(), args
 
 
