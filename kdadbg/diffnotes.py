@@ -95,6 +95,18 @@ def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
                      f"times exactly ln 2 (a gate) or 1/ln 2 (its gradient): natural-log taps declared as log2, or "
                      f"an implementation that takes the dump's natural-log gate as log2 (2^g where e^g is meant: a "
                      f"missing ln 2)")
+    # exp2 of the natural-log gate inside the implementation (2^g where e^g is meant): its gate taps right, the taps
+    # that exponentiate it the reference's times exp((ln 2 - 1) x) of their exponent x (user trial, round 45)
+    if "gc" in ref and "gT" in ref:
+        gc, gT = ref["gc"].to(torch.float64), ref["gT"].to(torch.float64)[:, :, None, :]
+        args = {"qd": gc, "kd": gc, "ki": -gc, "kr": gT - gc}
+        exp2 = [n for n, x in args.items() if n in failing and n in cand and n in ref and
+                _pure_scale(cand[n], ref[n].to(torch.float64) * torch.exp((ln2 - 1) * x)) is not None and
+                abs(_pure_scale(cand[n], ref[n].to(torch.float64) * torch.exp((ln2 - 1) * x)) - 1) < 1e-3]
+        if exp2:
+            notes.append(f"{', '.join(exp2)} {'is' if len(exp2) == 1 else 'are'} the reference's with 2^x where e^x "
+                         f"is meant (x its exponent, from gc): an exp2 of the natural-log gate, a missing ln 2 in "
+                         f"the exponent where {'it is' if len(exp2) == 1 else 'they are'} formed")
     flipped = []
     for n in ("S", "dS"):
         if n not in failing or n not in cand or cand[n].shape[-1] != cand[n].shape[-2]:

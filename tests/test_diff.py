@@ -1264,12 +1264,17 @@ class _TapsInOtherConventions(Implementation):
                 res.taps[n] = t * 1.01
             elif self.how == "transposed" and n in ("S", "dS"):
                 res.taps[n] = t.transpose(-1, -2).contiguous()
+        if self.how == "exp2":   # 2^x where e^x is meant, x each tap's exponent (its gate taps right)
+            gc, gT = res.taps["gc"], res.taps["gT"][:, :, None, :]
+            for n, x in (("qd", gc), ("kd", gc), ("ki", -gc), ("kr", gT - gc)):
+                res.taps[n] = res.taps[n] * torch.exp((LN2 - 1) * x)
         return res
 
 
 @pytest.mark.parametrize("how, said", [
     ("log2", "gc, gT, dgc, dgT are the reference's times exactly 1/ln 2 (a gate) or ln 2 (its gradient)"),
     ("transposed", "match the reference transposed, within tolerance"),
+    ("exp2", "qd, kd, ki, kr are the reference's with 2^x where e^x is meant"),
     ("wrong", None)])
 def test_taps_in_an_undeclared_convention_get_a_note_naming_it(how, said):
     """User trial, round 40: log2 taps read as natural-log (ratio exactly 0.4427 in gc, gT, dgc, dgT) and
@@ -1280,15 +1285,15 @@ def test_taps_in_an_undeclared_convention_get_a_note_naming_it(how, said):
     inputs, config = make_inputs(case)
     res = diff_dump(inputs, config, _TapsInOtherConventions(how), window=0)
     assert res.verdict == "fail"
-    notes = [n for n in res.notes if "the reference's times exactly" in n or "transposed" in n]
+    notes = [n for n in res.notes if "the reference's times exactly" in n or "transposed" in n or "2^x" in n]
     if said is None:
         assert notes == [], notes
     else:
         assert len(notes) == 1 and said in notes[0], res.notes
-        # a function declares its conventions by the TapsSpec it returns; the flags are a taps file's and are
-        # refused without one (the note named both: user trial, round 45)
-        spec = "TapsSpec(gate_units='log2')" if how == "log2" else "TapsSpec(state_layout=...)"
-        assert f"{spec} returned from --impl" in notes[0] and "flag is a taps file's" in notes[0], notes[0]
+        if how != "exp2":   # a function declares its conventions by the TapsSpec it returns (the flags are a taps
+            # file's, refused without one: the note named both, user trial, round 45)
+            spec = "TapsSpec(gate_units='log2')" if how == "log2" else "TapsSpec(state_layout=...)"
+            assert f"{spec} returned from --impl" in notes[0] and "flag is a taps file's" in notes[0], notes[0]
 
 
 class _ForwardTapsOnly(Implementation):
