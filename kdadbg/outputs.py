@@ -112,11 +112,12 @@ def check_output(label: str, path, force: bool = False, fmt: str | None = None) 
     if str(path) == "-":
         raise KdadbgError(f"{where}: expected a file name; kdadbg does not write this to stdout (its tables go "
                           f"there), nor a file named '-'")
-    if raw.startswith("-"):   # `--json --force`: the next option taken as the file name
+    if raw.startswith("-") and label:   # `--json --force`: the next option taken as the file name (an option's
+        # value; capture's own file names, label "", are under its --out folder, whatever that is called)
         after = f" after {label}" if label.startswith("-") else ""
         raise KdadbgError(f"{where}: expected a file name{after}, found {str(path)!r}, an option's spelling (the "
-                          f"option it names was not applied); for a file whose name starts with '-', give its folder too (its full "
-                          f"path, or e.g. out/{path})")
+                          f"option it names was not applied); for a file whose name starts with '-', give its "
+                          f"folder too (its full path, or e.g. out/{path})")
     if label == "--plot":
         check_plot_name(path)
     if path.is_dir():

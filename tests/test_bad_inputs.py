@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -21,7 +22,8 @@ from conftest import REPO
 from kdadbg import fileio
 from kdadbg.cases import get_case, make_inputs, with_size
 from kdadbg.dump import KERNEL_MAX_HEAD_DIM, describe_dump, save_dump
-from kdadbg.outputs import OutputSet, check_outputs
+from kdadbg.errors import KdadbgError
+from kdadbg.outputs import OutputSet, check_output, check_outputs
 from test_cli import assert_one_error_line, kdadbg
 
 SMALL = with_size(get_case("t16"), K=8, V=8)  # one chunk, H=1, lower_bound gate, h0 and dht
@@ -498,6 +500,16 @@ def test_r8_failure_while_moving_outputs_writes_none(tmp_path, monkeypatch):
         monkeypatch.setattr(os, "rename", real)
     assert old.read_bytes() == b"old a"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.json"]
+
+
+def test_a_name_starting_with_a_dash_is_refused_as_an_options_value_only(tmp_path, monkeypatch):
+    """An option's value spelled as an option (`--json --force`) is refused; a file capture writes under a folder
+    whose name starts with '-' (label "") is not an option's value and is written."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "-d").mkdir()
+    with pytest.raises(KdadbgError, match="expected a file name after --json"):
+        check_output("--json", "--force")
+    assert check_output("", "-d/s0000-c000.safetensors") == Path("-d/s0000-c000.safetensors")
 
 
 def test_r8_output_checks_refuse_duplicates_and_inputs(tmp_path):
