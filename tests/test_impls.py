@@ -279,7 +279,8 @@ def test_function_that_raises_is_one_line_exit_1(tmp_path):
     mod.write_text("def chunk_kda(q, k, v, g, beta, **kw):\n    raise RuntimeError('CUDA error: illegal memory access')\n"
                    "def wrong_shape(q, k, v, g, beta, **kw):\n    return q[..., :1], None\n"
                    "def needs_flag(q, k, v, g, beta, scale=None, initial_state=None, output_final_state=False):\n"
-                   "    return v, None\n")
+                   "    return v, None\n"
+                   "def four_pos(q, k, v, g, *, beta=None, **kw):\n    return v, None\n")
     inputs, config = case_inputs("basic")
     dump = tmp_path / "d.safetensors"
     save_dump(dump, inputs, config)
@@ -290,7 +291,10 @@ def test_function_that_raises_is_one_line_exit_1(tmp_path):
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:wrong_shape"])
     assert r.exit_code == 2 and "output 'o': expected shape [2,40,2,16]" in r.output
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:needs_flag"])
-    assert r.exit_code == 2 and "use_gate_in_kernel=True" in r.output and "takes no such argument" in r.output
+    assert r.exit_code == 2 and "use_gate_in_kernel=True" in r.output and "takes none of these arguments" in r.output
+    # a signature the call cannot bind is a refusal (exit 2), not the function raising (exit 1; user trial, round 46)
+    r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:four_pos"])
+    assert r.exit_code == 2 and "which its signature refuses: too many positional arguments" in r.output, r.output
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{mod}:nope"])
     assert r.exit_code == 2 and "has no 'nope'" in r.output
     # names that are emoji codes stay names (":x:" and ":three:" were drawn as emoji, round 38)

@@ -132,11 +132,17 @@ def call_kwargs(fn, inputs: KDAInputs, config: KDAConfig, h0, name: str) -> tupl
                 and p.kind in (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
                 and p.name not in kwargs]
     if missing:
-        raise KdadbgError(f"--impl {name}: the dump needs {', '.join(missing)}, but the function takes no such "
-                          f"argument")
+        raise KdadbgError(f"--impl {name}: the dump needs {', '.join(missing)}, but the function takes "
+                          + ("no such argument" if len(missing) == 1 else "none of these arguments"))
     if required:
         raise KdadbgError(f"--impl {name}: the function requires {', '.join(required)}, which kdadbg cannot give "
                           f"(it passes q, k, v, g, beta and fla's chunk_kda keywords)")
+    if params:   # what else the call cannot bind (too few positional parameters, say): refused here, not raised in it
+        try:
+            inspect.signature(fn).bind(*range(5), **kwargs)
+        except TypeError as e:
+            raise KdadbgError(f"--impl {name}: kdadbg calls it with q, k, v, g, beta by position and fla's chunk_kda "
+                              f"keywords ({', '.join(kwargs) or 'none'}), which its signature refuses: {e}") from None
     return kwargs, "state_v_first" in kwargs
 
 
