@@ -793,7 +793,8 @@ def diff(
     device: Annotated[Device, typer.Option("--device", help="Where to compute (auto: cuda if present, else the "
                                            "CPU under the Triton interpreter).")] = Device.auto,
     precision: Annotated[Precision, typer.Option("--precision", help="Kernel dot operands, and the tolerance "
-                                                 "table and noise floor to judge by: fp32 or bf16.")]
+                                                 "table and noise floor to judge by: fp32 or bf16 (not given: "
+                                                 "the precision a taps file judged records, else fp32).")]
     = Precision.fp32,
     tap_names: Annotated[Optional[str], typer.Option("--taps", help="Comma-separated tap or stage names, all or "
                                                      "none (default all).")] = None,
@@ -851,13 +852,19 @@ def diff(
         names, chunk_range, head_list = parse_tap_names(tap_names), parse_chunk_range(chunks), parse_heads(heads)
         if against is None and impl in (None, "ours", "kernel", "kernels") and len(files) == 1:
             kernel_precheck(files[0])   # refuses over-wide heads; the float64 note comes with the result's notes
+        judged_at, recorded_by = precision.value, None
+        if not _on_command_line(ctx, "precision"):   # a taps file is judged at the precision it records
+            judged_at, recorded_by = _recorded_precision(files, impl, against) or (judged_at, None)
         with report.progress_display(_err()) as progress:
             progress = _starts(outs, progress)
             result = diff_paths(files, impl=impl, against=against, overrides=overrides, device=device.value,
-                                precision=precision.value, names=names, chunks=chunk_range, heads=head_list,
+                                precision=judged_at, names=names, chunks=chunk_range, heads=head_list,
                                 spec=TapsSpec(their_layout.value, gate_units.value), tol_overrides=tol,
                                 window=window, repeat=repeat, drift_fails=strict, allow_nonfinite=allow_nonfinite,
                                 full_run=full_run, max_interpreter_s=max_interpreter_s, progress=progress)
+        if recorded_by is not None:
+            result.notes.append(f"judged at precision {judged_at}, the one {recorded_by} records (its metadata): "
+                                f"--precision chooses another")
         plotted = _write_outputs(outs, result, json_file, plot is not None and (
             lambda path: write_plot(result, path)), diffreport.render)
     out = _out()
@@ -869,6 +876,31 @@ def diff(
     code = {"pass": 0, "fail": EXIT_NUMERIC, "not_compared": EXIT_BAD_INPUT, "partial": EXIT_PARTIAL}[result.verdict]
     if code:
         raise typer.Exit(code)
+
+
+def _recorded_precision(files: list, impl: str | None, against) -> tuple[str, str] | None:
+    """``(precision, path)`` where the taps file a diff judges (``--against``, ``--impl FILE.safetensors``, or B of
+    ``diff A B``, else A) records the precision it was written at (``run --save``, ``taps --source ours``,
+    ``capture``), so that a bf16 file is not judged at fp32's tolerances by default; None where none does (or
+    the file cannot be read: its own error comes later)."""
+    from .fileio import read_header
+
+    if against is not None:
+        paths = [against]
+    elif len(files) == 2:
+        paths = [files[1], files[0]]
+    elif impl is not None and str(impl).endswith(".safetensors") and Path(impl).is_file():
+        paths = [impl]
+    else:
+        return None
+    for path in paths:
+        try:
+            own = str(read_header(path)[1].get("precision", "")).strip()
+        except (KdadbgError, OSError):
+            return None
+        if own in ("fp32", "bf16"):
+            return own, str(path)
+    return None
 
 
 class When(str, Enum):

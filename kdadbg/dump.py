@@ -434,6 +434,23 @@ _LAYOUT_OF = {"o": "v", "dq": "q", "dk": "k", "dv": "v", "dg": "g", "dbeta": "be
               "dA_log": "A_log", "ddt_bias": "dt_bias"}
 
 
+def _overrides_for(dump, meta: dict) -> str:
+    """The config overrides (`` --gate softplus --chunk-size 32``) that give ``dump`` the config a taps file was
+    made with (``taps``/``run`` with overrides record it), so that the command inspect recommends runs; "" when
+    they agree, or the dump is not at hand or cannot be read (its own error comes with the command)."""
+    from .tapsfile import CONFIG_KEYS as FILE_KEYS, config_overrides
+
+    if dump is None:
+        return ""
+    try:
+        specs, dmeta = read_header(dump)
+        config = check_layout(str(dump), specs, dmeta, None)
+    except (KdadbgError, OSError):
+        return ""
+    fix = config_overrides(meta, config.to_metadata(), (*FILE_KEYS, "chunk_size"))
+    return f" {fix}" if fix else ""
+
+
 def _describe_taps_file(path, specs: dict, meta: dict, kind: str, out: dict) -> dict:
     """:func:`describe_dump` for a file of the taps file layout (``kind``: ``tapsfile.taps_file_kind``)."""
     from kdadbg_kernels.taps import OUTPUTS
@@ -457,7 +474,8 @@ def _describe_taps_file(path, specs: dict, meta: dict, kind: str, out: dict) -> 
             "precision": meta.get("precision"), "dump": dump, "inputs_sha256": meta.get("inputs_sha256"),
             "window": meta.get("chunks"), "outputs": [], "taps": [], "missing_taps": [], "chunks": None,
             "heads": None, "use": f"kdadbg diff {dump_arg} --against {path}"
-            + (f" --precision {meta['precision']}" if meta.get("precision") in ("fp32", "bf16") else "")}
+            + (f" --precision {meta['precision']}" if meta.get("precision") in ("fp32", "bf16") else "")
+            + _overrides_for(beside if dump_arg != "DUMP" else None, meta)}
     out["taps_file"] = info
     out["config"] = [{"key": k, "value": meta[k], "default": False} for k in CONFIG_KEYS if k in meta]
     error, first = None, {}

@@ -220,6 +220,28 @@ def test_inspect_describes_taps_files(tmp_path, basic):
     assert_one_error_line(kdadbg("diff", saved), "is a taps file; diff needs the DUMP")
 
 
+def test_the_diff_inspect_recommends_runs_and_a_recorded_precision_is_the_default(tmp_path, basic):
+    """User trial, round 46: a taps file made with config overrides (`taps --gate softplus --chunk-size 32`, the
+    README's example) got `use it: kdadbg diff DUMP --against FILE`, which then refused the file as made with
+    another config; and `diff DUMP --against` a `run --precision bf16 --save` file judged it at fp32's tolerances
+    by default (194 BUG, exit 1, a note saying so). inspect's command now carries the overrides, and diff judges a
+    file at the precision it records unless --precision says otherwise."""
+    taps, saved = tmp_path / "t.safetensors", tmp_path / "saved.safetensors"
+    assert kdadbg("taps", basic, "-o", taps, "--gate", "softplus", "--chunk-size", "32").exit_code == 0
+    use = json.loads(kdadbg("inspect", taps, "--json").stdout)["taps_file"]["use"]
+    assert use.endswith(f"--against {taps} --gate softplus --chunk-size 32"), use
+    r = kdadbg(*use.split()[1:])
+    assert r.exit_code == 0 and "verdict: pass" in r.stdout, r.output
+    assert kdadbg("run", basic, "--precision", "bf16", "--save", saved).exit_code == 0
+    js = tmp_path / "d.json"
+    r = kdadbg("diff", basic, "--against", saved, "--json", js)
+    doc = json.loads(js.read_text())
+    assert r.exit_code == 0 and doc["precision"] == "bf16" and doc["compared"]["bug"] == 0, r.output
+    assert f"judged at precision bf16, the one {saved} records (its metadata)" in r.stdout, r.stdout
+    r = kdadbg("diff", basic, "--against", saved, "--precision", "fp32")   # asked for: as asked
+    assert r.exit_code == 1 and "was written at precision bf16" in r.stdout, r.output
+
+
 def test_inspect_malformed_taps_file(tmp_path, basic):
     """A taps file whose layout is broken (a tap's rows against its chunk table) is described as far as it can
     be and invalid: exit 2, one error line."""
