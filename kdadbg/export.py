@@ -90,7 +90,7 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     from .progress import ticking
     from .run import interpreter_seconds, refuse_slow_interpreter
 
-    refuse_slow_interpreter(impl, inputs, config, dev, None, max_interpreter_s)
+    refuse_slow_interpreter(impl, inputs, config, dev, None, max_interpreter_s, option="--source", windowed=False)
     with ticking(progress, f"{impl.name} (forward+backward)", interpreter_seconds(impl, inputs, config, dev)):
         run = impl.run(inputs, config, device=dev, taps=sel)
 

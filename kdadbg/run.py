@@ -450,10 +450,13 @@ def interpreter_seconds(impl: Implementation, inputs: KDAInputs, config: KDAConf
 
 
 def refuse_slow_interpreter(impl: Implementation, inputs: KDAInputs, config: KDAConfig, device: str,
-                            n_chunks: int | None, max_s: float | None) -> None:
+                            n_chunks: int | None, max_s: float | None, option: str = "--impl",
+                            windowed: bool = True) -> None:
     """One line, before any work, when our kernels (or fla's) under the Triton interpreter would take more
     than ``max_s`` seconds by the measured rate (:func:`kdadbg.impls.ours.interpreter_estimate`,
-    :func:`kdadbg.impls.fla.interpreter_estimate`)."""
+    :func:`kdadbg.impls.fla.interpreter_estimate`). ``option``: the command's name for the implementation
+    (``taps``: ``--source``); ``windowed``: whether the command's ``--chunks`` runs a window (``taps``' picks
+    the taps exported from a whole run)."""
     if max_s is not None and not max_s >= 0:
         raise KdadbgError(f"--max-interpreter-s: expected seconds, 0 or more, found {max_s:g}")
     estimate = _interpreter_estimator(impl, device)
@@ -461,6 +464,9 @@ def refuse_slow_interpreter(impl: Implementation, inputs: KDAInputs, config: KDA
         return
     est, how = estimate(inputs, config, n_chunks)
     if est > max_s:
-        raise KdadbgError(f"--impl {impl.name} under the Triton interpreter (no GPU): estimated {est:.0f} s ({how}), over "
-                          f"--max-interpreter-s {max_s:g}; use --device cuda, another --impl (e.g. reference), a "
-                          f"chunk window (--chunks A:B), or raise --max-interpreter-s")
+        window = ("a chunk window (--chunks A:B)" if windowed else
+                  "a chunk window of run or diff (here --chunks picks the taps exported, from a run over every "
+                  "chunk)")
+        raise KdadbgError(f"{option} {impl.name} under the Triton interpreter (no GPU): estimated {est:.0f} s ({how}), "
+                          f"over --max-interpreter-s {max_s:g}; use --device cuda, another {option} (e.g. reference), "
+                          f"{window}, or raise --max-interpreter-s")

@@ -79,7 +79,12 @@ def test_slow_interpreter_runs_are_refused_up_front_with_the_estimate(tmp_path):
         r = runner.invoke(cli.app, [cmd[0], str(dump), *cmd[1:], "--device", "cpu", "--max-interpreter-s", "5"])
         assert r.exit_code == 2, r.output
         assert "estimated" in r.stderr and "125 chunks x 2 heads" in r.stderr and "--device cuda" in r.stderr
-        assert "--chunks A:B" in r.stderr and r.stderr.count("\n") == 1
+        assert r.stderr.count("\n") == 1
+        if cmd[0] == "taps":   # its --chunks picks the taps exported, and its implementation is --source (round 46)
+            assert "--source ours under the Triton interpreter" in r.stderr and "another --source" in r.stderr
+            assert "a chunk window of run or diff (here --chunks picks the taps exported" in r.stderr
+        else:
+            assert "--chunks A:B" in r.stderr and "another --impl" in r.stderr
     assert not (tmp_path / "t.safetensors").exists()
     r = runner.invoke(cli.app, ["run", str(dump), "--device", "cpu", "--max-interpreter-s", "5", "--chunks", "0:1"])
     assert r.exit_code == 0, r.output                            # one chunk x 2 heads fits
