@@ -507,6 +507,9 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
     not_provided.update({n: f"not in {a['path']} (the reference file)" for n in OUTPUT_NAMES
                          if n in b["outputs"] and n not in a["outputs"]})
     shared = [n for n in OUTPUT_NAMES if n in a["outputs"] and n in b["outputs"]]
+    if not a["outputs"] and not b["outputs"]:   # taps alone: not a full pass, as diff DUMP --against such a file
+        not_provided.update({n: "in neither file: written without outputs (taps --no-outputs)"
+                             for n in ("o", "dq", "dk", "dv", "dg", "dbeta")})
     for n in shared:
         if tuple(a["outputs"][n].shape) != tuple(b["outputs"][n].shape):
             raise KdadbgError(f"{b['path']}: output '{n}' has shape {list(b['outputs'][n].shape)}, but "
@@ -573,6 +576,16 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                      f"{b['path']} judges B against the float64 reference with both (and, in bf16, dA_log and "
                      f"ddt_bias by the error dg carries into them)")
     res.notes += notes
+    # what only B holds, in the selection: not compared (A, the reference file, defines the cells), and said so
+    extra_chunks = [c for c in sorted(set(b_ids) - set(a_ids)) if chunks is None or chunks[0] <= c < chunks[1]]
+    extra_heads = [h for h in b_heads if h not in a_heads and (heads is None or h in heads)]
+    if extra_chunks or extra_heads:
+        held = " and ".join(x for x in (
+            f"chunk{'s' if len(extra_chunks) > 1 else ''} {_spans(extra_chunks)}" if extra_chunks else "",
+            f"head{'s' if len(extra_heads) > 1 else ''} {', '.join(map(str, extra_heads))}" if extra_heads else "")
+            if x)
+        res.notes.append(f"{b['path']} also holds {held}, which {a['path']} (A, the reference file) does not: not "
+                         f"compared (diff DUMP --against {b['path']} compares them with the float64 reference)")
     from .impls.tapsfile import written_precision_note
 
     res.notes += [n for n in (written_precision_note(f["path"], f["metadata"], precision) for f in (a, b)) if n]
@@ -584,6 +597,18 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
         res.amplification = amplification(res, first)
         res.origin = {"verdict": None, "reason": "not available (two taps files: no dump to rerun a window of)"}
     return res
+
+
+def _spans(ids: list[int]) -> str:
+    """Sorted chunk ids as runs: ``0, 1, 4-7``."""
+    out, i = [], 0
+    while i < len(ids):
+        j = i
+        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
+            j += 1
+        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
+        i = j + 1
+    return ", ".join(out)
 
 
 def _layout(f: dict) -> str:

@@ -242,6 +242,21 @@ def test_the_diff_inspect_recommends_runs_and_a_recorded_precision_is_the_defaul
     assert r.exit_code == 1 and "was written at precision bf16" in r.stdout, r.output
 
 
+def test_diff_of_two_taps_files_says_what_only_B_holds_and_taps_alone_are_partial(tmp_path, basic):
+    """User trial, round 46: `diff A B` with A holding chunks 1 of head 1 and B every chunk and head, both
+    written with --no-outputs, passed (exit 0) on 1 cell and said nothing of what B held beyond A, where the
+    files swapped listed the chunks A lacked, and `diff DUMP --against` a no-outputs file is partial. Now B's
+    extra chunks and heads are a note, and two files without outputs are partial (exit 3)."""
+    a, b = tmp_path / "a.safetensors", tmp_path / "b.safetensors"
+    assert kdadbg("taps", basic, "-o", a, "--no-outputs", "--taps", "S", "--chunks", "1:2", "--heads", "1").exit_code == 0
+    assert kdadbg("taps", basic, "-o", b, "--no-outputs", "--taps", "S").exit_code == 0
+    r = kdadbg("diff", a, b)
+    assert r.exit_code == 3 and "verdict: partial" in r.stdout, r.output
+    assert "in neither file: written without outputs (taps --no-outputs)" in r.stdout
+    assert f"{b} also holds chunks 0, 2-5 and head 0, which {a} (A, the reference file) does not: not compared" \
+        in " ".join(r.stdout.split()), r.stdout
+
+
 def test_inspect_malformed_taps_file(tmp_path, basic):
     """A taps file whose layout is broken (a tap's rows against its chunk table) is described as far as it can
     be and invalid: exit 2, one error line."""
