@@ -104,7 +104,7 @@ def fit_title(fig, canvas_cls, text: str, fontsize: float) -> str:
 
     renderer = canvas_cls(fig).get_renderer()
     prop = FontProperties(size=fontsize)
-    room = fig.bbox.width - 0.2 * fig.dpi    # the constrained layout's margins, and a little to spare
+    room = fig.bbox.width - 0.6 * fig.dpi    # the margins, and clear of the colour bar's label at the right
 
     def fits(line: str) -> bool:
         return renderer.get_text_width_height_descent(line, prop, ismath=False)[0] <= room
@@ -320,7 +320,8 @@ def plot_diff(path, data: dict) -> Path:
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.05, fraction=0.035, aspect=30)
     ticks = list(range(int(vmin), int(vmax) + 1))
     bar.set_ticks(ticks)
-    bar.set_label("ratio RMS(err)/RMS(ref), worst head (log scale)", fontsize=9)
+    # two short lines: one long line ran past the top of a short figure's colour bar (user trial, round 46)
+    bar.set_label("ratio RMS(err)/RMS(ref)\nworst head, log scale", fontsize=9)
     bar.ax.set_yticklabels([f"≤1e{ticks[0]}", *(f"1e{t}" for t in ticks[1:])], fontsize=8)
     tol_text = " … ".join(dict.fromkeys(_sci(t) for t in (min(tols), max(tols))))
     mid = (math.log10(min(tols)) + math.log10(max(tols))) / 2
