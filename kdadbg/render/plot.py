@@ -104,7 +104,7 @@ def fit_title(fig, canvas_cls, text: str, fontsize: float) -> str:
 
     renderer = canvas_cls(fig).get_renderer()
     prop = FontProperties(size=fontsize)
-    room = fig.bbox.width - 0.6 * fig.dpi    # the margins, and clear of the colour bar's label at the right
+    room = fig.bbox.width - 0.2 * fig.dpi    # the constrained layout's margins, and a little to spare
 
     def fits(line: str) -> bool:
         return renderer.get_text_width_height_descent(line, prop, ismath=False)[0] <= room
