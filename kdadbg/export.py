@@ -29,10 +29,13 @@ def resolve_device(device: str) -> str:
     return device
 
 
-def exp_overflow_note(nonfinite: list[str], inputs, config, table, lo: int, hi: int) -> str | None:
+def exp_overflow_note(nonfinite: list[str], inputs, config, table, lo: int, hi: int,
+                      taps: dict | None = None) -> str | None:
     """Where every non-finite export is a tap carrying exp(-gc) (``ki``, ``dqd``, ``dkd``) and a chunk's
     cumulative gate passes float32's exp range (-gc > 88.7, the gate's float64 cumsum here), why: float32
-    cannot hold them there, whatever the kernels do (``diff`` judges those cells UNREP). None otherwise."""
+    cannot hold them there, whatever the kernels do (``diff`` judges those cells UNREP). None otherwise, and
+    where ``taps`` (name: ``[hi-lo, heads, ...]``) holds a non-finite value in a chunk within the range: that
+    one no rounding explains."""
     from .noise import EXP_LIMIT_FP32, EXP_NEG_GC_TAPS, chunks_past_exp_range
 
     if not nonfinite or not set(nonfinite) <= set(EXP_NEG_GC_TAPS) or hi <= lo:
@@ -40,12 +43,17 @@ def exp_overflow_note(nonfinite: list[str], inputs, config, table, lo: int, hi: 
     chunks = [c for c in chunks_past_exp_range(inputs, config, table) if lo <= c < hi]
     if not chunks:
         return None
+    for n in nonfinite if taps else ():
+        t = taps[n]
+        bad = (~torch.isfinite(t)).reshape(t.shape[0], -1).any(1)
+        if any(lo + int(i) not in chunks for i in torch.nonzero(bad).flatten()):
+            return None
     from .render import id_ranges
 
     return (f"{', '.join(nonfinite)} carry exp(-gc), which float32 cannot hold where a chunk's cumulative gate "
-            f"passes -{EXP_LIMIT_FP32:.1f} (chunks {id_ranges(chunks)} of this dump): expected of a float32 "
-            f"source with gates this strong, not by itself a fault; kdadbg diff judges such cells UNREP and "
-            f"prints the exp arguments per chunk")
+            f"passes -{EXP_LIMIT_FP32:.1f} (chunks {id_ranges(chunks)} of this dump, the only chunks they are in): "
+            f"expected of a float32 source with gates this strong, not by itself a fault (exit 0); kdadbg diff "
+            f"judges such cells UNREP and prints the exp arguments per chunk")
 
 
 def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | None = None,
@@ -118,8 +126,8 @@ def export_taps(dump, out, source: str = "reference", names: tuple[str, ...] | N
     if progress is not None:
         progress(f"writing {out}", 1, 1)
     nonfinite = sorted(n for n, t in {**outs, **picked}.items() if not bool(torch.isfinite(t).all()))
-    overflow = exp_overflow_note(nonfinite, inputs, config, table, lo, hi)
-    return {"overflow_note": overflow, "out": str(path), "dump": str(dump), "source": impl.name,
+    overflow = exp_overflow_note(nonfinite, inputs, config, table, lo, hi, picked)
+    return {"overflow_note": overflow, "nonfinite_explained": overflow is not None, "out": str(path), "dump": str(dump), "source": impl.name,
             "impl": {**impl.describe(), "precision": computed}, "device": dev, "config": config.as_dict(),
             "taps": list(picked), "not_provided": [n for n in sel.names if n not in picked]
             + [n for n in applies if n not in outs], "chunks": list(range(lo, hi)), "n_chunks": table.n_chunks,

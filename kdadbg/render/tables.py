@@ -229,7 +229,8 @@ def render_export(console: Console, info: dict) -> None:
                      f"--no-outputs leaves them out)" if info["outputs"] else "no outputs (--no-outputs)"),
                   soft_wrap=True, highlight=False)
     if info["nonfinite"]:
-        console.print(f"[red]non-finite values in:[/red] {', '.join(info['nonfinite'])}", soft_wrap=True)
+        colour = "yellow" if info.get("nonfinite_explained") else "red"
+        console.print(f"[{colour}]non-finite values in:[/{colour}] {', '.join(info['nonfinite'])}", soft_wrap=True)
         if info.get("overflow_note"):
             console.print(f"note: {escape(info['overflow_note'])}", soft_wrap=True, highlight=False)
     if info.get("not_provided"):  # asked for (or applying) but not written: the source does not provide them
