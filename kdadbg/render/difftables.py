@@ -149,7 +149,8 @@ def render_header(console: Console, res) -> None:
         layout, units = res.files["state_layout"], res.files["gate_units"]
         conv = [*(["S/dS from [V,K]"] if layout == "vk" else []), *(["gates from log2"] if units == "log2" else [])]
         extra = (f", theirs converted: {', '.join(conv)}" if conv else
-                 ", theirs as written (state layout kv, gates ln: nothing converted)")
+                 ", theirs' taps as written (S/dS taps [K,V], gates ln, as --taps-state-layout and "
+                 "--taps-gate-units say: nothing converted)")
     qk = next((c for c in res.cells.values() if c.group > 1), None)
     if qk is not None:   # GVA
         hs = qk.heads
