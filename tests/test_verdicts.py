@@ -692,6 +692,39 @@ def test_the_grid_legend_explains_what_the_grid_shows():
     assert "BUG" in nan and "NaN/Inf on one side" in nan, nan
 
 
+def test_without_colours_the_grid_and_the_per_head_line_show_the_labels():
+    """User trial, round 46: piped into a log, a BUG cell of the grid was a bare figure like an OK one (its
+    colour gone), and the legend spoke of italics and colours; the per-head line showed dA_log UNREP as a
+    figure. Without colours a BUG cell reads "7e-1!", a DRIFT one "~", the legend says so, and the per-head
+    line names every label but OK."""
+    import io
+    import math
+
+    from rich.console import Console
+
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, NanOutput("o"), names=("gc",), window=0)
+    plain = Console(file=io.StringIO(), width=160, color_system=None)
+    difftables.render_grid(plain, res)
+    out = plain.file.getvalue()
+    assert "! BUG: beyond" in out and "italic" not in out, out
+    bug_cells = [c for row in res.grid()["rows"] for c in row["cells"] if c is not None and c["label"] == "BUG"
+                 and c["ratio"] is not None and math.isfinite(c["ratio"])]
+    assert all(f"{difftables.short(c['ratio'])}!" in out for c in bug_cells)
+    coloured = Console(file=io.StringIO(), width=160, color_system="truecolor")
+    difftables.render_grid(coloured, res)
+    assert "! BUG" not in coloured.file.getvalue()
+    from conftest import scaled_output
+
+    inputs, config = make_inputs(get_case("kimi"))
+    res = diff_dump(inputs, config, scaled_output(resolve_impl("reference"), "dA_log", 1.5), window=0)
+    plain = Console(file=io.StringIO(), width=400, color_system=None)
+    difftables.render_head_quantities(plain, res)
+    line = plain.file.getvalue()
+    assert "dA_log head 0 " in line and " BUG" in line and "ddt_bias head 0 " in line, line
+    assert "ddt_bias head 0 " + difftables.short(res.cells["ddt_bias"].ratio[0, 0].item()) + "," in line, line
+
+
 class _Bf16ProductsOff(Implementation):
     """The float32 reference with bf16 products (bf16 mode's noise model: a correct bf16 computation), its ``o``
     1 % off at chunk 7 (tokens 448-511), head 1."""

@@ -179,6 +179,7 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     t.add_column("  tol", justify="right", no_wrap=True)
     t.add_column(" min tol", justify="right", no_wrap=True)
     mins = res.min_tolerance()
+    plain = console.color_system is None   # no colours (a pipe, a log, NO_COLOR): the labels as marks
     stage = None
     for row in grid["rows"]:
         if row["stage"] != stage:
@@ -187,7 +188,8 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
             stage = row["stage"]
         cells = [Text(" ·") if c is None else
                  Text(" " + ("unrep" if c["label"] == "UNREP" else "—" if c["label"] == "NOT_COMPARED"
-                             else short(c["ratio"])), style=STYLE[c["label"]])
+                             else short(c["ratio"]) + (PLAIN_MARK.get(c["label"], "") if plain else "")),
+                      style=STYLE[c["label"]])
                  for c in row["cells"]]
         m = mins[row["tap"]]
         worst = "BUG" if m["bug"] else ("DRIFT" if m["drift"] else "OK")
@@ -197,18 +199,26 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
                   Text(" —", style=STYLE[worst]) if not math.isfinite(m["min_tol"]) else
                   Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
-    console.print(grid_legend(grid), soft_wrap=True, highlight=False)
+    console.print(grid_legend(grid, plain), soft_wrap=True, highlight=False)
 
 
-def grid_legend(grid: dict) -> str:
+# a cell's label where no colour shows it (a pipe, a log): BUG and DRIFT read as OK there (user trial, round 46)
+PLAIN_MARK = {"BUG": "!", "DRIFT": "~"}
+
+
+def grid_legend(grid: dict, plain: bool = False) -> str:
     """The grid's legend, for the symbols it shows: a ~600-character paragraph under every diff said all of
-    them every time (user trial, round 41)."""
+    them every time (user trial, round 41). ``plain``: no colours or italics show, the labels are marks."""
     seen = {"·" if c is None else c["label"] for row in grid["rows"] for c in row["cells"]}
     finite = any(c is not None and c["label"] not in ("UNREP", "NOT_COMPARED") and c["ratio"] is not None
                  and not math.isfinite(c["ratio"]) for row in grid["rows"] for c in row["cells"])
-    parts = ["rows in dataflow order ([italic]italic[/italic]: outputs and gradients, ht at a sequence's last chunk, "
-             "dh0 at its first)", "[green]OK[/green] within tolerance"]
-    if "DRIFT" in seen or "BUG" in seen:
+    parts = ["rows in dataflow order (" + ("outputs and gradients among the taps" if plain else
+                                           "[italic]italic[/italic]: outputs and gradients")
+             + ", ht at a sequence's last chunk, dh0 at its first)",
+             "a bare figure OK: within tolerance" if plain else "[green]OK[/green] within tolerance"]
+    if ("DRIFT" in seen or "BUG" in seen) and plain:
+        parts.append("~ DRIFT: over it, within ten times the noise floor; ! BUG: beyond")
+    elif "DRIFT" in seen or "BUG" in seen:
         parts.append("[yellow]DRIFT[/yellow] over it, within ten times the noise floor; [bold red]BUG[/bold red] "
                      "beyond")
     if "UNREP" in seen:
@@ -228,8 +238,10 @@ def render_head_quantities(console: Console, res) -> None:
     cells = res.per_head_quantities()
     if not cells:
         return
+    # the label in words where it is not OK: UNREP or BUG showed only as a colour (user trial, round 46)
     parts = [Text.assemble(f"{c['tap']} head {c['head']} ", ("—" if c["label"] == "NOT_COMPARED" else
-                                                              short(c["ratio"]), STYLE[c["label"]]))
+                                                              short(c["ratio"]), STYLE[c["label"]]),
+                           "" if c["label"] in ("OK", "NOT_COMPARED") else f" {c['label']}")
              for c in cells]
     console.print(Text("per-head gradients (every chunk): ").append(Text(", ").join(parts)), soft_wrap=True)
 
