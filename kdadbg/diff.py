@@ -577,11 +577,13 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                      f"ddt_bias by the error dg carries into them)")
     res.notes += notes
     # what only B holds, in the selection: not compared (A, the reference file, defines the cells), and said so
+    from .render import id_ranges
+
     extra_chunks = [c for c in sorted(set(b_ids) - set(a_ids)) if chunks is None or chunks[0] <= c < chunks[1]]
     extra_heads = [h for h in b_heads if h not in a_heads and (heads is None or h in heads)]
     if extra_chunks or extra_heads:
         held = " and ".join(x for x in (
-            f"chunk{'s' if len(extra_chunks) > 1 else ''} {_spans(extra_chunks)}" if extra_chunks else "",
+            f"chunk{'s' if len(extra_chunks) > 1 else ''} {id_ranges(extra_chunks)}" if extra_chunks else "",
             f"head{'s' if len(extra_heads) > 1 else ''} {', '.join(map(str, extra_heads))}" if extra_heads else "")
             if x)
         res.notes.append(f"{b['path']} also holds {held}, which {a['path']} (A, the reference file) does not: not "
@@ -597,18 +599,6 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
         res.amplification = amplification(res, first)
         res.origin = {"verdict": None, "reason": "not available (two taps files: no dump to rerun a window of)"}
     return res
-
-
-def _spans(ids: list[int]) -> str:
-    """Sorted chunk ids as runs: ``0, 1, 4-7``."""
-    out, i = [], 0
-    while i < len(ids):
-        j = i
-        while j + 1 < len(ids) and ids[j + 1] == ids[j] + 1:
-            j += 1
-        out.append(str(ids[i]) if i == j else f"{ids[i]}-{ids[j]}")
-        i = j + 1
-    return ", ".join(out)
 
 
 def _layout(f: dict) -> str:
