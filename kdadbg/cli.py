@@ -448,8 +448,8 @@ def _catch_interrupts(flag: list):
 def _interrupted():
     """One line and exit 130 for a command stopped by Ctrl-C."""
     report.print_error(_err(), "interrupted (SIGINT): the command stopped before it finished; every file it "
-                               "writes is written whole or not at all, none was left partial (run and diff: a --json file "
-                               "asked for holds the error document)")
+                               "writes is written whole or not at all, none was left partial (run and diff: a "
+                               "--json file asked for holds the error document)")
     raise typer.Exit(EXIT_INTERRUPTED)
 
 
