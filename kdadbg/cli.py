@@ -6,6 +6,7 @@ Each command parses options, calls one library function that returns plain data,
 """
 
 import contextlib
+import difflib
 import functools
 import importlib
 import inspect
@@ -78,7 +79,9 @@ def _usage_message(e, name: str | None, path: str, args: list[str]) -> str:
             return f"{where}missing argument {param.metavar or param.name.upper()}{hint}"
         return f"{where}missing option {max(param.opts, key=len)}{hint}"
     if isinstance(e, _CLICK.NoSuchOption):
-        close = getattr(e, "possibilities", None)
+        close = list(getattr(e, "possibilities", None) or ())
+        # click's matches are loose (--precison: "--json or --precision"): the close ones only, where there are
+        close = difflib.get_close_matches(e.option_name, close, n=3, cutoff=0.75) or close
         near = f"; did you mean {' or '.join(sorted(close))}?" if close else ""
         return f"{where}no such option {e.option_name}{near}{hint}"
     if isinstance(e, _CLICK.BadParameter) and param is not None:

@@ -112,6 +112,10 @@ def test_gen_without_out_is_a_usage_error():
                  "error: run --precision: expected fp32 or bf16, found 'fp16'", id="bad-choice"),
     pytest.param(["run", "x.safetensors", "--bogus"], "error: run: no such option --bogus (python -m kdadbg run --help)",
                  id="unknown-option"),
+    # click offered "--json or --precision" for this one (user trial, round 46): the close match only
+    pytest.param(["run", "x.safetensors", "--precison", "bf16"],
+                 "error: run: no such option --precison; did you mean --precision? (python -m kdadbg run --help)",
+                 id="near-miss-option"),
 ])
 def test_usage_errors_are_one_line_through_the_entry_point(args, line):
     """User trial: usage errors were click's boxes ("Usage: ... Try ... ╭─ Error ─╮"); the README promises one
