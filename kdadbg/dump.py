@@ -462,9 +462,12 @@ def _describe_taps_file(path, specs: dict, meta: dict, kind: str, out: dict) -> 
     rows = {name: {"name": name, "role": role.get(name, "tap" if name.startswith(TAP_PREFIX) else "extra"),
                    "shape": list(spec.shape), "dtype": _dtype(spec.dtype), **_NO_STATS} for name, spec in specs.items()}
     order = {"output": 0, "gradient": 1, "tap": 2, "index": 3, "extra": 4}
-    names = [*_LAYOUT_OF, *CHUNK_KEYS, HEAD_KEY]
+    from kdadbg_kernels.taps import TAP_NAMES
+
+    # outputs, gradients, then the taps in dataflow order (the registry's), not alphabetically (round 46)
+    names = [*_LAYOUT_OF, *(TAP_PREFIX + n for n in TAP_NAMES), *CHUNK_KEYS, HEAD_KEY]
     out["tensors"] = sorted(rows.values(), key=lambda r: (order[r["role"]], names.index(r["name"])
-                                                          if r["name"] in names else 0, r["name"]))
+                                                          if r["name"] in names else len(names), r["name"]))
     out["extra"] = [r["name"] for r in out["tensors"] if r["role"] == "extra"]
     out["kind"] = "taps file"
     dump = meta.get("dump")
