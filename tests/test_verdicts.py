@@ -725,6 +725,29 @@ def test_without_colours_the_grid_and_the_per_head_line_show_the_labels():
     assert "ddt_bias head 0 " + difftables.short(res.cells["ddt_bias"].ratio[0, 0].item()) + "," in line, line
 
 
+def test_a_cell_passed_by_the_absolute_rule_is_marked_and_needs_no_tolerance():
+    """User trial, round 46: a gT cell at 3e-4 against its 3e-5 showed as a plain OK figure, and min tol said
+    0.00035 was needed: the cell passed by the absolute rule (max abs error 6e-10, within 1e-6 of gT's
+    scale), which passes at any tolerance. The grid marks such a cell "°" (the legend says why) and min tol
+    leaves it out."""
+    import io
+
+    from kdadbg.compare.metrics import passes
+    from kdadbg.noise import OK
+
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, resolve_impl("reference"), names=("gT",), window=0)
+    c = res.cells["gT"]
+    before = res.min_tolerance()["gT"]["min_tol"]
+    c.ratio[1, 0], c.max_abs[1, 0] = 10 * c.tol, 0.0       # over its tolerance, within the absolute floor
+    assert bool(passes(c.ratio, c.max_abs, c.nonfinite, c.tol, c.abs_floor)[1, 0]) and c.label[1, 0] == OK
+    assert res.min_tolerance()["gT"]["min_tol"] == before   # not a tolerance anything needs
+    out = Console(file=io.StringIO(), width=160, color_system=None)
+    difftables.render_grid(out, res)
+    text = out.file.getvalue()
+    assert f"{difftables.short(10 * c.tol)}°" in text and "° OK over the tolerance" in text, text
+
+
 class _Bf16ProductsOff(Implementation):
     """The float32 reference with bf16 products (bf16 mode's noise model: a correct bf16 computation), its ``o``
     1 % off at chunk 7 (tokens 448-511), head 1."""

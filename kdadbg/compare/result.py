@@ -261,12 +261,16 @@ class DiffResult:
 
     def min_tolerance(self) -> dict[str, dict]:
         """Per quantity: the smallest tolerance every judged cell would pass (its worst ratio) and where.
-        Judged: compared (count > 0) and not UNREP; UNREP cells are over their tolerance by definition and
+        Judged: compared (count > 0), not UNREP and not passed by the absolute rule alone (over its tolerance,
+        its max abs error within the floor: it passes at any tolerance); UNREP cells are over their tolerance by definition and
         counted apart (``unrep``), as are cells with nothing compared (``not_compared``). ``min_tol`` (and
         its chunk and head) is None where no cell was judged."""
         out = {}
         for name, cells in self.cells.items():
-            judged = (cells.label != noise.UNREP) & (cells.count > 0)
+            # (a cell within the absolute rule's floor passes at any tolerance: no tolerance is needed for it)
+            absolute = (cells.label == noise.OK) & (cells.nonfinite == 0) & (cells.max_abs <= cells.abs_floor) & \
+                ~(cells.ratio <= cells.tol)
+            judged = (cells.label != noise.UNREP) & (cells.count > 0) & ~absolute
             r = torch.where(judged, cells.ratio, torch.tensor(-1.0, dtype=torch.float64))
             flat = int(torch.nan_to_num(r, nan=math.inf).argmax())
             i, j = divmod(flat, r.shape[1])
@@ -311,7 +315,8 @@ class DiffResult:
                 out.append({"label": lab, "ratio": None if lab == NOT_COMPARED else float(cells.ratio[r, j]),
                             "nonfinite": int(cells.nonfinite[rs].sum()), "chunk": cells.chunks[r],
                             "head": cells.heads[j]})
-            rows.append({"tap": name, "stage": cells.stage, "kind": cells.quantity.kind, "cells": out})
+            rows.append({"tap": name, "stage": cells.stage, "kind": cells.quantity.kind, "tol": cells.tol,
+                         "cells": out})
         cols = [(b[0], b[-1]) for b in buckets]
         return {"columns": cols, "rows": rows, "bucket": per}
 

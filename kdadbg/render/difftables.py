@@ -188,7 +188,8 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
             stage = row["stage"]
         cells = [Text(" ·") if c is None else
                  Text(" " + ("unrep" if c["label"] == "UNREP" else "—" if c["label"] == "NOT_COMPARED"
-                             else short(c["ratio"]) + (PLAIN_MARK.get(c["label"], "") if plain else "")),
+                             else short(c["ratio"]) + (PLAIN_MARK.get(c["label"], "") if plain else "")
+                             + ("°" if _absolute(c, mins[row["tap"]]["tol"]) else "")),
                       style=STYLE[c["label"]])
                  for c in row["cells"]]
         m = mins[row["tap"]]
@@ -206,10 +207,18 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
 PLAIN_MARK = {"BUG": "!", "DRIFT": "~"}
 
 
+def _absolute(cell: dict, tol: float) -> bool:
+    """An OK cell over its tolerance: it passed by the absolute rule (its max abs error within 1e-6 of the
+    quantity's scale), which a figure over the tol column alone left unexplained (user trial, round 46)."""
+    r = cell["ratio"]
+    return cell["label"] == "OK" and r is not None and math.isfinite(r) and r > tol
+
+
 def grid_legend(grid: dict, plain: bool = False) -> str:
     """The grid's legend, for the symbols it shows: a ~600-character paragraph under every diff said all of
     them every time (user trial, round 41). ``plain``: no colours or italics show, the labels are marks."""
     seen = {"·" if c is None else c["label"] for row in grid["rows"] for c in row["cells"]}
+    absolute = any(c is not None and _absolute(c, row["tol"]) for row in grid["rows"] for c in row["cells"])
     finite = any(c is not None and c["label"] not in ("UNREP", "NOT_COMPARED") and c["ratio"] is not None
                  and not math.isfinite(c["ratio"]) for row in grid["rows"] for c in row["cells"])
     parts = ["rows in dataflow order (" + ("outputs and gradients among the taps" if plain else
@@ -221,6 +230,9 @@ def grid_legend(grid: dict, plain: bool = False) -> str:
     elif "DRIFT" in seen or "BUG" in seen:
         parts.append("[yellow]DRIFT[/yellow] over it, within ten times the noise floor; [bold red]BUG[/bold red] "
                      "beyond")
+    if absolute:
+        parts.append("° OK over the tolerance: its max abs error within the absolute floor (1e-6 of the quantity's "
+                     "scale), a pass at any tolerance")
     if "UNREP" in seen:
         parts.append("[magenta]unrep[/magenta] over it where the compared precision cannot hold the value (not a "
                      "divergence)")
