@@ -199,8 +199,10 @@ def precision_hint(precision: str, cells: dict, dtypes: dict, name: str) -> str 
     if not judged or 2 * unrep <= judged:
         return None
     kinds = "; ".join(f"{', '.join(n for n in low if low[n] == d)} in {d}" for d in dict.fromkeys(low.values()))
-    return (f"{unrep} of {judged} output/gradient cells are UNREP: {name} returns {kinds}, values that fp32's "
-            f"tolerances cannot judge; --precision bf16 judges them at bf16's")
+    grads = any(n.startswith("d") for n in low)   # autograd's: a 16-bit leaf's gradient comes back in 16 bits
+    return (f"{unrep} of {judged} output/gradient cells are UNREP: {name} returns {kinds}"
+            + (" (a gradient comes back in its input's dtype, whatever the function computed in)" if grads else "")
+            + ", values that fp32's tolerances cannot judge; --precision bf16 judges them at bf16's")
 
 
 def transposed_states_note(outputs: dict, ref: dict, failing: set, tols: dict, impl_name: str) -> str | None:

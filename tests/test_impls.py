@@ -72,7 +72,8 @@ def test_bf16_outputs_judged_at_fp32_point_to_the_bf16_precision():
     hint = [x for x in res.notes if "--precision bf16" in x]
     assert res.passed and 2 * n["unrep"] > n["row_cells"] > 0
     assert hint == [f"{n['unrep']} of {n['row_cells']} output/gradient cells are UNREP: {impl().name} returns "
-                    f"o, dq, dk, dv, dg, dbeta, dh0 in bfloat16, values that fp32's tolerances cannot judge; "
+                    f"o, dq, dk, dv, dg, dbeta, dh0 in bfloat16 (a gradient comes back in its input's dtype, "
+                    f"whatever the function computed in), values that fp32's tolerances cannot judge; "
                     f"--precision bf16 judges them at bf16's"]
     res = diff_dump(inputs, config, impl(precision="bf16"), window=0)
     assert res.counts()["ok"] == res.counts()["cells"] > 0
@@ -105,7 +106,8 @@ def test_run_of_bf16_outputs_at_fp32_is_unrep_where_their_rounding_explains_them
     dump = save_dump(tmp_path / "b.safetensors", inputs, config)
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{IMPL}:chunk_kda"])
     assert r.exit_code == 0 and "PASS: 3 tensors within tolerance, 7 UNREP (o, dq, dk, dv, dg, dbeta, dh0)" in r.stdout
-    assert "returned in bfloat16, whose rounding alone is ratio" in r.stdout
+    assert "returned in bfloat16 (a gradient comes back in its input's dtype), whose rounding alone is ratio" \
+        in " ".join(r.stdout.split()), r.stdout
     r = runner.invoke(cli.app, ["run", str(dump), "--impl", f"{off}:o_off"])
     assert r.exit_code == 1 and "FAIL: o, dq, dh0, dA_log, ddt_bias over tolerance" in r.stdout
     assert "--precision bf16 is the mode" in r.stdout

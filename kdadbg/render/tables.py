@@ -319,7 +319,9 @@ def render_run(console: Console, result) -> None:
         lo, hi = min(r.floor for r in unrep), max(r.floor for r in unrep)
         tols = sorted({r.tol for r in unrep})
         dtypes = sorted({r.storage for r in unrep})
-        console.print(f"UNREP: {', '.join(r.name for r in unrep)} returned in {', '.join(dtypes)}, whose rounding "
+        grads = any(r.name.startswith("d") for r in unrep)   # autograd returns a 16-bit leaf's gradient so
+        console.print(f"UNREP: {', '.join(r.name for r in unrep)} returned in {', '.join(dtypes)}"
+                      f"{' (a gradient comes back in its input' + chr(39) + 's dtype)' if grads else ''}, whose rounding "
                       f"alone is ratio {lo:.2g}{'' if hi == lo else f' to {hi:.2g}'} against tol "
                       f"{', '.join(f'{t:g}' for t in tols)}: within bf16 mode's tolerances, which "
                       f"--precision bf16 applies to every tensor", soft_wrap=True, highlight=False)
