@@ -354,6 +354,16 @@ def test_taps_files_and_returned_taps_are_checked_or_said_unchecked(tmp_path):
     assert r.exit_code == 0 and "returned taps; run compares outputs and gradients only" in r.stdout, r.output
     r = runner.invoke(cli.app, ["diff", str(dump), "--impl", f"{tmp_path / 'withtaps.py'}:f", "--window", "0"])
     assert r.exit_code == 2 and "tap 'S'" in r.stderr, r.output
+    # a tensor of the user's own beside the taps is named and left out, not the end of the diff (round 46)
+    (tmp_path / "extra.py").write_text(
+        f"import importlib.util, torch\nspec = importlib.util.spec_from_file_location('t', {IMPL!r})\n"
+        f"m = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(m)\n"
+        f"def f(q, k, v, g, beta, **kw):\n    o, ht = m.chunk_kda(q, k, v, g, beta, **kw)\n"
+        f"    return o, ht, {{'Sfoo': torch.zeros(3, 3), 'dgC': torch.zeros(1)}}\n")
+    r = runner.invoke(cli.app, ["diff", str(dump), "--impl", f"{tmp_path / 'extra.py'}:f", "--window", "0"])
+    assert r.exit_code == 0 and "verdict: pass" in r.stdout, r.output
+    assert "returned taps kdadbg does not know, not compared: Sfoo, dgC (did you mean dgc?)" in \
+        " ".join(r.stdout.split()), r.stdout
 
 
 def test_an_implementation_that_exits_or_fails_to_import(tmp_path):
