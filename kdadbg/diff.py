@@ -711,13 +711,24 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
         for p in paths:
             if not is_taps_file(p):
                 raise KdadbgError(f"{p}: not a taps file (kdadbg taps writes them); diff A B compares two taps files")
-        a, b = read_taps_file(paths[0]), read_taps_file(paths[1], spec.state_layout)
+        from .progress import beating
+
+        # (a heartbeat per stage: two large files said nothing for their whole read and comparison, round 46)
+        reading = f"reading {paths[0]} and {paths[1]}"
+        with beating(progress, reading):
+            a, b = read_taps_file(paths[0]), read_taps_file(paths[1], spec.state_layout)
+        if progress is not None:
+            progress(reading, 1, 1)
         same_problem(paths, a["metadata"], b["metadata"])
         lo_hi = None
         if chunks is not None:
             lo_hi = (chunks[0] or 0, chunks[1] if chunks[1] is not None else 1 << 62)
-        return diff_taps_files(a, b, precision=precision, names=names, chunks=lo_hi, heads=heads, spec=spec,
-                               tol_overrides=tol_overrides, drift_fails=drift_fails)
+        with beating(progress, "comparing"):
+            res = diff_taps_files(a, b, precision=precision, names=names, chunks=lo_hi, heads=heads, spec=spec,
+                                  tol_overrides=tol_overrides, drift_fails=drift_fails)
+        if progress is not None:
+            progress("comparing", 1, 1)
+        return res
     if len(paths) != 1:
         raise KdadbgError(f"expected DUMP or two taps files A B, found {len(paths)} paths")
     path = paths[0]

@@ -256,6 +256,7 @@ def test_diff_of_two_taps_files_says_what_only_B_holds_and_taps_alone_are_partia
     assert kdadbg("taps", basic, "-o", b, "--no-outputs", "--taps", "S").exit_code == 0
     r = kdadbg("diff", a, b)
     assert r.exit_code == 3 and "verdict: partial" in r.stdout, r.output
+    assert f"reading {a} and {b}: 1/1" in r.stderr and "comparing: 1/1" in r.stderr, r.stderr   # progress (round 46)
     assert "in neither file: written without outputs (taps --no-outputs)" in r.stdout
     assert f"{b} also holds chunks 0, 2-5 and head 0, which {a} (A, the reference file) does not: not compared" \
         in " ".join(r.stdout.split()), r.stdout
