@@ -87,8 +87,8 @@ def check_format(label: str, path, fmt: str | None) -> None:
     other = SUFFIX_FORMATS.get(suffix)
     if other is not None and other != fmt:
         where = f"{label} {path}" if label else str(path)
-        raise KdadbgError(f"{where}: expected a name ending in {FORMAT_SUFFIX[fmt]} (this output is {fmt}), found "
-                          f"{path.suffix}, a {other} file's suffix")
+        raise KdadbgError(f"{where}: this output is {fmt}, but {path.suffix} is a {other} file's suffix: name it "
+                          f"*{FORMAT_SUFFIX[fmt]} (or with a suffix of no other format)")
 
 
 def check_plot_name(path) -> None:

@@ -374,11 +374,11 @@ BAD = [
     # an output named as another format's file: refused before any work, nothing written
     _bad("o1-gen-txt", usage("gen", "x.txt", dump=False), "OUT x.txt", "ending in .safetensors", "found .txt",
          "text", keep=_absent("x.txt")),
-    _bad("o1-run-json-png", usage("run", "--json", "r.png"), "--json r.png", "ending in .json", "PNG",
+    _bad("o1-run-json-png", usage("run", "--json", "r.png"), "--json r.png", "name it *.json", "PNG",
          keep=_absent("r.png")),
-    _bad("o1-run-save-npz", usage("run", "--save", "s.npz"), "--save s.npz", "ending in .safetensors", "NumPy",
+    _bad("o1-run-save-npz", usage("run", "--save", "s.npz"), "--save s.npz", "name it *.safetensors", "NumPy",
          keep=_absent("s.npz")),
-    _bad("o1-taps-out-json", usage("taps", "-o", "t.JSON"), "--out t.JSON", "ending in .safetensors", "found .JSON",
+    _bad("o1-taps-out-json", usage("taps", "-o", "t.JSON"), "--out t.JSON", "name it *.safetensors", ".JSON is a JSON",
          keep=_absent("t.JSON")),
     # --json FILE as run and diff take it, given to inspect or taps, whose --json is a flag
     _bad("o2-taps-json-file", usage("taps", "-o", "t.safetensors", "--json", "t.json"), "t.json was taken as the taps "
@@ -389,7 +389,7 @@ BAD = [
     _bad("o2-inspect-json-file", usage("inspect", "--json", "i.json"), "inspect: unexpected argument i.json after "
          "--json", "--json is a flag", keep=_absent("i.json")),
     _bad("o1-diff-json-safetensors", usage("diff", "--json", "d2.safetensors"), "--json d2.safetensors",
-         "ending in .json", "safetensors", keep=_absent("d2.safetensors")),
+         "name it *.json", "safetensors", keep=_absent("d2.safetensors")),
 ]
 
 

@@ -262,6 +262,15 @@ def test_diff_of_two_taps_files_says_what_only_B_holds_and_taps_alone_are_partia
         in " ".join(r.stdout.split()), r.stdout
 
 
+def test_an_output_named_as_another_format_is_refused_in_words_that_match_the_rule(tmp_path, basic):
+    """User trial, round 46: `--save same.json` said "expected a name ending in .safetensors" while `--save
+    foo.bin` was written: the rule is a suffix of another format, and the message says that."""
+    r = kdadbg("run", basic, "--impl", "reference", "--save", tmp_path / "same.json")
+    assert_one_error_line(r, "this output is safetensors, but .json is a JSON file's suffix: name it *.safetensors "
+                             "(or with a suffix of no other format)")
+    assert kdadbg("run", basic, "--impl", "reference", "--save", tmp_path / "foo.bin").exit_code == 0
+
+
 def test_inspect_malformed_taps_file(tmp_path, basic):
     """A taps file whose layout is broken (a tap's rows against its chunk table) is described as far as it can
     be and invalid: exit 2, one error line."""
