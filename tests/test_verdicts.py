@@ -748,6 +748,21 @@ def test_a_cell_passed_by_the_absolute_rule_is_marked_and_needs_no_tolerance():
     assert f"{difftables.short(10 * c.tol)}°" in text and "° OK over the tolerance" in text, text
 
 
+def test_coherence_holds_for_errors_near_the_smallest_doubles():
+    """User trial, round 46: a training step with gates near -1e16 left one ddt_bias column an error of 6e-302,
+    whose square is 0: its coherence |sum e| / sqrt(sum e^2) came out inf (1.8e308), read as a bias in dg, and
+    run failed ddt_bias. The ratio is at most sqrt(N); each group is scaled first."""
+    from kdadbg.compare.carried import _coherent
+
+    t = torch.zeros(64, 3, dtype=torch.float64)
+    t[5, 0] = 6e-302                                     # one tiny error: coherence 1
+    t[:, 1] = torch.randn(64, dtype=torch.float64)       # rounding-like: as the plain formula gives
+    c = _coherent(t, (0,))
+    assert c[0] == 1.0 and bool(torch.isnan(c[2])), c     # NaN: no error at all
+    plain = t[:, 1].sum().abs() / t[:, 1].pow(2).sum().sqrt()
+    assert torch.allclose(c[1], plain) and bool((c[:2] <= 8.0).all())
+
+
 class _Bf16ProductsOff(Implementation):
     """The float32 reference with bf16 products (bf16 mode's noise model: a correct bf16 computation), its ``o``
     1 % off at chunk 7 (tokens 448-511), head 1."""
