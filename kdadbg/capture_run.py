@@ -127,6 +127,8 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
             "every": every, "when": when, "max_bytes": max_bytes, "steps": steps, "force": force}
     Capture(out, **opts)  # the options' errors, here rather than in the child
     created = not out.exists()
+    if out.exists() and not out.is_dir():
+        raise KdadbgError(f"capture: --out {out} is a file; expected a folder for the dumps (a new or existing one)")
     try:
         out.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -142,6 +144,8 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
         try:
             proc = subprocess.Popen(command, env=env)
         except OSError as e:
+            if created and not any(out.iterdir()):   # made for a command that never ran: not left behind
+                out.rmdir()
             raise KdadbgError(f"capture: cannot run {command[0]!r} ({e.strerror or e})") from None
         # SIGTERM (timeout, a scheduler) goes on to the command, and capture waits for it as for Ctrl-C, so that
         # its summary is printed and this temporary folder removed (it ended kdadbg alone: user trial, round 45)

@@ -970,6 +970,11 @@ def capture_(
         if value is not None and value < 1:
             raise KdadbgError(f"{option}: expected an integer >= 1, found {value}")
     patterns = [p for m in modules or [] for p in m.split(",") if p]
+    if not force and out.is_dir():   # said before the training runs, not only after it, when its dumps are refused
+        held = [p for p in out.glob("s[0-9]*-c[0-9]*.safetensors") if not p.name.endswith(".theirs.safetensors")]
+        if held:
+            _note(f"--out {out} already holds {len(held)} dump{'s' if len(held) > 1 else ''} (e.g. {held[0].name}): "
+                  f"a call whose dump name is taken will not be written (--force replaces them)")
     result = run_captured(cmd, out, targets=target, calls=call_list, modules=patterns or None, first=first,
                           every=every, when=when.value, max_bytes=parse_size(max_bytes), steps=steps.value,
                           force=force)

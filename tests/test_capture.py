@@ -887,6 +887,38 @@ def test_a_target_called_inside_another_target_is_marked_inside_it(tmp_path):
     render_captured(out, err, {"dumps": cap.written, "errors": [], "unresolved": [], "skipped": [], "refused": 0,
                                "processes": 1, "manifests": ["m"], "exit_code": 0, "out": str(tmp_path), "calls_seen": 4}, 0)
     assert "2 of the dumps are calls made inside another captured call" in " ".join(err.export_text().split())
+    # inspect's text says it too, as its --json does (user trial, round 46)
+    res = CliRunner().invoke(app, ["inspect", cap.written[1]["dump"]])
+    assert "inside capture_toy:wrapper_kda call 0" in " ".join(res.stdout.split()), res.stdout
+
+
+def test_capture_leaves_no_folder_for_a_command_that_cannot_run_and_says_what_out_holds(tmp_path):
+    """User trial, round 46: `capture --out m -- nosuchcommand` left m/ empty behind; `--out AFILE` said
+    "cannot create the output folder (File exists)"; an --out already holding dumps was found out only after
+    the training, every call refused. Now the folder goes, a file is named as one, and a note comes first."""
+    res = CliRunner().invoke(app, ["capture", "--out", str(tmp_path / "m"), "--", "nosuchcommand_of_a_user"])
+    assert res.exit_code == 2 and "cannot run 'nosuchcommand_of_a_user'" in res.stderr, res.output
+    assert not (tmp_path / "m").exists()
+    (tmp_path / "afile").write_text("x")
+    res = CliRunner().invoke(app, ["capture", "--out", str(tmp_path / "afile"), "--", "true"])
+    assert res.exit_code == 2 and "--out " in res.stderr and "is a file; expected a folder" in res.stderr, res.output
+    held = tmp_path / "held"
+    held.mkdir()
+    (held / "s0000-c000-attn.safetensors").write_text("x")
+    res = CliRunner().invoke(app, ["capture", "--out", str(held), "--", "true"])
+    assert "already holds 1 dump (e.g. s0000-c000-attn.safetensors)" in " ".join(res.stderr.split()), res.stderr
+    res = CliRunner().invoke(app, ["capture", "--out", str(held), "--force", "--", "true"])
+    assert "already holds" not in res.stderr
+    from kdadbg.render.tables import render_captured
+    from rich.console import Console
+
+    out, err = Console(record=True, width=300), Console(record=True, width=300)
+    dumps = [{"dump": "d.safetensors", "step": 1, "call": 0, "module": "", "rank": None, "impl": "fla", "inside": None,
+              "reason": reason, "nonfinite": ["q", "o"]} for reason in ("nonfinite", "always")]
+    render_captured(out, err, {"dumps": dumps, "errors": [], "unresolved": [], "skipped": [], "refused": 0,
+                               "processes": 1, "manifests": ["m"], "exit_code": 0, "out": "o", "calls_seen": 2}, 0)
+    text = out.export_text()   # the word once (it read "(nonfinite, nonfinite: q,o)")
+    assert "fla (nonfinite: q,o)" in text and "fla (always, NaN/Inf in: q,o)" in text, text
 
 
 def test_a_target_named_twice_through_a_re_export_counts_its_calls_for_both(tmp_path, monkeypatch):

@@ -126,6 +126,8 @@ def _render_origin(console: Console, origin: dict | None) -> None:
     why = f" ({origin['reason']})" if origin.get("reason") else ""
     if origin.get("nonfinite"):
         why += f", NaN/Inf in {', '.join(origin['nonfinite'])}"
+    if origin.get("inside"):   # a call made inside another captured call (a wrapper's): as --json says
+        why += f", inside {origin['inside']}"
     console.print(escape(f"captured{extra}: {', '.join(where) or 'origin unknown'}{why}"), soft_wrap=True,
                   highlight=False)
 
@@ -395,7 +397,9 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
     for d in result["dumps"]:
         where = f"step {d['step']} call {d['call']}" + (f" module {d['module']}" if d["module"] else "") + (
             f" rank {d['rank']}" if d["rank"] is not None else "")
-        bad = f", nonfinite: {','.join(d['nonfinite'])}" if d["nonfinite"] else ""
+        # (the reason is "nonfinite" under --when nonfinite: the tensors follow it, not the word again)
+        bad = (f"{': ' if d['reason'] == 'nonfinite' else ', NaN/Inf in: '}{','.join(d['nonfinite'])}"
+               if d["nonfinite"] else "")
         inside = f", inside {d['inside']}" if d.get("inside") else ""
         console.print(escape(f"{d['dump']}  {where}  {d['impl']} ({d['reason']}{bad}{inside})"), soft_wrap=True,
                       highlight=False)
