@@ -145,7 +145,7 @@ def render_header(console: Console, res) -> None:
         what = f"--impl {escape(res.sources[0])} ({escape(res.impl.get('kind', ''))}) vs the float64 reference"
     chunks = f"chunks {res.chunks[0]}:{res.chunks[-1] + 1}" if res.chunks else "no chunks"
     extra = ""
-    if res.files:
+    if res.files and any(c.quantity.is_tap for c in res.cells.values()):   # (no taps compared: nothing to say)
         layout, units = res.files["state_layout"], res.files["gate_units"]
         conv = [*(["S/dS from [V,K]"] if layout == "vk" else []), *(["gates from log2"] if units == "log2" else [])]
         extra = (f", theirs converted: {', '.join(conv)}" if conv else
