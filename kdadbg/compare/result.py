@@ -126,7 +126,12 @@ class DiffResult:
         return self.locate(name, r, cells.heads[int(score.argmax())])
 
     def _fails(self, cells: Cells) -> torch.Tensor:
-        return cells.label == noise.BUG if not self.drift_fails else cells.failing
+        if not self.drift_fails:
+            return cells.label == noise.BUG
+        # --strict: every DRIFT too, but for one carried in from dg (compare.carried: dg's rows judge that error)
+        carried = torch.zeros_like(cells.failing) if cells.carried is None else \
+            torch.isfinite(cells.carried).to(cells.failing.device)
+        return cells.failing & ~carried
 
     @property
     def focus(self) -> dict | None:

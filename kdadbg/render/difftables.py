@@ -129,7 +129,7 @@ def partial_reason(res) -> str:
 def compared_line(n: dict) -> str:
     """``compared N cells (T tap, R output/gradient row; E elements): ...``, with the cells not compared."""
     labels = ", ".join(f"{n[k.lower()]} {k}" + (f" ({n['carried']} of them dA_log/ddt_bias carried in from dg, "
-                                                 f"not within a noise floor)" if k == "DRIFT" and n.get("carried")
+                                                 f"which --strict does not fail)" if k == "DRIFT" and n.get("carried")
                                                  else "")
                        for k in ("OK", "DRIFT", "BUG", "UNREP") if n[k.lower()])
     nc = n.get("not_compared", 0)
