@@ -668,7 +668,10 @@ def run(
 
     with OutputSet({"--json": json_file, "--save": save, "--plot": plot}, inputs=[dump], force=force,
                    error_json=RUN_JSON) as outs:
-        implementation = resolve_impl(impl, precision.value)
+        judged_at, recorded_by = precision.value, None
+        if not _on_command_line(ctx, "precision") and impl is not None:   # a taps file: as diff judges it
+            judged_at, recorded_by = _recorded_precision([], impl, None) or (judged_at, None)
+        implementation = resolve_impl(impl, judged_at)
         if plot is not None:
             render_plot.check_plot(plot)
         _refuse_lower_bound(dump, overrides)
@@ -690,6 +693,9 @@ def run(
         extra = extra_tensors_note(dump)
         if extra:
             result.notes.append(extra)
+        if recorded_by is not None:
+            result.notes.append(f"judged at precision {judged_at}, the one {recorded_by} records (its metadata): "
+                                f"--precision chooses another")
         plotted = _write_outputs(outs, result, json_file, plot is not None and (
             lambda path: render_plot.plot_run(path, render_plot.run_plot_data(result))), report.render_run)
     report.render_run(_out(), result)
@@ -883,7 +889,7 @@ def diff(
 
 
 def _recorded_precision(files: list, impl: str | None, against) -> tuple[str, str] | None:
-    """``(precision, path)`` where the taps file a diff judges (``--against``, ``--impl FILE.safetensors``, or B of
+    """``(precision, path)`` where the taps file a diff or run judges (``--against``, ``--impl FILE``, or B of
     ``diff A B``, else A) records the precision it was written at (``run --save``, ``taps --source ours``,
     ``capture``), so that a bf16 file is not judged at fp32's tolerances by default; None where none does (or
     the file cannot be read: its own error comes later)."""
@@ -893,7 +899,7 @@ def _recorded_precision(files: list, impl: str | None, against) -> tuple[str, st
         paths = [against]
     elif len(files) == 2:
         paths = [files[1], files[0]]
-    elif impl is not None and str(impl).endswith(".safetensors") and Path(impl).is_file():
+    elif impl is not None and ":" not in str(impl) and Path(impl).is_file():   # --impl FILE (a taps file)
         paths = [impl]
     else:
         return None

@@ -244,6 +244,8 @@ def test_the_diff_inspect_recommends_runs_and_a_recorded_precision_is_the_defaul
     assert f"judged at precision bf16, the one {saved} records (its metadata)" in r.stdout, r.stdout
     r = kdadbg("diff", basic, "--against", saved, "--precision", "fp32")   # asked for: as asked
     assert r.exit_code == 1 and "was written at precision bf16" in r.stdout, r.output
+    r = kdadbg("run", basic, "--impl", saved)   # run --impl FILE as well (it failed 7 tensors at fp32's bars)
+    assert r.exit_code == 0 and f"judged at precision bf16, the one {saved} records" in " ".join(r.stdout.split())
 
 
 def test_diff_of_two_taps_files_says_what_only_B_holds_and_taps_alone_are_partial(tmp_path, basic):
