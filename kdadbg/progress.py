@@ -55,11 +55,17 @@ class Heartbeat:
     itself (fla's kernels, one long reference call, a file being written) still shows its elapsed time, the
     bar's clock on a terminal, a line at most every 5 s in a log (``render.tables.progress_display``)."""
 
-    def __init__(self, progress: Progress, stage: str, every_s: float = 2.0):
+    def __init__(self, progress: Progress, stage: str, every_s: float = 2.0, quiet_s: float = 0.0):
+        """``quiet_s``: nothing shown before that many seconds (a stage whose refusals come early and alone)."""
         self._stop = threading.Event()
-        progress(stage, 0, 1)
+        if not quiet_s:
+            progress(stage, 0, 1)
 
         def beat():
+            if quiet_s and self._stop.wait(quiet_s):
+                return
+            if quiet_s:
+                progress(stage, 0, 1)
             while not self._stop.wait(every_s):
                 progress(stage, 0, 1)
 
@@ -72,12 +78,13 @@ class Heartbeat:
 
 
 @contextmanager
-def beating(progress: Progress | None, stage: str, every_s: float = 2.0):
-    """``with beating(progress, "fla"): run()``: a ``Heartbeat`` for the duration (nothing without progress)."""
+def beating(progress: Progress | None, stage: str, every_s: float = 2.0, quiet_s: float = 0.0):
+    """``with beating(progress, "fla"): run()``: a ``Heartbeat`` for the duration (nothing without progress);
+    ``quiet_s``: silent for that long first."""
     if progress is None:
         yield
         return
-    beat = Heartbeat(progress, stage, every_s)
+    beat = Heartbeat(progress, stage, every_s, quiet_s)
     try:
         yield
     finally:
