@@ -372,7 +372,7 @@ BAD = [
     _bad("s4-run-chunks-empty", usage("run", "--chunks", ""), "--chunks", "found ''"),
     _bad("s4-diff-heads-empty", usage("diff", "--heads", " "), "--heads", "names no head"),
     # an output named as another format's file: refused before any work, nothing written
-    _bad("o1-gen-txt", usage("gen", "x.txt", dump=False), "OUT x.txt", "ending in .safetensors", "found .txt",
+    _bad("o1-gen-txt", usage("gen", "x.txt", dump=False), "OUT x.txt", "name it *.safetensors", ".txt is a text",
          "text", keep=_absent("x.txt")),
     _bad("o1-run-json-png", usage("run", "--json", "r.png"), "--json r.png", "name it *.json", "PNG",
          keep=_absent("r.png")),
