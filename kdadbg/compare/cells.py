@@ -51,6 +51,8 @@ class Cells:
     # NaN elsewhere
     carried: torch.Tensor | None = None
     carried_own: torch.Tensor | None = None
+    # diff A B with A not the float64 reference: why this quantity's DRIFT cells are DRIFT (within_tolerance_sum)
+    drift_reason: str | None = None
     group: int = 1                     # > 1: heads are q/k heads of this many value heads each
     scale: float = 1.0                 # RMS of the reference over every compared element (metrics.scale_of)
     abs_floor: float | torch.Tensor = 1e-6   # the absolute rule's floor, 1e-6 scale (metrics.floors); per
@@ -120,6 +122,18 @@ def judge(cells: Cells, floor: dict | None = None, unrep: torch.Tensor | None = 
         label = torch.where(unrep & (label != noise.OK), torch.tensor(noise.UNREP, dtype=torch.int8), label)
     cells.label = label
     return cells
+
+
+def within_tolerance_sum(cells: Cells, bound: float, reason: str) -> int:
+    """``diff A B`` where A is not the float64 reference: both files are approximations, so a correct pair may
+    differ by up to the sum of their tolerances (``bound``). A BUG cell (no floor: every cell over its tolerance)
+    with a finite ratio within ``bound`` becomes DRIFT, ``reason`` saying why; beyond it, it stays a BUG. Returns
+    how many cells it relabelled."""
+    hit = (cells.label == noise.BUG) & (cells.count > 0) & (cells.nonfinite == 0) & (cells.ratio <= bound)
+    if bool(hit.any()):
+        cells.label = torch.where(hit, torch.tensor(noise.DRIFT, dtype=torch.int8), cells.label)
+        cells.drift_reason = reason
+    return int(hit.sum())
 
 
 def hollow_triangles(met: dict, x: torch.Tensor, ref: torch.Tensor, meaningful: torch.Tensor | None) -> None:

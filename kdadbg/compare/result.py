@@ -260,6 +260,8 @@ class DiffResult:
         for axis, sym in enumerate(q.shape):
             if sym in ("K", "V"):
                 d[sym.lower()] = index[axis]
+        if d["label"] == "DRIFT" and cells.drift_reason:   # diff A B, A not the float64 reference
+            d["reason"] = cells.drift_reason
         if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
             d["carried_in_from_dg"] = {"ratio": float(cells.carried[r, h]), "own": float(cells.carried_own[r, h])}
         return d
@@ -389,6 +391,8 @@ class DiffResult:
                               "label": label_of(c, r, j),
                               **({"reason": not_compared_reason(math.prod(c.dims), name)} if nothing else {}),
                               **({"reason": unrep_reason(c, r, j)} if lab == noise.UNREP and c.unrep_reason else {}),
+                              **({"reason": c.drift_reason} if lab == noise.DRIFT and c.drift_reason and count
+                                 else {}),
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
                                  else {})})
         return {

@@ -200,7 +200,17 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
                   Text(" —", style=STYLE[worst]) if not math.isfinite(m["min_tol"]) else
                   Text(" " + f"{m['min_tol']:.2g}", style=STYLE[worst]))
     console.print(t)
-    console.print(grid_legend(grid, plain), soft_wrap=True, highlight=False)
+    console.print(grid_legend(grid, plain, files_labels(res)), soft_wrap=True, highlight=False)
+
+
+def files_labels(res) -> tuple[str | None, str] | None:
+    """What DRIFT (None: none can be) and BUG mean in ``diff A B`` (no dump, no noise floor), for the grid's
+    legend; None elsewhere."""
+    if res.mode != "files":
+        return None
+    if res.files.get("tol_sum"):
+        return "over it, within the sum of both files' tolerances (A is not the float64 reference)", "beyond"
+    return None, "over it (no dump: no noise floor)"
 
 
 # a cell's label where no colour shows it (a pipe, a log): BUG and DRIFT read as OK there (user trial, round 46)
@@ -214,9 +224,10 @@ def _absolute(cell: dict, tol: float) -> bool:
     return cell["label"] == "OK" and r is not None and math.isfinite(r) and r > tol
 
 
-def grid_legend(grid: dict, plain: bool = False) -> str:
+def grid_legend(grid: dict, plain: bool = False, labels: tuple[str | None, str] | None = None) -> str:
     """The grid's legend, for the symbols it shows: a ~600-character paragraph under every diff said all of
-    them every time (user trial, round 41). ``plain``: no colours or italics show, the labels are marks."""
+    them every time (user trial, round 41). ``plain``: no colours or italics show, the labels are marks.
+    ``labels``: what DRIFT (None: none can be) and BUG mean where not the noise floor's rule (``diff A B``)."""
     seen = {"·" if c is None else c["label"] for row in grid["rows"] for c in row["cells"]}
     absolute = any(c is not None and _absolute(c, row["tol"]) for row in grid["rows"] for c in row["cells"])
     finite = any(c is not None and c["label"] not in ("UNREP", "NOT_COMPARED") and c["ratio"] is not None
@@ -225,11 +236,13 @@ def grid_legend(grid: dict, plain: bool = False) -> str:
                                            "[italic]italic[/italic]: outputs and gradients")
              + ", ht at a sequence's last chunk, dh0 at its first)",
              "a bare figure OK: within tolerance" if plain else "[green]OK[/green] within tolerance"]
-    if ("DRIFT" in seen or "BUG" in seen) and plain:
-        parts.append("~ DRIFT: over it, within ten times the noise floor; ! BUG: beyond")
+    drift, bug = labels or ("over it, within ten times the noise floor", "beyond")
+    if labels is not None and drift is None and "BUG" in seen:
+        parts.append(f"! BUG: {bug}" if plain else f"[bold red]BUG[/bold red] {bug}")
+    elif ("DRIFT" in seen or "BUG" in seen) and plain:
+        parts.append(f"~ DRIFT: {drift}; ! BUG: {bug}")
     elif "DRIFT" in seen or "BUG" in seen:
-        parts.append("[yellow]DRIFT[/yellow] over it, within ten times the noise floor; [bold red]BUG[/bold red] "
-                     "beyond")
+        parts.append(f"[yellow]DRIFT[/yellow] {drift}; [bold red]BUG[/bold red] {bug}")
     if absolute:
         parts.append("° OK over the tolerance: its max abs error within the absolute floor (1e-6 of the quantity's "
                      "scale), a pass at any tolerance")
@@ -335,6 +348,7 @@ def render_first(console: Console, res) -> None:
                   f", {_head(first)}: {_over(first)}"
                   f" ([{style}]{first['label']}[/{style}]"
                   f"{carried}"
+                  f"{': ' + escape(first['reason']) if first['label'] == 'DRIFT' and first.get('reason') else ''}"
                   f"{', noise floor ' + fig(first['floor']) if first['floor'] is not None else ''})",
                   soft_wrap=True, highlight=False)
     _worst(console, first, kname, rname)
