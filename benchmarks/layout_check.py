@@ -77,8 +77,7 @@ def reductions(ttgir: str) -> list[tuple[str, str, str, str]]:
 def moved(r0: list, r1: list) -> list[str]:
     """The reductions of ``r1`` (taps on) whose layout is none of those ``r0`` (taps off) has at the same
     source line, op and shape, and those of ``r0`` that ``r1`` lacks. A source line only ``r1`` has is
-    tap-only code: the tap variant's extra reductions may come anywhere (the K pass's ``_tame`` comes
-    before its loops), and a helper that two loops share has one source line for both."""
+    tap-only code: the tap variant's extra reductions may come anywhere, and a helper that two loops share has one source line for both."""
     def by_line(r):
         d = {}
         for op, shape, layout, line in r:

@@ -22,12 +22,11 @@
 (in place on ``dq``/``dk``), the K-block sum of ``db`` and the beta sigmoid.
 
 Taps: dU, dvcorr, dMqk, dL in the V pass, dkr, dqd, dkd, dki, dgT, dgc in the K pass, db in the
-finish kernel. dqd, dkd, dki are their definitional values, ``dMqk ki`` and ``dL ki`` taken from the
-P loop's anchored products (per 16-column block in the bf16 modes, per 16-row block in fp32 mode) times
-``exp(−a)``, so that no product meets an overflowed ``exp(−gc)``; where the true value exceeds fp32
-(chunk 32/64 with strong gates) the tap is inf. In the bf16 modes a program whose ``|gc| <= 20``
-(``_tame``) takes them from the P loop's sums times ``exp(−gc)`` instead (``DQKG_TAP_TAME``).
-``dki = (E⁻⊙dki) ⊙ E`` is always finite. No gradient reads them.
+finish kernel. dqd, dkd, dki are their definitional values, so that no product meets an overflowed
+``exp(−gc)``; where the true value exceeds fp32 (chunk 32/64 with strong gates) the tap is inf. In the
+bf16 modes ``dMqk ki`` and ``dL ki`` are the P loop's sums (the products the gradients use) times
+``exp(−gc)`` (``_unscale``); in fp32 mode the P loop's per-16-row anchored products times ``exp(−a)``
+(``_p_rows_full``). ``dki = (E⁻⊙dki) ⊙ E`` is always finite. No gradient reads them.
 """
 
 from __future__ import annotations
@@ -37,7 +36,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, mm_tf32, prefetch_l2, rsqrt_, slot_index, store_rn,
+from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob, reg_cap
 
@@ -241,13 +240,14 @@ def _store_tap(t, idx, x, o_t, o_k, m_k, K, C: tl.constexpr):
 
 
 @triton.jit
-def _tame(b_gc, m_k):
-    """(taps only) Whether the dqd/dkd taps may come from the P loop's sums times e^(-gc): |gc| <= 20 over
-    ``b_gc`` [C, BK], so that no decay factor e^(gc_i - gc_j) of the sums falls below e^-40 (far above
-    fp32's smallest normal, e^-87) and e^(-gc) <= e^20. One reduction (a spread and range test per column
-    took three, and 359 more sm_90 instructions before the loops against 107). NaN is not tame."""
-    b_g = tl.where(m_k[None, :], tl.abs(b_gc), 0.)
-    return tl.max(tl.max(b_g, axis=1), axis=0) <= 20.
+def _unscale(x, b_gc, PRECISE: tl.constexpr):
+    """(taps only) ``x e^(-gc)`` for the dqd/dkd taps in the bf16 modes, x being the P loop's sum (``P[i] =
+    sum_j A[i,j] kn_j e^(gc_i - gc_j)``, the precision the gradients get): e^(-gc/2) twice, each finite down
+    to gc = -177 (e^(-gc) alone overflows below -88), so the tap overflows only where its value does (past
+    -177, for any x fp32 holds normal); x = 0 gives 0. A sum's terms of relative size below e^-87 (their
+    decay factor underflows) are lost, far below any tolerance of the cell's largest values."""
+    b_h = exp_(-0.5 * b_gc, PRECISE)
+    return tl.where(x == 0., 0., (x * b_h) * b_h)
 
 
 @triton.jit
@@ -309,19 +309,17 @@ def _p_block(J, o_t, b_gc, b_gT, kn, rk, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, 
     dMqk) and dL; A's [C, 16] column block comes from memory. Anchored at a = gc[16 J], the block's first
     row and largest gc: e^(gc_i-a) <= 1 on the rows i >= 16 J that pair with it, e^(a-gc_j) <=
     e^(15 |gamma|max) on its columns. (Anchored at its last row instead, the bounds swap; on the CPU that
-    was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.) Also returns, for the dqd and
-    dkd taps, A's block ``b_dM``, the operand ``b_kc``, dL's product, the anchor and the block's columns."""
+    was less accurate: fp32 t65's ddt_bias 1.04e-5 against its 1e-5 bar.)"""
     b_kJ, b_gJ, b_a = _block_rows(kn, rk, gc, b_gT, bos, n, J, i_h, o_k, m_k, H, K, RS)
     b_kc = b_kJ * exp_(b_a[None, :] - b_gJ, DOT == 0)
     r = J * 16 + tl.arange(0, 16)
     m_r = (o_t >= J * 16)[:, None]
     b_er = tl.where(m_r, exp_(tl.where(m_r, b_gc - b_a[None, :], 0.), DOT == 0), 0.)
     p_A = o_cc0 + o_t[:, None] * C + r[None, :]
-    b_dM = tl.load(dMqk + p_A)
-    b_A = tl.where(o_t[:, None] > r[None, :], b_dM, 0.)
+    b_A = tl.where(o_t[:, None] > r[None, :], tl.load(dMqk + p_A), 0.)
     b_mq = mm_x3(b_A, b_kc, DOT, SPLIT)
     b_ml = mm_x3(tl.load(dL + p_A), b_kc, DOT, SPLIT)
-    return b_er * b_mq, b_er * b_ml, b_dM, b_kc, b_ml, b_a, r
+    return b_er * b_mq, b_er * b_ml
 
 
 @triton.jit
@@ -372,7 +370,6 @@ def chunk_bwd_dqkg_kernel(
     SPLIT: tl.constexpr = 3,     # bf16 modes: tf32 MMAs per gate-sensitive product (mm_x3)
     BLOCKED: tl.constexpr = 1,   # 1: [C, 16] x [16, BK] block products; 0: [C, C] x [C, BK] with masks (fp32)
     SCAN: tl.constexpr = 0,      # row_sums' mode: DOT, or 0 for the fixed-order product (fp32; padded K blocks)
-    TAP_TAME: tl.constexpr = 1,  # bf16 modes: dqd/dkd taps from the P loop's sums where gc is _tame
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
     LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
     PREFETCH: tl.constexpr = 0,  # 1: the rows read after the block loops asked into L2 first (DQKG_PREFETCH)
@@ -421,21 +418,12 @@ def chunk_bwd_dqkg_kernel(
     b_Pl = tl.zeros([C, BK], dtype=tl.float32)
     b_Tq = tl.zeros([C, BK], dtype=tl.float32)
     b_Tl = tl.zeros([C, BK], dtype=tl.float32)
-    tame = False
-    if TAP_T and BLOCKED and TAP_TAME:
-        tame = _tame(b_gc, m_k)
     if BLOCKED:
         for J in tl.range(0, C // 16, num_stages=LOOP_STAGES):  # not unrolled: bounds the live tiles
-            d_q, d_l, b_dM, b_kc, b_ml, b_a, r = _p_block(J, o_t, b_gc, b_gT, kn, rk, gc, dMqk, dL, o_cc0, bos, n,
-                                                          i_h, o_k, m_k, H, K, C, DOT, SPLIT, RS)
+            d_q, d_l = _p_block(J, o_t, b_gc, b_gT, kn, rk, gc, dMqk, dL, o_cc0, bos, n, i_h, o_k, m_k, H, K, C,
+                                DOT, SPLIT, RS)
             b_Pq += d_q
             b_Pl += d_l
-            if TAP_T:
-                if not tame:  # block J's share of T: the anchored products times e^(-a); dMqk with its
-                    # diagonal is a product of its own (single tf32 in the bf16 modes)
-                    b_Tq += scale_exp_cols(mm_tf32(tl.where(o_t[:, None] >= r[None, :], b_dM, 0.), b_kc, DOT),
-                                           -b_a[None, :], DOT == 0)
-                    b_Tl += scale_exp_cols(b_ml, -b_a[None, :], DOT == 0)
     else:
         o_cc = o_cc0 + o_t[:, None] * C + o_t[None, :]
         b_dMs = tl.where(o_t[:, None] > o_t[None, :], tl.load(dMqk + o_cc), 0.)
@@ -448,14 +436,11 @@ def chunk_bwd_dqkg_kernel(
                 b_Tq += t_q
                 b_Tl += t_l
     if TAP_T:
-        # elsewhere T from the P loop's products anchored at a block's first row: exp(-gc_j) = exp(-a)
-        # exp(a - gc_j), applied to the product, so it overflows only where the value itself does
         idx, on = slot_index(i_c, slot, tap_lo, tap_hi, n_sel)
         if on:
-            if tame:
-                b_Ex = exp_(-b_gc, DOT == 0)
-                b_Tq = b_Ex * (b_Pq + b_dd[:, None] * b_kn)
-                b_Tl = b_Ex * b_Pl
+            if BLOCKED:  # T = e^(-gc) (P + dMqk's diagonal term), e^(-gc) applied as two halves (_unscale)
+                b_Tq = _unscale(b_Pq + b_dd[:, None] * b_kn, b_gc, DOT == 0)
+                b_Tl = _unscale(b_Pl, b_gc, DOT == 0)
             if TAP_DQD:  # dO S^T + dMqk ki
                 _store_tap(t_dqd, idx, tl.load(dOS + o_tk, mask=m_tk, other=0.) + b_Tq, o_t, o_k, m_k, K, C)
             if TAP_DKD:  # b (dL ki - dvcorr S^T)
@@ -705,7 +690,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             **{f"TAP_{name.upper()}": on[name] for name in K_TAPS}, SPLIT=knob("DQKG_SPLIT", 2 if C == 64 else 3),
             # blocks are faster in the bf16 modes; fp32 mode keeps the [C, C] products, more accurate in
             # ddt_bias on the H200 (both measured: docs/kernels.md)
-            BLOCKED=blocked, TAP_TAME=knob("DQKG_TAP_TAME", 1),
+            BLOCKED=blocked,
             # a K block with padding columns (K = 8 at chunks 32 and 64) moved the scan's register layout
             # with taps on (benchmarks/layout_check.py): there the fixed-order product, cheap at small K
             SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages,

@@ -64,8 +64,6 @@ KNOBS: dict[str, Knob] = {
     "FINISH_BK": Knob("K rounded up to a power of two, 16 to 128",
                       "K block of the backward finish kernel's l2norm backward (a block of all of K reads the "
                       "rows once; the row sums add per block)", True),
-    "DQKG_TAP_TAME": Knob("1", "taps only: 1 takes the dqd/dkd taps from the P loop's sums where |gc| <= 20 "
-                               "(block products); 0 forms them from products of their own everywhere", True),
     "PREP_WARPS": Knob("8 at chunk 64 with the gate in the kernel and fp32 qn, kn stored, else 4",
                        "warps of the forward token kernel (on the H200 8 against 4 moved bits: gc's cumsum adds "
                        "in the order of its register layout, which follows the warps)", True),

@@ -61,7 +61,7 @@ def test_reductions_parses_ops_shapes_and_spelled_out_layouts():
 
 def test_reductions_are_matched_by_source_line():
     """A reduction keeps its layout where taps on has, at its source line, only layouts that taps off has
-    there; a line only taps on has is tap-only code (the K pass's _tame comes before its loops)."""
+    there; a line only taps on has is tap-only code (the tap variant's extra reductions may come anywhere)."""
     defs = {"#loc3": 'loc("/k/prepare_bwd.py":300:20)', "#loc4": 'loc("/k/prepare_bwd.py":500:9)',
             "#loc7": "loc(callsite(#loc8 at #loc4))", "#loc8": 'loc("b_a"(#loc3))'}
     assert source("#loc7", defs) == "prepare_bwd.py:300:20" and source("#loc9", defs) == "?"
