@@ -23,22 +23,29 @@ from .cells import Cells, compare_cells, output_rows
 REDUCED = ("dA_log", "ddt_bias")
 
 
-def _terms(dg: torch.Tensor, inputs, config) -> tuple[torch.Tensor, torch.Tensor]:
+class Terms(NamedTuple):
+    """``dg``'s terms in ``dA_log``/``ddt_bias`` (:func:`terms`): formed once per diff and handed to each use."""
+    d: torch.Tensor   # dg [B, T, HV, K], float64 on the CPU
+    c: torch.Tensor   # the coefficient of each of its terms in dA_log, the same shape
+
+
+def terms(dg: torch.Tensor, inputs, config) -> Terms:
     """``dg`` [B, T, HV, K] and the coefficients ``c`` of its terms in ``dA_log`` (float64, on the CPU): ``c = g +
     dt_bias`` for the lower-bound gate, ``softplus(x) / sigmoid(x)`` (x = g + dt_bias) for softplus."""
     d = dg.detach().to(torch.float64).cpu()
     HV, K = d.shape[2], d.shape[3]
     x = inputs.g.detach().to(torch.float64).cpu() + inputs.dt_bias.detach().to(torch.float64).cpu().reshape(HV, K)
     if config.gate == "lower_bound":
-        return d, x
+        return Terms(d, x)
     # softplus(x) / sigmoid(x) -> 1 as x -> -inf (both e^x)
-    return d, torch.where(x < -30, torch.ones_like(x), F.softplus(x) / torch.sigmoid(x))
+    return Terms(d, torch.where(x < -30, torch.ones_like(x), F.softplus(x) / torch.sigmoid(x)))
 
 
-def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
+def reductions_of(dg: torch.Tensor, inputs, config, formed: Terms | None = None) -> dict[str, torch.Tensor]:
     """``dA_log`` [HV] and ``ddt_bias`` (the dump's ``dt_bias`` shape) formed in float64 from ``dg``
-    [B, T, HV, K]: ``ddt_bias = sum_t dg``; ``dA_log = sum_{t,k} dg c`` (``_terms``)."""
-    d, c = _terms(dg, inputs, config)
+    [B, T, HV, K]: ``ddt_bias = sum_t dg``; ``dA_log = sum_{t,k} dg c`` (:func:`terms`; ``formed``: those of
+    this ``dg``, already formed)."""
+    d, c = formed or terms(dg, inputs, config)
     return {"dA_log": (d * c).sum((0, 1, 3)),
             "ddt_bias": d.sum((0, 1)).reshape(inputs.dt_bias.shape)}
 
@@ -57,10 +64,12 @@ def reductions_of(dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
 COHERENT = 30.0
 
 
-def coherence(dg: torch.Tensor, ref_dg: torch.Tensor, inputs, config) -> dict[str, torch.Tensor]:
+def coherence(dg: torch.Tensor, ref_dg: torch.Tensor, inputs, config,
+              formed: Terms | None = None) -> dict[str, torch.Tensor]:
     """``{"dA_log": [HV], "ddt_bias": dt_bias's shape}``: how coherently the implementation's ``dg`` error
-    (against the reference's ``ref_dg``) sums into each reduced value (``COHERENT``); NaN where no error."""
-    d, c = _terms(dg, inputs, config)
+    (against the reference's ``ref_dg``) sums into each reduced value (``COHERENT``); NaN where no error.
+    ``formed``: ``dg``'s :func:`terms`, already formed."""
+    d, c = formed or terms(dg, inputs, config)
     e = d - ref_dg.detach().to(torch.float64).cpu()
     e = torch.where(torch.isfinite(e), e, torch.zeros_like(e))
     t = e * c
@@ -79,13 +88,14 @@ def _coherent(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
 U32 = 2.0 ** -24   # float32's unit roundoff
 
 
-def rounding_reach(dg: torch.Tensor, inputs, config) -> dict[str, tuple[torch.Tensor, int]]:
+def rounding_reach(dg: torch.Tensor, inputs, config,
+                   formed: Terms | None = None) -> dict[str, tuple[torch.Tensor, int]]:
     """How far a correct float32 reduction of ``reductions_of``'s sums can land from the exact one:
     ``{name: (sum of |term| per element, number of terms N)}``; ``(2 + log2 N) u Σ|t|`` bounds a pairwise or
     blocked float32 sum's error (each term's own rounding included), which cancellation makes large beside
     ``|Σ t|`` (fla_layer_varlen, head 0: Σ|t| / |Σ t| = 261, a correct float32 dA_log 2.8e-5 off its own dg's
-    exact sum, its bar 1e-5)."""
-    d, c = (t.abs() for t in _terms(dg, inputs, config))
+    exact sum, its bar 1e-5). ``formed``: ``dg``'s :func:`terms`, already formed."""
+    d, c = (t.abs() for t in (formed or terms(dg, inputs, config)))
     K = d.shape[3]
     B, T = d.shape[:2]
     return {"dA_log": ((d * c).sum((0, 1, 3)), B * T * K),
@@ -107,7 +117,7 @@ def _half_spacing(x: torch.Tensor) -> torch.Tensor:
     return torch.where(d == 0, torch.zeros_like(d), half)
 
 
-def storage_reach(outputs: dict, inputs, config) -> dict[str, torch.Tensor]:
+def storage_reach(outputs: dict, inputs, config, formed: Terms | None = None) -> dict[str, torch.Tensor]:
     """How far an implementation's correct ``dA_log``/``ddt_bias`` can land from the exact sum of the ``dg`` it
     returned where it returned ``dg`` (or the sum itself) in 16 bits: an implementation sums the ``dg`` it held
     before rounding it for return (fla's kernels do; autograd hands back a bf16 leaf's gradient in bf16 whatever
@@ -115,11 +125,12 @@ def storage_reach(outputs: dict, inputs, config) -> dict[str, torch.Tensor]:
     nonzero: ``STORAGE_SIGMAS`` standard deviations of the sum of ``dg``'s rounding errors, each uniform within
     half a spacing (independent roundings), plus half a spacing of the sum's own 16-bit value. A wrong
     reduction beyond it is still called one; within it, the noise floor judges the cell (a correct fla_layer_varlen head 0 in fp32 mode: a float32 ``dA_log``
-    3.2e-5 from the exact sum of its bf16 ``dg``, against 1e-5: user trial, round 46)."""
+    3.2e-5 from the exact sum of its bf16 ``dg``, against 1e-5: user trial, round 46). ``formed``: the
+    :func:`terms` of ``outputs["dg"]``, already formed."""
     out = {}
     dg = outputs.get("dg")
     if dg is not None and dg.dtype in _SIGNIFICAND:
-        d, c = _terms(dg, inputs, config)
+        d, c = formed or terms(dg, inputs, config)
         h2 = _half_spacing(dg).pow(2) / 3   # the variance of a rounding uniform within half a spacing
         out["dA_log"] = STORAGE_SIGMAS * (h2 * c.pow(2)).sum((0, 1, 3)).sqrt()
         out["ddt_bias"] = STORAGE_SIGMAS * h2.sum((0, 1)).sqrt().reshape(inputs.dt_bias.shape)
@@ -158,13 +169,14 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
     names = [n for n in REDUCED if n in mine and n in outputs]
     if config.gate == "none" or "dg" not in outputs or not names or inputs.dt_bias is None:
         return {}
-    sums = reductions_of(outputs["dg"], inputs, config)
+    formed = terms(outputs["dg"], inputs, config)   # once: the sums, both reaches and the coherence use them
+    sums = reductions_of(outputs["dg"], inputs, config, formed)
     exact, _ = output_rows({n: sums[n].to(outputs[n].device) for n in names}, ct, config.state_layout, chunk_list,
                            head_list, group)
-    reach = rounding_reach(outputs["dg"], inputs, config)
+    reach = rounding_reach(outputs["dg"], inputs, config, formed)
     absolute, _ = output_rows({n: reach[n][0].to(outputs[n].device) for n in names}, ct, config.state_layout,
                               chunk_list, head_list, group)
-    stored = storage_reach(outputs, inputs, config)
+    stored = storage_reach(outputs, inputs, config, formed)
     stored, _ = output_rows({n: stored[n].to(outputs[n].device) for n in names if n in stored}, ct,
                             config.state_layout, chunk_list, head_list, group)
     rows = {n: row_ids[n] for n in names}
@@ -172,7 +184,7 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
     own = compare_cells({n: mine[n] for n in names}, exact, rows, head_list, info, tols)      # the sum's own
     coh = None
     if ref_dg is not None:
-        per = coherence(outputs["dg"], ref_dg, inputs, config)
+        per = coherence(outputs["dg"], ref_dg, inputs, config, formed)
         coh, _ = output_rows({n: per[n].to(outputs[n].device) for n in names}, ct, config.state_layout, chunk_list,
                              head_list, group)
     out = {}
