@@ -22,7 +22,7 @@ import uuid
 from pathlib import Path
 
 from .errors import EXIT_BAD_INPUT, KdadbgError
-from .patching import DEFAULT_TARGETS, parse_target
+from .patching import DEFAULT_TARGETS, missing_loaded, parse_target
 from .render import id_ranges
 
 ENV = "KDADBG_CAPTURE"
@@ -63,11 +63,17 @@ def boot() -> None:
     opts = json.loads(raw)
     manifest = opts.pop("manifest").replace("{pid}", str(os.getpid()))
     run = opts.pop("run", None)
-    cap = capture(opts.pop("out"), manifest=manifest, **opts)
-    cap.run = run                 # the names of two processes of this run must not meet (write_call)
-    cap.warn_unresolved = False   # judged by the parent over every process (a launcher imports no target)
-    cap.log_unwritten = False     # the parent prints each from the manifest
-    cap.__enter__()
+    try:
+        cap = capture(opts.pop("out"), manifest=manifest, **opts)
+        cap.run = run                 # the names of two processes of this run must not meet (write_call)
+        cap.warn_unresolved = False   # judged by the parent over every process (a launcher imports no target)
+        cap.log_unwritten = False     # the parent prints each from the manifest
+        cap.__enter__()
+    except KdadbgError as e:   # e.g. a target's module loaded already without the function: nothing to capture
+        # the parent turns this record into its one error line; the command stops before its first line
+        # instead of running uncaptured behind Python's "Error in sitecustomize"
+        Path(manifest).write_text(json.dumps({"error": str(e)}))
+        os._exit(EXIT_BAD_INPUT)
     atexit.register(cap.close)
 
 
@@ -126,6 +132,9 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     opts = {"targets": list(targets) if targets else None, "calls": calls, "modules": modules, "first": first,
             "every": every, "when": when, "max_bytes": max_bytes, "steps": steps, "force": force}
     Capture(out, **opts)  # the options' errors, here rather than in the child
+    for target, why in missing_loaded(targets or []):   # the child would fail as it starts: say so, run nothing
+        raise KdadbgError(f"--target {target}: {why}; expected a module-level function of that name (nothing "
+                          f"was run)")
     created = not out.exists()
     if out.exists() and not out.is_dir():
         raise KdadbgError(f"capture: --out {out} is a file; expected a folder for the dumps (a new or existing one)")
@@ -166,6 +175,16 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     result = {"exit_code": code, "out": str(out), "dumps": [], "skipped": [], "excluded": {}, "errors": [],
               "refused": 0, "calls_seen": 0, "calls_no_grad": 0, "processes": 0, "manifests": [], "unresolved": [],
               "uncalled": []}
+    failed = []   # processes whose capture could not start (boot): their one error
+    for path in sorted(out.glob(f"manifest-{run}-*.json")):
+        data = json.loads(path.read_text())
+        if "error" in data:
+            failed.append(data["error"])
+            path.unlink()
+    if failed:
+        if created and not any(out.iterdir()):
+            out.rmdir()
+        raise KdadbgError(f"capture: {failed[0]}; the command stopped as it started, nothing captured")
     patched, missing, called, closed = set(), {}, set(), True
     modules, indices, steps = set(), set(), []
     for path in sorted(out.glob(f"manifest-{run}-*.json")):

@@ -9,6 +9,7 @@ right after the module has run, before anyone can import the name from it. ``res
 
 from __future__ import annotations
 
+import difflib
 import importlib.abc
 import importlib.util
 import sys
@@ -27,6 +28,34 @@ def parse_target(target: str) -> tuple[str, str]:
         raise KdadbgError(f"capture target {target!r}: expected 'package.module:function' (a module-level "
                           f"function), 'fla', 'kdadbg' or a callable")
     return mod, attr
+
+
+def no_function(module, mod: str, attr: str) -> str | None:
+    """Why ``module`` (named ``mod``) has nothing to patch as ``attr``, with the nearest function names; None
+    when it has that function."""
+    if callable(getattr(module, attr, None)):
+        return None
+    names = {*dir(module), *getattr(module, "__all__", ())}   # a lazy module (__getattr__) lists its own in these
+    near = difflib.get_close_matches(attr, sorted(n for n in names if not n.startswith("_")), n=2, cutoff=0.75)
+    hint = f" (did you mean {' or '.join(repr(n) for n in near)}?)" if near else ""
+    return f"module {mod} has no function {attr!r}{hint}"
+
+
+def missing_loaded(targets) -> list[tuple[str, str]]:
+    """The targets given by name whose module is loaded in this process but has no such function:
+    ``[(target as given, why)]``. What ``kdadbg capture`` checks before it runs a command (the command's
+    processes load the same modules before their first line: a session there would fail at interpreter
+    start). A module not loaded here is judged where the command imports it."""
+    out = []
+    for target in targets:
+        if callable(target):
+            continue
+        mod, attr = parse_target(target)
+        module = sys.modules.get(mod)
+        why = no_function(module, mod, attr) if module is not None else None
+        if why:
+            out.append((target, why))
+    return out
 
 
 def _replace_everywhere(old, new) -> int:
@@ -128,10 +157,10 @@ class Patches:
                 self._warn(str(e))
 
     def _patch_attr(self, module, mod: str, attr: str) -> None:
-        fn = getattr(module, attr, None)
-        if not callable(fn):
-            raise KdadbgError(f"capture target {mod}:{attr}: module {mod} has no function {attr!r}")
-        self._patch(fn, f"{mod}:{attr}")
+        why = no_function(module, mod, attr)
+        if why:
+            raise KdadbgError(f"capture target {mod}:{attr}: {why}")
+        self._patch(getattr(module, attr), f"{mod}:{attr}")
         self.patched.add(f"{mod}:{attr}")
 
     def _patch(self, fn, impl: str) -> int:

@@ -936,3 +936,40 @@ def test_a_target_named_twice_through_a_re_export_counts_its_calls_for_both(tmp_
         train_step(model, batch(T=4))
     called = cap.manifest_data()["targets"]["called"]
     assert called == sorted([NAIVE, "alias_mod:naive_kda"]) and len(cap.written) == 4, (called, cap.written)
+
+
+@pytest.mark.parametrize("target, why", [
+    pytest.param("kdadbg_kernels:chunk_kdaa", "module kdadbg_kernels has no function 'chunk_kdaa' (did you mean "
+                 "'chunk_kda'?)", id="typo-in-our-kernels"),
+    pytest.param("torch.nn.functional:kda_nosuch", "module torch.nn.functional has no function 'kda_nosuch'",
+                 id="loaded-module"),
+])
+def test_cli_capture_refuses_a_function_missing_from_a_loaded_module_before_running(target, why, tmp_path):
+    """User trial: `--target kdadbg_kernels:chunk_kdaa` (module loaded as the command's Python starts) exited 0
+    behind Python's "Error in sitecustomize" text and captured nothing. Now one error line names the module
+    and the function, exit 2, the command never runs and no --out is left behind."""
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT.format(tests=TESTS))
+    out = tmp_path / "dumps"
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(out), "--target", target, "--",
+                          sys.executable, str(script), "0"], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    assert res.stderr.strip().splitlines() == [f"error: --target {target}: {why}; expected a module-level function "
+                                               f"of that name (nothing was run)"], res.stderr
+    assert not out.exists()
+
+
+def test_a_capture_that_cannot_start_in_the_command_stops_it_and_is_one_error(tmp_path, monkeypatch, capfd):
+    """Where only the command's process finds the missing function as it starts (its session fails in
+    sitecustomize), that process stops before its first line and capture raises the one error, no --out left."""
+    import kdadbg.capture_run as capture_run
+
+    monkeypatch.setattr(capture_run, "missing_loaded", lambda targets: [])   # the parent's check, passed
+    out = tmp_path / "dumps"
+    with pytest.raises(KdadbgError) as e:
+        capture_run.run_captured([sys.executable, "-c", "print('the script ran')"], out,
+                                 targets=["kdadbg_kernels:chunk_kdaa"])
+    assert str(e.value) == ("capture: capture target kdadbg_kernels:chunk_kdaa: module kdadbg_kernels has no function "
+                            "'chunk_kdaa' (did you mean 'chunk_kda'?); the command stopped as it started, nothing "
+                            "captured")
+    assert "the script ran" not in capfd.readouterr().out and not out.exists()
