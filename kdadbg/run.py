@@ -181,6 +181,59 @@ def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str, outputs:
             f"cause{outside}; kdadbg diff prints the exp arguments per chunk")
 
 
+BLOCK_ROWS = 16   # our kernels anchor each intra-chunk product's exponent at the first row of a 16-row block
+
+
+def decay_limit() -> float:
+    """Our kernels' bound on the activated per-token log-decay (any head, any K channel): ``-88.72 / 15``.
+    Below it, a 16-row block's anchored products ``e^(gc_anchor - gc_j)`` (up to 15 tokens' decay) can
+    overflow float32."""
+    from .noise import EXP_LIMIT_FP32
+
+    return -EXP_LIMIT_FP32 / (BLOCK_ROWS - 1)
+
+
+def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, ref_outputs: dict) -> str | None:
+    """Where our kernels' outputs hold NaN/Inf the reference does not and the dump's activated per-token gate
+    (as the kernels form it for the dump's gate mode) goes below :func:`decay_limit`: that limit, the first
+    token and head past it, and that the NaN/Inf of the other chunks of those sequences comes through the
+    state (None where no token is past it, or no NaN/Inf of ours lies in a sequence that has one)."""
+    from .reference import activate
+    from .render import id_ranges
+
+    limit = decay_limit()
+    with torch.no_grad():
+        gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"].detach()      # [B*T, HV, K]
+        low = gam.amin(-1)                                                           # [B*T, HV]
+    past = (low < limit).any(-1)
+    if not bool(past.any()):
+        return None
+    idx, valid = ct.token_index()
+    chunk_past = (past[idx] & valid).any(-1)                                          # [n_chunks]
+    seqs = set(ct.seq[chunk_past].tolist())
+    bad, elsewhere = nonfinite_chunks(outputs, ref_outputs, ct)
+    explained = {c for c in bad if int(ct.seq[c]) in seqs}
+    if not explained and not elsewhere:
+        return None
+    tok = int(past.nonzero()[0, 0])
+    head = int((low[tok] < limit).nonzero()[0, 0])
+    chunk = int(((idx == tok) & valid).any(-1).nonzero()[0, 0])
+    seq = int(ct.seq[chunk])
+    where = f"token {tok - int(ct.seq_bos[seq])}" + (f" of sequence {seq}" if ct.n_seqs > 1 else "")
+    in_chunks = sorted(c for c in range(ct.n_chunks) if chunk_past[c])
+    carried = sorted(explained - set(in_chunks))
+    rest = sorted(set(bad) - explained)
+    return (f"NaN/Inf from --impl ours: the dump's per-token decay (the activated gate, gate={config.gate}) goes "
+            f"below {limit:.3f} (= -88.72/15), our kernels' limit, first at {where} (chunk {chunk}), head {head} "
+            f"({float(low[tok, head]):.4g}); past it in chunk{'s' if len(in_chunks) > 1 else ''} "
+            f"{id_ranges(in_chunks)}: the kernels anchor each intra-chunk product per 16-row block, and up to "
+            f"15 tokens' decay e^(15*{-limit:.3f}) = e^88.72 overflows float32 there"
+            + (f"; the NaN/Inf in chunk{'s' if len(carried) > 1 else ''} {id_ranges(carried)} comes through the "
+               f"state (the forward carries it to later chunks, the backward to earlier ones)" if carried else "")
+            + (f"; the NaN/Inf in chunk{'s' if len(rest) > 1 else ''} {id_ranges(rest)} (sequences with no token "
+               f"past the limit) this does not explain" if rest else ""))
+
+
 def carried_json(row: Compare) -> dict | None:
     """A tensor's ``carried_in_from_dg`` in ``run``'s and ``diff``'s JSON: ``{"ratio": the exact sum of the
     implementation's own dg against the reference, "own": the implementation's value against that sum}``, or
@@ -328,7 +381,9 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
         if left_out:
             result.notes.append(reach_note(left_out))
     elif any(r.nonfinite for r in rows):
-        note = exp_range_note(inputs, config, ct, impl.name, got.outputs, ref.outputs)
+        # ours anchors its exponents per 16-row block (any cumulative gate): only the per-token decay limits it
+        note = (decay_limit_note(inputs, config, ct, got.outputs, ref.outputs) if impl.kind == "ours" else
+                exp_range_note(inputs, config, ct, impl.name, got.outputs, ref.outputs))
         if note:
             result.notes.append(note)
     if save is not None:

@@ -2,6 +2,7 @@
 and the kernel taps file against the reference's. Kernels run under the Triton interpreter here."""
 
 import json
+import re
 
 import pytest
 import torch
@@ -283,10 +284,44 @@ def test_outputs_nan_where_the_gates_pass_float32s_exp_range_say_why():
     inputs, config = make_inputs(get_case("masked_gates"))
     res = check(inputs, config, device="cpu")
     assert res.verdict == "fail"
-    assert any(n.startswith("NaN/Inf from --impl ours: the dump's cumulative gate passes -88.7 within chunks 0-")
-               for n in res.notes), res.notes
+    assert any(n.startswith("NaN/Inf from --impl ours: the dump's per-token decay (the activated gate, gate=none) "
+                            "goes below -5.915") for n in res.notes), res.notes
     clean = check(*make_inputs(get_case("basic")), device="cpu")
-    assert not any("cumulative gate passes" in n for n in clean.notes)
+    assert not any("per-token decay" in n or "cumulative gate passes" in n for n in clean.notes)
+
+
+@pytest.mark.parametrize("gate", ["none", "softplus"])
+def test_our_nan_past_the_per_token_decay_limit_is_named_with_its_token_and_the_state_that_carries_it(gate):
+    """User trial: our kernels give NaN for a per-token decay below -88.72/15 (a 16-row block's anchored products
+    overflow float32), and the note blamed the chunk's cumulative gate passing -88.7 (chunk64_strong passes at
+    -320) and called the NaN of a later chunk unexplained. Here one head's decay is past the limit in chunk 1
+    only (T=48, chunks of 16): the note names the limit, the first token and head, the activated gate as the
+    kernels form it for the gate mode, and the NaN of chunks 0 and 2 as coming through the state."""
+    import dataclasses
+
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.run import check
+
+    case = get_case("strong_gates_none" if gate == "none" else "strong_gates_softplus")
+    inputs, config = make_inputs(dataclasses.replace(case, T=48, B=1, H=2))
+    g = inputs.g.clone()
+    if gate == "none":
+        g[:] = -1.0
+        g[0, 16:32, 1] = -6.0
+    else:   # -exp(A_log) * softplus(g + dt_bias): about -0.7 * e^A_log where g + dt_bias = 0, past -5.915 at g = 40
+        g[:] = -inputs.dt_bias.reshape(g.shape[2:])
+        g[0, 16:32, 1] = 40.0
+    inputs = dataclasses.replace(inputs, g=g)
+    res = check(inputs, config, device="cpu")
+    assert res.verdict == "fail"
+    notes = [n for n in res.notes if n.startswith("NaN/Inf from --impl ours")]
+    assert len(notes) == 1 and "cumulative gate" not in notes[0], res.notes
+    assert notes[0].startswith(f"NaN/Inf from --impl ours: the dump's per-token decay (the activated gate, "
+                               f"gate={gate}) goes below -5.915 (= -88.72/15), our kernels' limit, first at token 16 "
+                               f"(chunk 1), head 1 ("), notes[0]
+    assert "past it in chunk 1: " in notes[0] and re.search(   # chunk 2's outputs too where the state holds it
+        r"; the NaN/Inf in chunks? 0(, 2)? comes through the state \(the forward carries it to later chunks, the "
+        r"backward to earlier ones\)$", notes[0]), notes[0]
 
 
 def test_the_exp_range_note_speaks_only_of_nan_in_the_chunks_it_explains():
