@@ -287,7 +287,8 @@ def exponent_ranges(ref_taps: dict, info: ChunkInfo, chunks: list[int], heads: l
 
 def repeat_report(runs: list[ImplRun], info: ChunkInfo) -> dict:
     """The first tap × chunk (dataflow order) whose bits differ between run 1 and a later run, else the
-    first output that differs."""
+    first output × chunk that differs (:func:`first_output_difference`); ``taps_compared``: whether run 1
+    returned taps to compare."""
     base = runs[0]
     pairs = sorted(((n, r) for n in base.taps if n in TAP_ORDER for r in range(len(base.tap_chunks))),
                    key=lambda p: dataflow_key(p[0], base.tap_chunks[p[1]], info))
@@ -298,10 +299,43 @@ def repeat_report(runs: list[ImplRun], info: ChunkInfo) -> dict:
                 per_head = diff.reshape(diff.shape[0], -1).any(-1)
                 return {"runs": len(runs), "identical": False, "run": i, "tap": name, "chunk": base.tap_chunks[r],
                         "head": base.tap_heads[int(per_head.nonzero()[0])], "elements": int(diff.sum())}
-        for name in base.outputs:
-            if name in run.outputs and bool(bits_differ(base.outputs[name], run.outputs[name]).any()):
-                return {"runs": len(runs), "identical": False, "run": i, "tap": None, "output": name}
+        where = first_output_difference(base.outputs, run.outputs, info)
+        if where is not None:
+            return {"runs": len(runs), "identical": False, "run": i, "tap": None, **where,
+                    "taps_compared": bool(pairs)}
     return {"runs": len(runs), "identical": True}
+
+
+def first_output_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor], info: ChunkInfo) -> dict | None:
+    """Where outputs ``b`` first differ in bits from ``a``, in dataflow order: ``{"output", "chunk", "head",
+    "token", "elements"}`` (``token``: the index within the batch row, the packed one for varlen, for the
+    per-token rows, else None; ``chunk`` None for a per-head gradient), or None where every bit agrees."""
+    found = []
+    for name, x in a.items():
+        if name not in b or name not in QUANTITIES:
+            continue
+        diff = bits_differ(x, b[name])
+        if not bool(diff.any()):
+            continue
+        kind, n = QUANTITIES[name].kind, int(diff.sum())
+        if kind == "row" and diff.ndim >= 3:   # [B, T, H, *]
+            for bt, t, h in diff.reshape(*diff.shape[:3], -1).any(-1).nonzero().tolist():
+                c = next((c for c in sorted(info.start) if (diff.shape[0] == 1 or info.seq[c] == bt)
+                          and info.start[c] <= t < info.start[c] + info.length[c]), None)
+                found.append((name, c, h, t, n))
+        elif kind == "seq" and diff.ndim >= 2:   # [N, H, *]: ht at a sequence's last chunk, dh0 at its first
+            for seq, h in diff.reshape(*diff.shape[:2], -1).any(-1).nonzero().tolist():
+                chunks = info.seq_chunks(seq)
+                found.append((name, (chunks[-1] if name == "ht" else chunks[0]) if chunks else None, h, None, n))
+        else:   # per head (dA_log [HV], ddt_bias [HV*K]): the head from the first differing element
+            heads = a["o"].shape[2] if "o" in a and a["o"].ndim == 4 else 0
+            i = int(diff.reshape(-1).nonzero()[0])
+            found.append((name, None, i // (diff.numel() // heads) if heads and diff.numel() % heads == 0 else None,
+                          None, n))
+    if not found:
+        return None
+    name, chunk, head, token, n = min(found, key=lambda f: (dataflow_key(f[0], f[1], info), f[2], f[3] or 0))
+    return {"output": name, "chunk": chunk, "head": head, "token": token, "elements": n}
 
 
 def bits_differ(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:

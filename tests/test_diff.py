@@ -234,6 +234,37 @@ def test_repeat_names_first_differing_tap():
     assert res.repeat == {"runs": 2, "identical": True}
 
 
+def test_repeat_of_a_function_without_taps_names_the_output_chunk_head_and_token():
+    """User trial: `diff --impl nondet.py:chunk_kda --repeat 3` (a function returning no taps, its second call
+    1 ulp off in o[0, 70, 0, 0]) said "differs from run 1 in output o (every tap identical)": no tap was
+    compared and no chunk named. Now the first differing output element is located and no tap check claimed."""
+    from rich.console import Console
+
+    from capture_toy import naive_kda
+    from kdadbg.render.difftables import render_repeat
+
+    calls = []
+
+    def nondet(*args, **kwargs):
+        calls.append(1)
+        o, s = naive_kda(*args, **kwargs)
+        if len(calls) == 2:   # one ulp up at one element, out of autograd's way
+            x = o.detach()[1, 21, 1, 0]
+            bump = torch.zeros_like(o)
+            bump[1, 21, 1, 0] = torch.nextafter(x, torch.tensor(1e9)) - x
+            o = o + bump
+        return o, s
+
+    inputs, cfg = inputs_for("basic")   # B=2, T=40, chunks of 16: batch row 1's token 21 is chunk 4
+    res = diff_dump(inputs, cfg, nondet, repeat=3, window=0, noise_floor=False)
+    assert res.repeat == {"runs": 3, "identical": False, "run": 2, "tap": None, "output": "o", "chunk": 4,
+                          "head": 1, "token": 21, "elements": 1, "taps_compared": False}
+    console = Console(record=True, width=300)
+    render_repeat(console, res)
+    assert console.export_text().strip() == ("nondeterministic: run 2 differs from run 1 first at o, chunk 4, head 1, "
+                                             "token 21 (1 element; no taps to compare)")
+
+
 # --- taps files --------------------------------------------------------------------------------------
 
 

@@ -551,8 +551,11 @@ def render_repeat(console: Console, res) -> None:
         console.print(f"[bold red]nondeterministic[/bold red]: run {r['run']} differs from run 1 first at "
                       f"{r['tap']} chunk {r['chunk']}, head {r['head']} ({r['elements']} elements)", highlight=False)
     else:
-        console.print(f"[bold red]nondeterministic[/bold red]: run {r['run']} differs from run 1 in output "
-                      f"{r['output']} (every tap identical)", highlight=False)
+        at = "".join(f", {k} {r[k]}" for k in ("chunk", "head", "token") if r.get(k) is not None)
+        taps = "every tap identical" if r.get("taps_compared") else "no taps to compare"
+        n = f"{r['elements']} element{'s' if r['elements'] > 1 else ''}"
+        console.print(f"[bold red]nondeterministic[/bold red]: run {r['run']} differs from run 1 first at "
+                      f"{r['output']}{at} ({n}; {taps})", highlight=False)
 
 
 def render_plot(console: Console, info: dict) -> None:
