@@ -206,6 +206,23 @@ def apply_overrides(config: KDAConfig, overrides: dict | None, where: str = "dum
     return config.with_overrides(**kw)
 
 
+def _head_first_hint(name: str, found, q_shape, expected) -> str:
+    """Where ``name``'s shape is the expected one with T and H (dims 1 and 2) swapped: which side looks
+    head-first (``[B,H,T,*]``, as fla's older ``head_first=True`` took): ``q`` (and the tensors read with it)
+    where q, read as fla's ``[B,T,H,K]``, has more heads than tokens, else ``name``. "" otherwise."""
+    found, expected = tuple(found), tuple(expected)
+    if len(found) < 3 or expected[1] == expected[2] or found[:3] != (expected[0], expected[2], expected[1]) \
+            or (name != "v" and found[3:] != expected[3:]):
+        return ""
+    B, T, H, K = q_shape
+    if H > T:
+        return (f"; q looks head-first: [B,H,T,K] = {_fmt((B, T, H, K))} instead of [B,T,H,K] (read as T={T} tokens, "
+                f"H={H} heads), which would explain {name}'s shape: kdadbg takes fla's [B,T,H,*]; transpose q, k, v, "
+                f"g and do (dims 1 and 2)")
+    sym = "[B,H,T]" if len(found) == 3 else "[B,H,T,*]"
+    return f"; {name} looks head-first ({sym}, T and H swapped): transpose its dims 1 and 2 to fla's [B,T,H,*]"
+
+
 def _fmt(shape) -> str:
     return "[" + ",".join(str(int(s)) for s in shape) + "]"
 
@@ -278,7 +295,8 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
     v = specs["v"]
     if v.ndim != 4 or tuple(v.shape[:2]) != (B, T) or v.shape[3] == 0 or v.shape[2] == 0 or v.shape[2] % H:
         raise err("v", f"expected shape [B,T,H,V] = [{B},{T},{H},*] (B,T,H from q) or, for grouped value heads, "
-                       f"[B,T,HV,V] with HV a multiple of H={H}, found {_fmt(v.shape)}")
+                       f"[B,T,HV,V] with HV a multiple of H={H}, found {_fmt(v.shape)}"
+                       f"{_head_first_hint('v', v.shape, q.shape, (B, T, H))}")
     HV, V = v.shape[2], v.shape[3]
     gva = HV != H
     hv = "HV" if gva else "H"
@@ -290,7 +308,8 @@ def check_layout(where: str, specs: dict, meta: dict[str, str], overrides: dict 
               "A_log": ((HV,), f"[{hv}]", hv_src)}
     for name, (shape, sym, src) in expect.items():
         if name in specs and tuple(specs[name].shape) != shape:
-            raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(specs[name].shape)}")
+            raise err(name, f"expected shape {sym} = {_fmt(shape)} ({src}), found {_fmt(specs[name].shape)}"
+                            f"{_head_first_hint(name, specs[name].shape, q.shape, shape) if name != 'A_log' else ''}")
     if "dt_bias" in specs and tuple(specs["dt_bias"].shape) not in ((HV, K), (HV * K,)):
         src = hv_src + ", K from q" if gva else "H,K from q"
         raise err("dt_bias", f"expected shape [{hv},K] = {_fmt((HV, K))} or fla's flat [{hv}*K] = [{HV * K}] "

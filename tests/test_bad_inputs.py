@@ -109,6 +109,18 @@ def inspect_k0(tmp_path):
     return ["inspect", _replace(tmp_path, "k0.safetensors", q=empty, k=empty, g=empty)]
 
 
+def head_first(*names):
+    """``inspect`` on a dump whose ``names`` are head-first (dims 1 and 2 swapped: [B,H,T,*])."""
+    def setup(tmp_path):
+        path = _dump(tmp_path, "hf.safetensors", case=with_size(get_case("t16"), K=8, V=8, H=2))   # T=16, H=2
+        with safe_open(str(path), "pt") as f:
+            meta, t = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}
+        save_file({k: x.transpose(1, 2).contiguous() if k in names else x for k, x in t.items()}, str(path),
+                  metadata=meta)
+        return ["inspect", path]
+    return setup
+
+
 def plot_onto_existing(name):
     """``diff DUMP --plot NAME`` where a file NAME exists."""
     def setup(tmp_path):
@@ -259,6 +271,12 @@ BAD = [
     _bad("r2-K-over-limit-diff", big_head_dim("diff", K=300), "K=300", "--source reference"),
     _bad("r2-K-over-limit-taps-kernel", big_head_dim("taps", K=300), "K=300", keep=_absent("t.safetensors")),
     _bad("r3-inspect-K0", inspect_k0, "tensor 'q'", "4 non-empty dims", "found [1,16,1,0]"),
+    _bad("inspect-head-first-q", head_first("q", "k", "v", "g", "do"), "tensor 'beta'", "found [1,16,2]",
+         "q looks head-first: [B,H,T,K] = [1,2,16,8] instead of [B,T,H,K] (read as T=2 tokens, H=16 heads), which "
+         "would explain beta's shape", "transpose q, k, v, g and do (dims 1 and 2)"),
+    _bad("inspect-head-first-beta", head_first("beta"), "tensor 'beta'", "expected shape [B,T,H] = [1,16,2]",
+         "found [1,2,16]; beta looks head-first ([B,H,T], T and H swapped): transpose its dims 1 and 2"),
+    _bad("inspect-head-first-v", head_first("v"), "tensor 'v'", "found [1,2,16,8]; v looks head-first"),
     _bad("r4-taps-force-read-only", force_onto_read_only("taps", "-o"), "--out", "read-only", "even with --force",
          keep=_untouched("ro.out")),
     _bad("r4-run-json-force-read-only", force_onto_read_only("run", "--json"), "--json", "read-only",
