@@ -811,8 +811,8 @@ def diff(
     chunks: Annotated[Optional[str], typer.Option("--chunks", help="Global chunk range A:B (half-open, either "
                                                   "side optional) or one chunk A.")] = None,
     heads: Annotated[Optional[str], typer.Option("--heads", help="Comma-separated head indices.")] = None,
-    tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override a tap tolerance: NAME=VALUE, NAME "
-                                                     "a tap or a stage (repeatable).")] = None,
+    tol: Annotated[Optional[list[str]], typer.Option("--tol", help="Override a tolerance: NAME=VALUE, NAME "
+                                                     "a tap, a stage or an output or gradient such as dg (repeatable).")] = None,
     window: Annotated[int, typer.Option("--window", help="Chunks in the made-here-or-carried-in rerun (0: "
                                         "skip it).")] = 3,
     repeat: Annotated[int, typer.Option("--repeat", help="Run the kernels N times and name the first tap x "

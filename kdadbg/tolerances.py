@@ -24,8 +24,20 @@ TAP_TOLERANCES: dict[str, dict[str, float]] = {
 }
 
 
-def _with_overrides(tables: dict, precision: str, overrides, expand, names: str) -> dict[str, float]:
-    """``tables[precision]`` with ``NAME=VALUE`` overrides; ``expand(name)`` lists what NAME sets."""
+ROWS = tuple(TOLERANCES["fp32"])   # the outputs and gradients, whole tensors and diff's output rows
+
+
+def _did_you_mean(name: str, known) -> str:
+    """`` (did you mean dg?)`` for a near miss (case first: taps differ by case alone, ``S``/``dS``), else ""."""
+    import difflib
+
+    near = [n for n in known if n.lower() == name.lower()] or difflib.get_close_matches(name, known, n=2, cutoff=0.75)
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
+
+
+def _with_overrides(tables: dict, precision: str, overrides, expand, names: str, known=()) -> dict[str, float]:
+    """``tables[precision]`` with ``NAME=VALUE`` overrides; ``expand(name)`` lists what NAME sets; ``known``:
+    every name ``--tol`` takes, for a did-you-mean."""
     if precision not in tables:
         raise KdadbgError(f"--precision: expected one of {', '.join(tables)}, found {precision!r}")
     table = dict(tables[precision])
@@ -34,7 +46,8 @@ def _with_overrides(tables: dict, precision: str, overrides, expand, names: str)
         name = name.strip()
         targets = expand(name, table)
         if not sep or not targets:
-            raise KdadbgError(f"--tol: expected NAME=VALUE with NAME {names}, found {item!r}")
+            hint = _did_you_mean(name, known) if sep else ""
+            raise KdadbgError(f"--tol: expected NAME=VALUE with NAME {names}, found {item!r}{hint}")
         try:
             tol = float(value)
         except ValueError:
@@ -49,12 +62,15 @@ def tolerances(precision: str, overrides: list[str] | None = None) -> dict[str, 
     """Whole-tensor tolerances for ``precision`` with ``NAME=VALUE`` overrides."""
     return _with_overrides(TOLERANCES, precision, overrides,
                            lambda name, table: [name] if name in table else [],
-                           "one of " + ", ".join(TOLERANCES["fp32"]))
+                           "one of " + ", ".join(ROWS), ROWS)
 
 
 def tap_tolerances(precision: str, overrides: list[str] | None = None) -> dict[str, float]:
-    """Per-cell tap tolerances for ``precision`` with ``NAME=VALUE`` overrides (NAME a tap or a stage)."""
+    """Per-cell tap tolerances for ``precision`` with ``NAME=VALUE`` overrides (NAME a tap or a stage; ``kdadbg
+    diff`` sends the outputs' and gradients' names to :func:`tolerances`, so a name none of these takes is
+    refused naming all three kinds)."""
     return _with_overrides(TAP_TOLERANCES, precision, overrides,
                            lambda name, table: [name] if name in table else
                            [n for n in TAP_NAMES if REGISTRY[n].stage == name],
-                           f"a tap or a stage ({', '.join(STAGES)})")
+                           f"a tap, a stage ({', '.join(STAGES)}) or an output or gradient ({', '.join(ROWS)})",
+                           (*TAP_NAMES, *STAGES, *ROWS))

@@ -276,6 +276,10 @@ BAD = [
          "would explain beta's shape", "transpose q, k, v, g and do (dims 1 and 2)"),
     _bad("inspect-head-first-beta", head_first("beta"), "tensor 'beta'", "expected shape [B,T,H] = [1,16,2]",
          "found [1,2,16]; beta looks head-first ([B,H,T], T and H swapped): transpose its dims 1 and 2"),
+    _bad("diff-tol-near-miss", usage("diff", "--tol", "dgg=1e-3"), "--tol: expected NAME=VALUE with NAME a tap, a "
+         "stage (fwd_prepare, fwd_recurrence, bwd_recurrence, bwd_prepare) or an output or gradient (o, ht, dq, dk, "
+         "dv, dg, dbeta, dh0, dA_log, ddt_bias), found 'dgg=1e-3' (did you mean dg?)"),
+    _bad("run-tol-near-miss", usage("run", "--tol", "DG=1e-3"), "found 'DG=1e-3' (did you mean dg?)"),
     _bad("inspect-head-first-v", head_first("v"), "tensor 'v'", "found [1,2,16,8]; v looks head-first"),
     _bad("r4-taps-force-read-only", force_onto_read_only("taps", "-o"), "--out", "read-only", "even with --force",
          keep=_untouched("ro.out")),
