@@ -451,3 +451,28 @@ def test_a_dump_with_no_upstream_gradient_says_why_once(dump, tmp_path):
     assert text.count("not compared (reason 1, below)") == 8, r.output
     assert text.count("the dump's do is all zero") == 1, r.output
     assert "reason 1 (8 rows): the dump's do is all zero and it has no nonzero dht" in text, r.output
+
+
+def test_our_nonfinite_outputs_under_the_interpreter_raise_no_numpy_warning():
+    """User trial: `kdadbg diff` on a captured dump past our kernels' decay limit printed numpy's "RuntimeWarning:
+    invalid value encountered in reduce" (the interpreter's np.sum in a kernel, attributed to numpy's own file,
+    so the CLI's filter of the interpreter's float32 warnings missed it). The kernels now run under np.errstate:
+    their Inf/NaN is reported, never warned of; a warning elsewhere still shows."""
+    import dataclasses
+    import warnings
+
+    import numpy as np
+
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.impls.ours import run_kernels
+
+    inputs, config = make_inputs(dataclasses.replace(get_case("strong_gates_none"), T=32, H=1))
+    inputs = dataclasses.replace(inputs, g=torch.full_like(inputs.g, -8.0))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        outputs, _, _ = run_kernels(inputs, config, device="cpu")
+        overflow = np.float32(1e38) * np.float32(10)   # outside the kernels: still warned of
+    assert not bool(torch.isfinite(outputs["o"]).all())
+    assert [str(w.message) for w in caught] == ["overflow encountered in scalar multiply"], \
+        [(w.filename, str(w.message)) for w in caught]
+    assert overflow == float("inf")

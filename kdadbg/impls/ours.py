@@ -7,6 +7,9 @@ chosen when ``@triton.jit`` decorates, i.e. when the kernel modules are first im
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
+import numpy as np
 import torch
 
 from kdadbg_kernels.taps import TapSelection
@@ -66,12 +69,15 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
         check_tap_memory(inputs, config, taps, device)
     chunk = kernels_module(device)
     x = kernel_inputs(inputs).to(device)
-    outputs, buffers, plan = chunk.kda_forward_backward(
-        x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens,
-        cu_seqlens_cpu=inputs.cu_seqlens.cpu() if inputs.cu_seqlens is not None else None, A_log=x.A_log,
-        dt_bias=x.dt_bias, scale=config.scale, chunk_size=config.chunk_size, gate=config.gate,
-        lower_bound=config.lower_bound, qk_l2norm=config.qk_l2norm, beta_sigmoid=config.beta_sigmoid,
-        state_layout=config.state_layout, precision=precision, taps=taps)
+    # the interpreter emulates float32 in NumPy: an Inf/NaN there (gates past the kernels' limit) is what a GPU
+    # gives silently, and run/diff report it; NumPy would warn of it, from its own files (np.sum's reduce)
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore") if device == "cpu" else nullcontext():
+        outputs, buffers, plan = chunk.kda_forward_backward(
+            x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens,
+            cu_seqlens_cpu=inputs.cu_seqlens.cpu() if inputs.cu_seqlens is not None else None, A_log=x.A_log,
+            dt_bias=x.dt_bias, scale=config.scale, chunk_size=config.chunk_size, gate=config.gate,
+            lower_bound=config.lower_bound, qk_l2norm=config.qk_l2norm, beta_sigmoid=config.beta_sigmoid,
+            state_layout=config.state_layout, precision=precision, taps=taps)
     if device == "cuda":
         torch.cuda.synchronize()
     return outputs, buffers, plan
