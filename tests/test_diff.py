@@ -1560,3 +1560,17 @@ def test_a_nan_inputs_reach_does_not_keep_a_carried_in_dA_log_from_passing(tmp_p
     assert not da["failed"], da
     r = kdadbg("run", dump, "--allow-nonfinite")
     assert r.exit_code == 0 and "carried in from dg (dA_log)" in " ".join(r.stdout.split()), r.stdout
+
+
+def test_diff_of_two_taps_files_heads_its_output_in_the_command_lines_order(tmp_path):
+    """User trial: `kdadbg diff ref.taps bad.taps` printed "kdadbg diff bad.taps vs ref.taps", the reverse of
+    the command line. The header now names A then B, A the reference, as the README says."""
+    from test_cli import kdadbg
+
+    inputs, cfg = inputs_for("basic")
+    a = write_reference_taps(tmp_path, inputs, cfg, "a.safetensors", taps=("S", "dS"))
+    b = write_reference_taps(tmp_path, inputs, cfg, "b.safetensors", taps=("S", "dS"))
+    r = kdadbg("diff", a, b, "--taps", "S,dS")
+    assert r.exit_code == 0, r.output
+    assert r.stdout.splitlines()[0].startswith(f"kdadbg diff {a} {b} (A, the reference; B, judged against it); "), \
+        r.stdout.splitlines()[0]

@@ -140,7 +140,9 @@ def compared_line(n: dict) -> str:
 
 def render_header(console: Console, res) -> None:
     if res.mode == "files":
-        what = f"{escape(str(res.files.get('theirs')))} vs {escape(str(res.files.get('reference')))}"
+        # in the command line's order, A the reference (was "B vs A", the reverse of `diff A B`)
+        what = (f"{escape(str(res.files.get('reference')))} {escape(str(res.files.get('theirs')))} "
+                f"(A, the reference; B, judged against it)")
     else:
         what = f"--impl {escape(res.sources[0])} ({escape(res.impl.get('kind', ''))}) vs the float64 reference"
     chunks = f"chunks {res.chunks[0]}:{res.chunks[-1] + 1}" if res.chunks else "no chunks"
