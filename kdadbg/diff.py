@@ -242,6 +242,9 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     # (taps asked for by name are listed as not provided whatever the implementation offers)
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
+    # the exp(-gc) taps are judged weighted by exp(gc) (metrics.exp_gc_weight): the reference's gc of their cells
+    ref_gc = select({"gc": ref_taps["gc"]}, ref_rows, tap_heads)["gc"] \
+        if cand and "gc" in ref_taps and any(n in noise.EXP_NEG_GC_TAPS for n in cand) else None
     # no upstream gradient (do all zero, no nonzero dht): every gradient is 0 on both sides; not compared
     blind = blind_gradients(inputs, ref.outputs, dump_inputs)
     outs = {n: t for n, t in run.outputs.items() if n in ref.outputs and n not in blind}
@@ -299,7 +302,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     storage_tols = {n: tols16[n] for n in mine if run.outputs[n].dtype in LOW_DTYPES} if precision == "fp32" else {}
 
     def judged():
-        out = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep)
+        out = compare_cells(cand, ref_sel, {n: tap_rows for n in cand}, tap_heads, info, tols, floor_taps, unrep,
+                            gc=ref_gc)
         out.update(compare_cells(mine, theirs, row_ids, head_list, info, tols, floor_rows, group=G,
                                  storage_tols=storage_tols))
         carried_notes.clear()
@@ -629,8 +633,11 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
         full[torch.tensor([c - first for c in rows])] = gc
         unrep = unrepresentable({"gc": full}, list(pick_a), {n: rows for n in pick_a}, list(range(len(hs))), info,
                                 first)
+    # the exp(-gc) taps weighted by exp(gc) where A holds gc (metrics.exp_gc_weight), else compared unweighted
+    a_gc = sel(a_ids, a_heads, {"gc": a["taps"]["gc"]})["gc"] \
+        if "gc" in a["taps"] and any(n in noise.EXP_NEG_GC_TAPS for n in pick_a) else None
     cells = compare_cells(sel(b_ids, b_heads, cand), sel(a_ids, a_heads, pick_a), {n: rows for n in pick_a}, hs,
-                          info, tols, unrep=unrep) if pick_a else {}
+                          info, tols, unrep=unrep, gc=a_gc) if pick_a else {}
     missing["not_written"] = written_nowhere(missing["not_written"], cells)
     if mine:
         cells.update(compare_cells(mine, theirs, row_ids, hs, info, tols, group=G))

@@ -203,7 +203,8 @@ def window_cells(run: ImplRun, ref, ct, info: ChunkInfo, config: KDAConfig, chun
             refs = select({k: ref.taps[k] for k in cand}, rows, th)
             ftaps = None if fl_taps is None else \
                 select({k: stored_as(fl_taps[k], run.tap_storage.get(k)) for k in cand if k in fl_taps}, rows, th)
-            cells.update(compare_cells(cand, refs, {k: rows for k in cand}, th, info, tols, ftaps))
+            gc = select({"gc": ref.taps["gc"]}, rows, th)["gc"] if "gc" in ref.taps else None
+            cells.update(compare_cells(cand, refs, {k: rows for k in cand}, th, info, tols, ftaps, gc=gc))
     mine, ids = output_rows({k: v for k, v in run.outputs.items() if k in ref.outputs}, ct, config.state_layout,
                             chunks, heads, group)
     theirs, _ = output_rows({k: ref.outputs[k] for k in mine}, ct, config.state_layout, chunks, heads, group)

@@ -11,7 +11,7 @@ RUN_JSON = 6    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdad
                 # tensor's precision_floor (the noise floor's ratio where it was over tolerance: UNREP within 10x),
                 # coherent (dA_log/ddt_bias whose dg error sums coherently: not carried in); 6:
                 # nonfinite_inputs.left_out (what NaN/Inf inputs can reach, left out: kdadbg.reach)
-DIFF_JSON = 10  # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
+DIFF_JSON = 11  # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (README, "kdadbg diff"); 3:
                 # NOT_COMPARED cells, verdict not_compared, compared.not_compared, min_tolerance counts, scales;
                 # 4: tensors (each output and gradient judged as run judges it; the verdict fails with them),
                 # origin.label and origin.floor (the window rerun against its noise floor); 5: origin and
@@ -23,4 +23,8 @@ DIFF_JSON = 10  # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (
                 # 8: a tensor's lead (a failing tensor's first cell over its tolerance, else null),
                 # nonfinite_inputs.left_out; 9: the exp(-gc) taps (ki, dqd, dkd) judged at each cell's own
                 # scale: scales.<n>.per_cell, abs_floor null there and given per cell (cells[].abs_floor);
-                # 10: amplification[].labels (each chunk's label: an UNREP one is no ratio to read)
+                # 10: amplification[].labels (each chunk's label: an UNREP one is no ratio to read); 11: the
+                # exp(-gc) taps judged weighted by exp(gc) (scales.<n>.weighted_by, cells[].weighted_by;
+                # ratio and max_abs of the weighted values, kernel and reference the tap's own); diff A B
+                # with A not the float64 reference: files.computed_at, files.tol_sum, tensors[].tol_sum and
+                # a DRIFT cell's reason (within the sum of both files' tolerances)

@@ -333,6 +333,43 @@ def test_exp_taps_are_judged_per_cell(tmp_path, preset):
     assert diff_dump(inputs, cfg, theirs(write_reference_taps(tmp_path, inputs, cfg, name="ok.safetensors"))).passed
 
 
+def test_exp_taps_are_weighted_by_exp_gc(tmp_path):
+    """Within a chunk the rows of dqd span as many orders of magnitude as gc does, so a cell's RMS is its last
+    rows' alone: early rows negated passed (ratio ~1e-10), and one diagonal element of dMqk, off by its bf16
+    rounding, made a correct bf16 kernel's dqd a BUG at its last row (h0_only seed 0: 3.6e-2 against 2e-2,
+    10.5x its floor). Weighted by exp(gc), the scale at which dq uses it, every row counts."""
+    inputs, cfg = inputs_for("fla_layer")
+    ref = run_reference(inputs, cfg, taps=("dqd", "gc"), dtype=torch.float64).taps
+    rows = ref["dqd"].abs().amax(-1)                                     # [NC, H, C]: each row's largest
+    spread = rows.amax(-1) / rows[..., :4].amax(-1)
+    c, h = divmod(int(spread.argmax()), spread.shape[1])
+    assert float(spread[c, h]) > 1e6                                     # rows 0-3 far below the cell's last rows
+
+    def wrong(taps):
+        taps["dqd"][c, h, :4] = -taps["dqd"][c, h, :4]
+        return taps
+
+    x = wrong({"dqd": ref["dqd"].clone()})["dqd"][c:c + 1, h:h + 1]
+    lengths = torch.tensor([cfg.chunk_size])
+    assert float(metrics("dqd", x, ref["dqd"][c:c + 1, h:h + 1], lengths)["ratio"]) < 1e-6   # unweighted: missed
+    res = diff_dump(inputs, cfg, theirs(write_reference_taps(tmp_path, inputs, cfg, transform=wrong)))
+    cells = res.cells["dqd"]
+    assert cells.weighted and int(cells.label[c, h]) == BUG and float(cells.ratio[c, h]) > 0.1
+    assert res.first_bug["tap"] == "dqd" and res.first_bug["weighted_by"] == "exp(gc)", res.first_bug
+    assert res.as_json()["scales"]["dqd"]["weighted_by"] == "exp(gc)"
+
+
+def test_a_correct_bf16_kernel_passes_dqd_at_its_last_rows(tmp_path):
+    """h0_only seed 0 in bf16 mode: our kernels' dqd at chunk 0 head 1 was 3.6e-2 unweighted (one element of dMqk,
+    0.2438 against 0.2543, times the chunk's largest exp(-gc)); weighted, within its tolerance."""
+    inputs, cfg = make_inputs(get_case("h0_only"), seed=0)
+    res = diff_dump(inputs, cfg, ours("bf16"), names=("dqd", "dkd", "ki"), window=0)
+    cells = res.cells["dqd"]
+    assert cells.weighted and int(cells.count.sum()) > 0
+    assert bool((cells.ratio[torch.isfinite(cells.ratio)] < cells.tol).all()), cells.ratio
+    assert res.counts()["bug"] == 0, res.counts()
+
+
 def test_against_file_conversions(tmp_path):
     inputs, cfg = inputs_for("basic")
 
@@ -444,7 +481,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 10 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 11 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -1574,3 +1611,32 @@ def test_diff_of_two_taps_files_heads_its_output_in_the_command_lines_order(tmp_
     assert r.exit_code == 0, r.output
     assert r.stdout.splitlines()[0].startswith(f"kdadbg diff {a} {b} (A, the reference; B, judged against it); "), \
         r.stdout.splitlines()[0]
+
+
+def test_the_readme_says_which_rule_labels_a_per_head_sum_cell():
+    """User trial: `diff kimi_varlen --precision bf16` showed `dA_log head 0 2e-2 UNREP` while the README's `run`
+    section said a sum is "never UNREP by the noise floor" and bf16 mode fails a tensor "whatever its floor".
+    Those are whole-tensor rules; a per-head cell follows the cell rule (floor over tolerance, within ten times
+    it: UNREP, bf16 mode too), then the split: a wrong sum BUG whatever its label, a right sum's DRIFT/BUG
+    carried in, its UNREP kept. The README now says so; this pins the behaviour it describes."""
+    from kdadbg.compare import compare_cells
+    from kdadbg.compare.carried import Split, carried_in
+
+    info = ChunkInfo(16, {0: 0}, {0: 0}, {0: 0}, {0: 16})
+    ref = {"dA_log": torch.tensor([[1.0, 1.0]], dtype=torch.float64)}
+    cand = {"dA_log": torch.tensor([[1.022, 1.3]], dtype=torch.float64)}   # head 0 as the trial's: 2.2e-2
+    floor = {"dA_log": torch.tensor([[1.013, 1.013]], dtype=torch.float64)}   # floor 1.3e-2 > tol 1e-2
+
+    def labels(sum_right):
+        cells = compare_cells(cand, ref, {"dA_log": [None]}, [0, 1], info, {"dA_log": 1e-2}, floor)
+        c = cells["dA_log"]
+        own = torch.tensor([[1e-4, 1e-4] if sum_right else [0.02, 0.3]], dtype=torch.float64)
+        carried_in(cells, {"dA_log": Split(c.ratio.clone(), torch.tensor([[sum_right] * 2]),
+                                           torch.tensor([[not sum_right] * 2]), own, ref["dA_log"])})
+        return c.label.tolist()[0]
+
+    assert labels(True) == [UNREP, DRIFT]   # within ten times its floor: UNREP; 30x its floor: carried in
+    assert labels(False) == [BUG, BUG]      # a wrong sum, whatever its floor
+    readme = " ".join((Path(__file__).resolve().parents[1] / "README.md").read_text().split())
+    assert "`diff`'s per-head cells of `dA_log`/`ddt_bias` follow the cell rule in both modes" in readme
+    assert "an UNREP cell whose sum is right stays UNREP" in readme

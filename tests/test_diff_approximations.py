@@ -41,13 +41,13 @@ def bf16_reference():
 
 
 def finite_cell(t: torch.Tensor) -> tuple[int, int]:
-    """A chunk × head of tap ``t`` whose every value is finite (dkd overflows float32 in chunks of strong gates)."""
+    """A chunk × head of tap ``t`` whose every value is finite (the exp(-gc) taps overflow float32 in chunks of strong gates)."""
     ok = torch.isfinite(t).flatten(2).all(-1)
     c, h = ok.nonzero()[0].tolist()
     return c, h
 
 
-def move(cell: tuple[int, int], ratio: float, name: str = "dkd"):
+def move(cell: tuple[int, int], ratio: float, name: str = "dkr"):
     """An edit moving tap ``name``'s cell by ``ratio`` of its RMS (``RMS(x - a) / RMS(a) = ratio``)."""
     def edit(taps):
         c, h = cell
@@ -61,11 +61,11 @@ def move(cell: tuple[int, int], ratio: float, name: str = "dkd"):
 @pytest.fixture(scope="module")
 def fla_layer(tmp_path_factory):
     """fla_layer (T 256, chunk 64) at bf16: A the float32 reference with bf16 dot operands, recording bf16, and
-    the dkd cell it moves in B."""
+    the dkr cell it moves in B (a tap judged unweighted: ``move`` sets its ratio exactly)."""
     tmp = tmp_path_factory.mktemp("approx")
     inputs, cfg = inputs_for("fla_layer")
     a = write_run(tmp / "a.safetensors", bf16_reference(), inputs, cfg, BF16_REFERENCE, "bf16")
-    cell = finite_cell(read_taps_file(a)["taps"]["dkd"])
+    cell = finite_cell(read_taps_file(a)["taps"]["dkr"])
     return inputs, cfg, tmp, a, cell
 
 
@@ -75,12 +75,12 @@ def relabelled(src, dst, **metadata):
 
 
 def test_a_cell_within_both_tolerances_is_drift_when_a_is_an_approximation(fla_layer):
-    """B's dkd 0.0217 from A's, over bf16's 0.02: a BUG before (no dump, no floor), now DRIFT with its reason where
+    """B's dkr 0.0217 from A's (a user trial saw dkd there), over bf16's 0.02: a BUG before (no dump, no floor), now DRIFT with its reason where
     A records bf16 (the verdict a pass, --strict a fail); where A is the float64 reference it stays a BUG."""
     inputs, cfg, tmp, a, cell = fla_layer
     b = write_run(tmp / "b.safetensors", bf16_reference(), inputs, cfg, "ours", "bf16", edit=move(cell, 0.0217))
     res = diff_taps_files(read_taps_file(a), read_taps_file(b), precision="bf16")
-    c = res.cells["dkd"]
+    c = res.cells["dkr"]
     j = c.heads.index(cell[1])
     assert float(c.ratio[cell[0], j]) == pytest.approx(0.0217, rel=1e-3) and c.tol == 0.02
     assert int(c.label[cell[0], j]) == DRIFT and res.counts()["bug"] == 0 and res.verdict == "pass", res.counts()
@@ -97,19 +97,19 @@ def test_a_cell_within_both_tolerances_is_drift_when_a_is_an_approximation(fla_l
     # A the float64 reference (its metadata says so): judged as ever, every cell over its tolerance a BUG
     ref = relabelled(a, tmp / "a_ref.safetensors", source="reference", precision="float64")
     res = diff_taps_files(read_taps_file(ref), read_taps_file(b), precision="bf16")
-    assert int(res.cells["dkd"].label[cell[0], j]) == BUG and res.verdict == "fail"
+    assert int(res.cells["dkr"].label[cell[0], j]) == BUG and res.verdict == "fail"
     note = next(x for x in res.notes if x.startswith("A ("))
     assert "is the float64 reference" in note and f"(1 of the {res.counts()['cells']} compared cells)" in note, note
 
 
 @pytest.mark.parametrize("ratio", [pytest.param(0.05, id="just-beyond-2x"), pytest.param(0.3, id="far-beyond")])
 def test_a_planted_wrong_tap_beyond_both_tolerances_stays_a_bug(fla_layer, ratio):
-    """A wrong dkd cell beyond the sum of both files' tolerances (0.04 at bf16) is a BUG whoever wrote A."""
+    """A wrong dkr cell beyond the sum of both files' tolerances (0.04 at bf16) is a BUG whoever wrote A."""
     inputs, cfg, tmp, a, cell = fla_layer
     b = write_run(tmp / f"bad{ratio}.safetensors", bf16_reference(), inputs, cfg, "ours", "bf16",
                   edit=move(cell, ratio))
     res = diff_taps_files(read_taps_file(a), read_taps_file(b), precision="bf16")
-    assert res.verdict == "fail" and res.first_bug["tap"] == "dkd" and res.first_bug["chunk"] == cell[0]
+    assert res.verdict == "fail" and res.first_bug["tap"] == "dkr" and res.first_bug["chunk"] == cell[0]
     assert res.counts()["bug"] == 1 and res.counts()["drift"] == 0, res.counts()
     note = next(x for x in res.notes if x.startswith("A ("))
     assert "0 over their tolerance are within that sum (DRIFT, failing only with --strict) and 1 beyond it" in note

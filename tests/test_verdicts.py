@@ -101,7 +101,7 @@ def test_diff_cells_with_nothing_compared_are_not_ok(tmp_path):
     n = res.counts()
     assert n["not_compared"] > 0 and n["ok"] == n["cells"]     # OK counts only cells that compared something
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 10 and doc["compared"]["not_compared"] == n["not_compared"]
+    assert doc["schema"] == 11 and doc["compared"]["not_compared"] == n["not_compared"]
     cells = [c for c in doc["cells"] if c["tap"] == "dqd"]
     assert cells and all(c["label"] == "NOT_COMPARED" and c["ratio"] is None and c["reason"] for c in cells)
     assert not any(c["label"] == "OK" for c in doc["cells"] if c["count"] == 0)
@@ -311,7 +311,7 @@ def test_nothing_compared_has_no_scale():
     assert rows["dv"]["scale"] > 0 and rows["dv"]["abs_floor"] > 0
     inputs, config = make_inputs(get_case("masked_gates"))
     scales = diff_dump(inputs, config, resolve_impl("reference"), window=0).as_json()["scales"]
-    assert scales["dqd"] == {"scale": None, "abs_floor": None, "per_cell": True}
+    assert scales["dqd"] == {"scale": None, "abs_floor": None, "per_cell": True, "weighted_by": "exp(gc)"}
     assert scales["o"]["per_cell"] is False
     assert scales["o"]["scale"] > 0
 

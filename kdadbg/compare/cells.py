@@ -15,7 +15,7 @@ import torch
 from .. import noise
 from ..chunks import ChunkTable
 from ..config import qk_heads
-from .metrics import cell_metrics, passes
+from .metrics import cell_metrics, exp_gc_weight, passes
 from .quantities import ORDER, QK_ROWS, QUANTITIES, ChunkInfo, meaningful_mask, valid_mask
 
 
@@ -57,6 +57,7 @@ class Cells:
     scale: float = 1.0                 # RMS of the reference over every compared element (metrics.scale_of)
     abs_floor: float | torch.Tensor = 1e-6   # the absolute rule's floor, 1e-6 scale (metrics.floors); per
     # cell ([R, Hs], 1e-6 times each cell's own scale) for the exp(-gc) taps (metrics.cell_metrics)
+    weighted: bool = False             # the exp(-gc) taps: judged as exp(gc) x the tap (metrics.exp_gc_weight)
 
     @property
     def per_cell(self) -> bool:
@@ -169,13 +170,16 @@ def robust_floor(ratio: torch.Tensor) -> torch.Tensor:
 def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], chunks: dict[str, list],
                   heads: list[int], info: ChunkInfo, tols: dict[str, float],
                   floor: dict[str, torch.Tensor] | None = None, unrep: dict | None = None,
-                  group: int = 1, storage_tols: dict[str, float] | None = None) -> dict[str, Cells]:
+                  group: int = 1, storage_tols: dict[str, float] | None = None,
+                  gc: torch.Tensor | None = None) -> dict[str, Cells]:
     """Cells of every quantity present in both sides, in dataflow order; each side
     ``[len(chunks[name]), len(heads), *shape]`` over the value heads ``heads``; a ``floor`` value may be a
     tuple of samples, each cell's floor then the largest (``dq``/``dk`` with GVA,
     ``group > 1``: over their q/k heads, as :func:`output_rows` cuts them). ``unrep``: name -> ([R, Hs]
     bool, [R] reasons). ``storage_tols``: name -> bf16 mode's tolerance, for the quantities returned in 16 bits
-    and judged at fp32's (:func:`judge`)."""
+    and judged at fp32's (:func:`judge`). ``gc``: the float64 reference's ``gc`` for the taps' cells
+    (``[R, Hs, C, K]``, the rows and heads of ``cand``'s taps), by which the exp(-gc) taps are weighted
+    (:func:`metrics.exp_gc_weight`); without it they are compared unweighted."""
     out = {}
     for name in ORDER:
         if name not in cand or name not in ref:
@@ -187,14 +191,20 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
         dims = tuple(cand[name].shape[2:])
         mask = valid_mask(name, lengths, dims)
         own = name in noise.EXP_NEG_GC_TAPS   # each cell judged at its own scale (metrics.cell_metrics)
-        met = cell_metrics(cand[name], ref[name], mask, per_cell=own)
+        weight = None
+        if own and gc is not None:
+            if tuple(gc.shape) != tuple(cand[name].shape):
+                raise ValueError(f"gc {tuple(gc.shape)} does not match {name}'s cells {tuple(cand[name].shape)}")
+            weight = exp_gc_weight(gc)
+        met = cell_metrics(cand[name], ref[name], mask, per_cell=own, weight=weight)
         hollow_triangles(met, cand[name], ref[name], meaningful_mask(name, lengths, dims))
-        cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1)
+        cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1,
+                      weighted=weight is not None)
         fl = None
         if floor is not None and name in floor:
             # one floor run, or several samples (noise.perturbed): each cell takes the largest
             samples = floor[name] if isinstance(floor[name], (tuple, list)) else (floor[name],)
-            fms = [cell_metrics(f, ref[name], mask, per_cell=own) for f in samples]
+            fms = [cell_metrics(f, ref[name], mask, per_cell=own, weight=weight) for f in samples]
             ratio = torch.stack([m["ratio"] for m in fms]).amax(0)
             nonf = torch.stack([m["nonfinite"] for m in fms]).amax(0)
             # an output that overflows where the float64 reference is finite is a bug, whatever the floor

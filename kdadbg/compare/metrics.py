@@ -42,7 +42,8 @@ def floors(scale: float) -> tuple[float, float]:
     return max(ABS_PASS * scale, TINY), max(RATIO_EPS * scale, TINY)
 
 
-def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, per_cell: bool = False) -> dict:
+def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, per_cell: bool = False,
+                 weight: torch.Tensor | None = None) -> dict:
     """Metrics of every ``[R, Hs]`` cell: ``x``, ``ref`` ``[R, Hs, *dims]``, ``mask`` broadcastable to them.
 
     Returns ``ratio, max_abs, index`` (flat index of the worst element within the cell), ``cosine``,
@@ -56,11 +57,20 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, per_cel
     (``noise.EXP_NEG_GC_TAPS``), whose cells span dozens of orders of magnitude (``ki`` at e^88 in one
     chunk and ~1 in another), each with errors relative to its own values. Against the quantity's scale,
     a cell far below it passed on the absolute rule whatever it held (a negated ``ki`` in a tail chunk).
+
+    ``weight`` (broadcastable to ``x``): the metrics are those of ``weight * x`` against ``weight * ref``;
+    ``kernel`` and ``reference`` stay the unweighted values at the worst (weighted) element. The exp(-gc)
+    taps are weighted by ``exp(gc)`` (:func:`exp_gc_weight`): within a chunk their rows span as many orders
+    of magnitude as ``gc`` does, so unweighted a cell's RMS is its last rows' alone.
     """
     dev = ref.device
     x, ref = x.detach().to(dev, torch.float64), ref.detach().to(dev, torch.float64)
     R, Hs = x.shape[0], x.shape[1]
     m = mask.to(dev).expand(x.shape).reshape(R, Hs, -1)
+    raw_x, raw_r = x.reshape(R, Hs, -1), ref.reshape(R, Hs, -1)
+    if weight is not None:
+        w = weight.to(dev, torch.float64).expand(x.shape)
+        x, ref = x * w, ref * w
     xf, rf = x.reshape(R, Hs, -1), ref.reshape(R, Hs, -1)
     zero = torch.zeros((), dtype=torch.float64, device=dev)
     inf = torch.tensor(float("inf"), dtype=torch.float64, device=dev)
@@ -92,8 +102,16 @@ def cell_metrics(x: torch.Tensor, ref: torch.Tensor, mask: torch.Tensor, per_cel
     cosine = torch.where(den > 0, (x0 * r0).sum(-1) / torch.where(den > 0, den, 1.0), float("nan"))
     out = {"ratio": torch.where(nonfinite > 0, inf, ratio), "max_abs": torch.where(nonfinite > 0, inf, max_abs),
            "index": arg, "cosine": cosine, "nonfinite": nonfinite, "count": count,
-           "kernel": pick(xf), "reference": pick(rf)}
+           "kernel": pick(raw_x), "reference": pick(raw_r)}
     return {**{k: v.cpu() for k, v in out.items()}, "scale": scale, "abs_floor": abs_floor}
+
+
+def exp_gc_weight(gc: torch.Tensor) -> torch.Tensor:
+    """``exp(gc)`` in float64, the weight of the exp(-gc) taps (``ki``, ``dqd``, ``dkd``; ``gc`` the float64
+    reference's, ``[R, Hs, C, K]`` as theirs): each row then at the scale at which the gradients use it
+    (``dq = scale E dqd``, ``E = exp(gc)``; ``E ki = kn``), so that every row of a cell counts, not only those
+    whose ``exp(-gc)`` is largest. ``gc`` below -700 is taken at -700 (float64's exp underflows near -745)."""
+    return torch.exp(gc.detach().to(torch.float64).clamp(min=-700.0))
 
 
 def passes(ratio, max_abs, nonfinite, tol, abs_floor: float = ABS_PASS):

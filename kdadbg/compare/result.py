@@ -248,6 +248,7 @@ class DiffResult:
              "kernel": float(cells.kernel[r, h]), "reference": float(cells.reference[r, h]),
              "tol": cells.tol, "floor": None if cells.floor is None else float(cells.floor[r, h]),
              **({"abs_floor": float(cells.abs_floor[r, h])} if cells.per_cell else {}),
+             **({"weighted_by": "exp(gc)"} if cells.weighted else {}),
              "label": label_of(cells, r, h)}
         if cells.group > 1:   # dq, dk under GVA: ``head`` is a q/k head
             d["value_heads"] = list(range(head * cells.group, (head + 1) * cells.group))
@@ -388,6 +389,7 @@ class DiffResult:
                               "nonfinite": int(c.nonfinite[r, j]), "count": count, "tol": c.tol,
                               "floor": None if c.floor is None or nothing else _num(c.floor[r, j]),
                               **({"abs_floor": None if nothing else _num(c.abs_floor[r, j])} if c.per_cell else {}),
+                              **({"weighted_by": "exp(gc)"} if c.weighted else {}),
                               "label": label_of(c, r, j),
                               **({"reason": not_compared_reason(math.prod(c.dims), name)} if nothing else {}),
                               **({"reason": unrep_reason(c, r, j)} if lab == noise.UNREP and c.unrep_reason else {}),
@@ -412,7 +414,8 @@ class DiffResult:
             "amplification": jsonable(self.amplification),
             "min_tolerance": jsonable(self.min_tolerance()), "missing": self.missing,
             "scales": {n: {"scale": c.scale if compared else None,
-                           "abs_floor": c.abs_floor if compared and not c.per_cell else None, "per_cell": c.per_cell}
+                           "abs_floor": c.abs_floor if compared and not c.per_cell else None, "per_cell": c.per_cell,
+                           "weighted_by": "exp(gc)" if c.weighted else None}
                        for n, c in self.cells.items() for compared in [bool((c.count > 0).any())]},
             "exponents": jsonable(self.exponents), "repeat": jsonable(self.repeat), "notes": self.notes,
             "knobs": self.knobs,

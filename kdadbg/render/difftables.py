@@ -483,8 +483,13 @@ def _origin(console: Console, o: dict | None) -> None:
 def _worst(console: Console, cell: dict, kname: str, rname: str) -> None:
     index = cell.get("index")
     what = f"worst element {index}" if index not in (None, [], ()) else "its value"   # (a scalar cell: dA_log's)
+    if cell.get("weighted_by") and not cell["nonfinite"]:   # the exp(-gc) taps: judged as exp(gc) x the tap
+        diff = f"|diff| {fig(abs(cell['kernel'] - cell['reference']))} ({fig(cell['max_abs'])} times exp(gc), " \
+               f"the scale the cell is judged at)"
+    else:
+        diff = f"|diff| {fig(cell['max_abs'])}"
     console.print(f"  {what}: {_where(cell)}: {kname} {num(cell['kernel'])}, "
-                  f"{rname} {num(cell['reference'])}, |diff| {fig(cell['max_abs'])}"
+                  f"{rname} {num(cell['reference'])}, {diff}"
                   f"{', ' + str(cell['nonfinite']) + ' NaN/Inf' if cell['nonfinite'] else ''}",
                   soft_wrap=True, highlight=False)
 
