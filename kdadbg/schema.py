@@ -27,4 +27,5 @@ DIFF_JSON = 11  # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (
                 # exp(-gc) taps judged weighted by exp(gc) (scales.<n>.weighted_by, cells[].weighted_by;
                 # ratio and max_abs of the weighted values, kernel and reference the tap's own); diff A B
                 # with A not the float64 reference: files.computed_at, files.tol_sum, tensors[].tol_sum and
-                # a DRIFT cell's reason (within the sum of both files' tolerances)
+                # a DRIFT cell's reason (within the sum of both files' tolerances); repeat.output, .chunk, .head, .token,
+                # .elements, .taps_compared (where no tap differs, the first output element that does)
