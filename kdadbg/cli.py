@@ -995,3 +995,6 @@ def main() -> None:
     except KdadbgError as e:
         report.print_error(_err(), str(e))
         sys.exit(e.exit_code)
+    except KeyboardInterrupt:   # before a command's own handler (reading the options): one line, no traceback
+        report.print_error(_err(), "interrupted (SIGINT) before the command started: nothing was written")
+        sys.exit(EXIT_INTERRUPTED)

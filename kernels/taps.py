@@ -11,7 +11,8 @@ from __future__ import annotations
 import functools
 from dataclasses import dataclass
 
-import torch
+# torch is imported where a buffer is made: the registry itself (names, stages, shapes) is read by
+# ``kdadbg --help`` and the command line's option checks, which then start without importing torch
 
 STAGES = ("fwd_prepare", "fwd_recurrence", "bwd_recurrence", "bwd_prepare")
 
@@ -108,18 +109,22 @@ def _numel(shape: tuple[int, ...]) -> int:
 
 
 def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                      device, dtype=torch.float32) -> dict[str, torch.Tensor]:
-    """NaN-filled buffers ``[n_sel_chunks, n_sel_heads, *per-chunk shape]`` for each selected tap."""
+                      device, dtype=None) -> dict:
+    """NaN-filled buffers ``[n_sel_chunks, n_sel_heads, *per-chunk shape]`` for each selected tap (float32 by
+    default)."""
     return alloc_tap_buffers_grouped(sel, n_chunks, n_heads, C, K, V, device, (), dtype)[0]
 
 
 def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                              device, group: tuple[str, ...], dtype=torch.float32):
+                              device, group: tuple[str, ...], dtype=None):
     """As ``alloc_tap_buffers``, but the selected taps named in ``group`` are views of one flat tensor
     left unfilled, for the caller to NaN-fill before any kernel writes them. Returns ``(buffers, flat)``,
     ``flat`` None when no selected tap is in ``group``. The other buffers are views of a second flat
     tensor, NaN-filled here by one fill rather than one per tap (each launch is host time the GPU can
     wait on with taps on). Every view starts on a 256-byte boundary."""
+    import torch
+
+    dtype = torch.float32 if dtype is None else dtype
     views, totals = _grouped_layout(sel, n_chunks, n_heads, C, K, V, tuple(group), dtype.itemsize)
     filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
     flat = torch.empty(totals[1], dtype=dtype, device=device) if totals[2] else None

@@ -706,3 +706,28 @@ def test_inspect_says_a_lower_bound_the_gate_does_not_use(tmp_path, basic):
     assert "unused: gate softplus" in row, row
     row = next(x for x in kdadbg("inspect", basic).stdout.splitlines() if "lower_bound" in x and "gate" not in x)
     assert "unused" not in row, row
+
+
+def test_help_and_option_errors_start_without_torch():
+    """`kdadbg --help` and a refused option need no torch: the tap registry imports it where a buffer is made, so
+    the command line's import is about 0.2 s instead of torch's seconds (and a Ctrl-C then cannot land inside
+    torch's import before any handler)."""
+    code = ("import sys; import kdadbg.cli; from kdadbg_kernels import TAP_NAMES, REGISTRY; "
+            "assert TAP_NAMES and REGISTRY; print('torch' in sys.modules)")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO)
+    assert (r.returncode, r.stdout.strip()) == (0, "False"), r.stderr
+
+
+def test_an_interrupt_before_the_command_is_one_line(monkeypatch, capsys):
+    """A Ctrl-C while the options are read (outside a command's own handler) is one line and exit 130."""
+    from kdadbg import cli
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "app", interrupted)
+    with pytest.raises(SystemExit) as e:
+        cli.main()
+    assert e.value.code == 130
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: interrupted (SIGINT) before the command started") and "\n" not in err, err
