@@ -18,6 +18,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Annotated, Optional
 
+import click
 import typer
 from rich.console import Console
 
@@ -114,10 +115,38 @@ def _one_line_usage(name: str | None, path: str, args: list[str] = ()):
     try:
         yield
     except _CLICK.UsageError as e:
-        if type(e).__name__ == "NoArgsIsHelpError":   # plain `kdadbg`: the help, already printed
+        if type(e).__name__ == "NoArgsIsHelpError":   # plain `kdadbg`: the help, already printed by rich's
+            if not _rich_help():                        # panels; click's plain help is the error's message
+                typer.echo(e.format_message())
+                raise typer.Exit(e.exit_code) from None
             raise
         report.print_error(_err(), _usage_message(e, name, path, args))
         raise typer.Exit(e.exit_code) from None
+
+
+NARROW_HELP = 100   # terminal columns below which --help is click's plain two columns (_rich_help)
+
+
+def _rich_help() -> bool:
+    """Whether --help is rich's panels: at the width rich prints at (80 when not a terminal), 100 columns or
+    more; below, click's plain two columns (an option, then its help wrapped to the width), as rich's
+    four-column panels left the help some 20 characters at 80 columns, a word or two a line."""
+    from rich.console import Console
+
+    return Console().width >= NARROW_HELP
+
+
+def _plain_help(base, cmd, ctx, formatter):
+    """``base.format_help`` (click's) of ``cmd``, rich's markup escapes (a backslash before ``[``) read as
+    they are in plain text."""
+    texts = [(x, x.help) for x in (cmd, *cmd.params) if isinstance(getattr(x, "help", None), str)]
+    try:
+        for x, text in texts:
+            x.help = text.replace("\\[", "[")
+        return base.format_help(cmd, ctx, formatter)
+    finally:
+        for x, text in texts:
+            x.help = text
 
 
 class Group(typer.core.TyperGroup):
@@ -134,6 +163,12 @@ class Group(typer.core.TyperGroup):
         if option is not None:
             option.metavar = ""
         return option
+
+    def format_help(self, ctx, formatter):
+        """rich's panels, or below 100 columns click's plain two columns (``_rich_help``)."""
+        if _rich_help():
+            return super().format_help(ctx, formatter)
+        return _plain_help(click.Group, self, ctx, formatter)
 
     def make_context(self, info_name, args, parent=None, **extra):
         with _one_line_usage(None, info_name or "kdadbg", list(args)):   # a copy: click consumes args
@@ -354,6 +389,12 @@ class Command(typer.core.TyperCommand):
         if option is not None:
             option.metavar = ""
         return option
+
+    def format_help(self, ctx, formatter):
+        """rich's panels, or below 100 columns click's plain two columns (``_rich_help``)."""
+        if _rich_help():
+            return super().format_help(ctx, formatter)
+        return _plain_help(click.Command, self, ctx, formatter)
 
     def collect_usage_pieces(self, ctx):
         pieces = [self.options_metavar] if self.options_metavar else []

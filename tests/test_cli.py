@@ -731,3 +731,22 @@ def test_an_interrupt_before_the_command_is_one_line(monkeypatch, capsys):
     assert e.value.code == 130
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: interrupted (SIGINT) before the command started") and "\n" not in err, err
+
+
+@pytest.mark.parametrize("command", ["taps", "diff"])
+def test_help_at_80_columns_is_two_readable_columns(command):
+    """Rich's four-column panels left an option's help about 20 characters at 80 columns (user trial, round 46):
+    below 100 columns --help is click's two columns, the help wrapped to the width, no markup escapes; 100 and
+    wider keep rich's panels."""
+    env = {**__import__("os").environ, "COLUMNS": "80"}
+    r = subprocess.run([sys.executable, "-m", "kdadbg", command, "--help"], capture_output=True, text=True, cwd=REPO,
+                       env=env)
+    lines = r.stdout.splitlines()
+    assert r.returncode == 0 and lines[0].startswith(f"Usage: python -m kdadbg {command} [OPTIONS]"), r.stdout
+    assert "╭" not in r.stdout and "\\[" not in r.stdout and max(map(len, lines)) <= 80
+    impl = next(i for i, x in enumerate(lines) if x.lstrip().startswith("--impl") or "--source, --impl" in x)
+    assert len(lines[impl + 1].strip()) > 30, lines[impl:impl + 3]   # a line of help, not a word or two
+    env["COLUMNS"] = "120"
+    r = subprocess.run([sys.executable, "-m", "kdadbg", command, "--help"], capture_output=True, text=True, cwd=REPO,
+                       env=env)
+    assert r.returncode == 0 and "╭─ Options" in r.stdout
