@@ -184,54 +184,67 @@ def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str, outputs:
 BLOCK_ROWS = 16   # our kernels anchor each intra-chunk product's exponent at the first row of a 16-row block
 
 
-def decay_limit() -> float:
-    """Our kernels' bound on the activated per-token log-decay (any head, any K channel): ``-88.72 / 15``.
-    Below it, a 16-row block's anchored products ``e^(gc_anchor - gc_j)`` (up to 15 tokens' decay) can
-    overflow float32."""
-    from .noise import EXP_LIMIT_FP32
+def block_exponents(inputs: KDAInputs, config: KDAConfig, ct) -> torch.Tensor:
+    """``a - gc_j`` for every row ``j`` of every 16-row block of every chunk, float64 ``[n_chunks,
+    C/16, 16, HV, K]``: the exponents our kernels form, ``exp(a - gc_j)``, where each intra-chunk product
+    is anchored at the block's first row ``a`` (the decay summed over the block's rows after ``a`` up to
+    ``j``, negated; 0 on the anchor row and on padding). Past ``ln(max float32)`` = 88.72 it overflows."""
+    from .reference import activate
 
-    return -EXP_LIMIT_FP32 / (BLOCK_ROWS - 1)
+    with torch.no_grad():
+        gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"].detach()      # [B*T, HV, K]
+    idx, valid = ct.token_index()
+    g = torch.where(valid[..., None, None], gam[idx], 0.0)                             # [n_chunks, C, HV, K]
+    g = g.reshape(ct.n_chunks, ct.chunk_size // BLOCK_ROWS, BLOCK_ROWS, *g.shape[2:])
+    g[:, :, 0] = 0.0
+    return -g.cumsum(2)
 
 
 def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, ref_outputs: dict) -> str | None:
-    """Where our kernels' outputs hold NaN/Inf the reference does not and the dump's activated per-token gate
-    (as the kernels form it for the dump's gate mode) goes below :func:`decay_limit`: that limit, the first
-    token and head past it, and that the NaN/Inf of the other chunks of those sequences comes through the
-    state (None where no token is past it, or no NaN/Inf of ours lies in a sequence that has one)."""
-    from .reference import activate
+    """Where our kernels' outputs hold NaN/Inf the reference does not: whether a 16-row block's exponent
+    ``a - gc_j`` (:func:`block_exponents`, for the activated gate as the kernels form it) passes float32's
+    exp limit 88.72. If one does, the first (chunk, block, token, head, K column) past it and its value, the
+    chunks holding such blocks, and the NaN/Inf of the other chunks of those sequences as inherited through
+    the state; NaN/Inf elsewhere, or with no block past the limit, is said not to be explained by it (None
+    where ours has no NaN/Inf the reference lacks)."""
+    from .noise import EXP_LIMIT_FP32
     from .render import id_ranges
 
-    limit = decay_limit()
-    with torch.no_grad():
-        gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"].detach()      # [B*T, HV, K]
-        low = gam.amin(-1)                                                           # [B*T, HV]
-    past = (low < limit).any(-1)
-    if not bool(past.any()):
-        return None
-    idx, valid = ct.token_index()
-    chunk_past = (past[idx] & valid).any(-1)                                          # [n_chunks]
-    seqs = set(ct.seq[chunk_past].tolist())
     bad, elsewhere = nonfinite_chunks(outputs, ref_outputs, ct)
-    explained = {c for c in bad if int(ct.seq[c]) in seqs}
-    if not explained and not elsewhere:
+    if not bad and not elsewhere:
         return None
-    tok = int(past.nonzero()[0, 0])
-    head = int((low[tok] < limit).nonzero()[0, 0])
-    chunk = int(((idx == tok) & valid).any(-1).nonzero()[0, 0])
-    seq = int(ct.seq[chunk])
-    where = f"token {tok - int(ct.seq_bos[seq])}" + (f" of sequence {seq}" if ct.n_seqs > 1 else "")
-    in_chunks = sorted(c for c in range(ct.n_chunks) if chunk_past[c])
-    carried = sorted(explained - set(in_chunks))
-    rest = sorted(set(bad) - explained)
-    return (f"NaN/Inf from --impl ours: the dump's per-token decay (the activated gate, gate={config.gate}) goes "
-            f"below {limit:.3f} (= -88.72/15), our kernels' limit, first at {where} (chunk {chunk}), head {head} "
-            f"({float(low[tok, head]):.4g}); past it in chunk{'s' if len(in_chunks) > 1 else ''} "
-            f"{id_ranges(in_chunks)}: the kernels anchor each intra-chunk product per 16-row block, and up to "
-            f"15 tokens' decay e^(15*{-limit:.3f}) = e^88.72 overflows float32 there"
-            + (f"; the NaN/Inf in chunk{'s' if len(carried) > 1 else ''} {id_ranges(carried)} comes through the "
-               f"state (the forward carries it to later chunks, the backward to earlier ones)" if carried else "")
-            + (f"; the NaN/Inf in chunk{'s' if len(rest) > 1 else ''} {id_ranges(rest)} (sequences with no token "
-               f"past the limit) this does not explain" if rest else ""))
+    ex = block_exponents(inputs, config, ct)
+    over = ex > EXP_LIMIT_FP32
+    chunk_over = over.flatten(1).any(-1)                                                # [n_chunks]
+    located = f" in chunk{'s' if len(bad) > 1 else ''} {id_ranges(sorted(bad))}" if bad else ""
+    if not bool(chunk_over.any()):
+        top = float(ex.max()) if ex.numel() else 0.0
+        return (f"NaN/Inf from --impl ours{located}: no 16-row block's exponent a - gc_j reaches float32's exp "
+                f"limit {EXP_LIMIT_FP32:.2f} (the largest is {top:.4g}), so our kernels' decay limit does not "
+                f"explain them")
+    flat = int(over.flatten().to(torch.uint8).argmax())
+    c, s, r, h, k = (int(i) for i in torch.unravel_index(torch.tensor(flat), over.shape))
+    seq = int(ct.seq[c])
+    start = int(ct.start[c]) - int(ct.seq_bos[seq]) + s * BLOCK_ROWS
+    end = start + min(BLOCK_ROWS, int(ct.length[c]) - s * BLOCK_ROWS) - 1
+    of_seq = f" of sequence {seq}" if ct.n_seqs > 1 else ""
+    in_chunks = [i for i in range(ct.n_chunks) if chunk_over[i]]
+    first = {}                                                                         # sequence -> first chunk
+    for i in in_chunks:
+        first.setdefault(int(ct.seq[i]), i)
+    after = sorted(i for i in bad - set(in_chunks) if int(ct.seq[i]) in first and i > first[int(ct.seq[i])])
+    before = sorted(i for i in bad - set(in_chunks) if int(ct.seq[i]) in first and i < first[int(ct.seq[i])])
+    rest = sorted(i for i in bad if int(ct.seq[i]) not in first)
+    many = lambda ids: f"chunk{'s' if len(ids) > 1 else ''} {id_ranges(ids)}"           # noqa: E731
+    return (f"NaN/Inf from --impl ours: our kernels anchor each intra-chunk product at the first row a of a "
+            f"16-row block and form exp(a - gc_j) for its rows j, which overflows float32 past "
+            f"{EXP_LIMIT_FP32:.2f}; first in chunk {c}, block {s} (tokens {start}-{end}"
+            f"{of_seq}), at token {start + r}, head {h}, K column {k} (a - gc_j = {float(ex[c, s, r, h, k]):.4g})"
+            f"; blocks past it in {many(in_chunks)}"
+            + (f"; the NaN/Inf in {many(after)} after it is inherited through the state" if after else "")
+            + (f"; in {many(before)} before it, through the backward's state" if before else "")
+            + (f"; the NaN/Inf in {many(rest)} (sequences with no block past it) this does not explain"
+               if rest else ""))
 
 
 def carried_json(row: Compare) -> dict | None:
@@ -381,7 +394,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
         if left_out:
             result.notes.append(reach_note(left_out))
     elif any(r.nonfinite for r in rows):
-        # ours anchors its exponents per 16-row block (any cumulative gate): only the per-token decay limits it
+        # ours anchors its exponents per 16-row block (any cumulative gate): only a block's own decay limits it
         note = (decay_limit_note(inputs, config, ct, got.outputs, ref.outputs) if impl.kind == "ours" else
                 exp_range_note(inputs, config, ct, impl.name, got.outputs, ref.outputs))
         if note:

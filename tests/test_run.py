@@ -284,19 +284,19 @@ def test_outputs_nan_where_the_gates_pass_float32s_exp_range_say_why():
     inputs, config = make_inputs(get_case("masked_gates"))
     res = check(inputs, config, device="cpu")
     assert res.verdict == "fail"
-    assert any(n.startswith("NaN/Inf from --impl ours: the dump's per-token decay (the activated gate, gate=none) "
-                            "goes below -5.915") for n in res.notes), res.notes
+    assert any(n.startswith("NaN/Inf from --impl ours: our kernels anchor each intra-chunk product at the first "
+                            "row a of a 16-row block") for n in res.notes), res.notes
     clean = check(*make_inputs(get_case("basic")), device="cpu")
-    assert not any("per-token decay" in n or "cumulative gate passes" in n for n in clean.notes)
+    assert not any(n.startswith("NaN/Inf") or "cumulative gate passes" in n for n in clean.notes)
 
 
 @pytest.mark.parametrize("gate", ["none", "softplus"])
-def test_our_nan_past_the_per_token_decay_limit_is_named_with_its_token_and_the_state_that_carries_it(gate):
-    """User trial: our kernels give NaN for a per-token decay below -88.72/15 (a 16-row block's anchored products
-    overflow float32), and the note blamed the chunk's cumulative gate passing -88.7 (chunk64_strong passes at
-    -320) and called the NaN of a later chunk unexplained. Here one head's decay is past the limit in chunk 1
-    only (T=48, chunks of 16): the note names the limit, the first token and head, the activated gate as the
-    kernels form it for the gate mode, and the NaN of chunks 0 and 2 as coming through the state."""
+def test_our_nan_past_a_blocks_exp_limit_is_named_with_its_block_and_the_state_that_carries_it(gate):
+    """Our kernels anchor each intra-chunk product at the first row a of a 16-row block and form exp(a - gc_j):
+    it overflows float32 where the decay summed over the block's rows after a, up to j, passes 88.72. Here one
+    head's decay is -6 (gate none) or past it (softplus) on tokens 16-31 (T=48, chunks of 16): the note names
+    the first chunk, block, token, head and K column past the limit, and the NaN of chunks 0 and 2 as coming
+    through the state."""
     import dataclasses
 
     from kdadbg.cases import get_case, make_inputs
@@ -308,7 +308,7 @@ def test_our_nan_past_the_per_token_decay_limit_is_named_with_its_token_and_the_
     if gate == "none":
         g[:] = -1.0
         g[0, 16:32, 1] = -6.0
-    else:   # -exp(A_log) * softplus(g + dt_bias): about -0.7 * e^A_log where g + dt_bias = 0, past -5.915 at g = 40
+    else:   # -exp(A_log) * softplus(g + dt_bias): about -0.7 * e^A_log where g + dt_bias = 0, past -6 at g = 40
         g[:] = -inputs.dt_bias.reshape(g.shape[2:])
         g[0, 16:32, 1] = 40.0
     inputs = dataclasses.replace(inputs, g=g)
@@ -316,12 +316,60 @@ def test_our_nan_past_the_per_token_decay_limit_is_named_with_its_token_and_the_
     assert res.verdict == "fail"
     notes = [n for n in res.notes if n.startswith("NaN/Inf from --impl ours")]
     assert len(notes) == 1 and "cumulative gate" not in notes[0], res.notes
-    assert notes[0].startswith(f"NaN/Inf from --impl ours: the dump's per-token decay (the activated gate, "
-                               f"gate={gate}) goes below -5.915 (= -88.72/15), our kernels' limit, first at token 16 "
-                               f"(chunk 1), head 1 ("), notes[0]
-    assert "past it in chunk 1: " in notes[0] and re.search(   # chunk 2's outputs too where the state holds it
-        r"; the NaN/Inf in chunks? 0(, 2)? comes through the state \(the forward carries it to later chunks, the "
-        r"backward to earlier ones\)$", notes[0]), notes[0]
+    first = "at token 31, head 1, K column 0 (a - gc_j = 90)" if gate == "none" else "head 1, K column 0 (a - gc_j = "
+    assert "first in chunk 1, block 0 (tokens 16-31), " in notes[0] and first in notes[0], notes[0]
+    assert "; blocks past it in chunk 1" in notes[0] and re.search(   # chunk 2's outputs too where the state holds it
+        r"(; the NaN/Inf in chunk 2 after it is inherited through the state)?; in chunk 0 before it, through the "
+        r"backward's state$", notes[0]), notes[0]
+
+
+def test_the_decay_note_blames_the_overflowing_block_not_the_tokens_below_the_per_token_bound():
+    """User trial: fla's layer init (softplus gate, chunk 64) has tokens whose decay is below -88.72/15 = -5.915
+    that our kernels hold, so a note built on that per-token bound named token 0 and every chunk for a NaN that
+    one token's decay of -66 (raw gate 8 at token 100) made in chunk 1. The note names the block that overflows,
+    chunk 1's block 2 (tokens 96-111), and the chunks its NaN spreads to; the unmodified dump passes, no note."""
+    import dataclasses
+
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.chunks import chunk_table
+    from kdadbg.noise import EXP_LIMIT_FP32
+    from kdadbg.reference import activate
+    from kdadbg.run import block_exponents, check
+
+    inputs, config = make_inputs(dataclasses.replace(get_case("fla_layer"), T=192, H=2, K=64, V=64,
+                                                     dtype="float32"))
+    gam = activate(inputs, config, torch.float64, "cpu")[1]["gam"]
+    assert int((gam < -EXP_LIMIT_FP32 / 15).sum()) > 10   # many tokens past the per-token bound ...
+    assert float(block_exponents(inputs, config, chunk_table(1, 192, None, 64)).max()) < EXP_LIMIT_FP32   # no block
+    clean = check(inputs, config, device="cpu")
+    assert clean.verdict == "pass" and not any(n.startswith("NaN/Inf") for n in clean.notes), clean.notes
+    g = inputs.g.clone()
+    g[0, 100] = 8.0
+    res = check(dataclasses.replace(inputs, g=g), config, device="cpu")
+    notes = [n for n in res.notes if n.startswith("NaN/Inf from --impl ours")]
+    assert res.verdict == "fail" and len(notes) == 1, res.notes
+    assert "; first in chunk 1, block 2 (tokens 96-111), at token 1" in notes[0], notes[0]
+    assert notes[0].endswith("; blocks past it in chunk 1; the NaN/Inf in chunk 2 after it is inherited through the "
+                             "state; in chunk 0 before it, through the backward's state"), notes[0]
+
+
+def test_the_decay_note_says_when_no_block_reaches_the_limit():
+    """NaN/Inf of ours where no 16-row block's exponent passes 88.72: the note says the limit does not explain it
+    (the note is built from the outputs, here the reference's with one NaN planted in chunk 2's o)."""
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.chunks import chunk_table
+    from kdadbg.run import decay_limit_note
+
+    inputs, config = make_inputs(get_case("basic"))
+    B, T = inputs.shape[:2]
+    ref = run_reference(inputs, config).outputs
+    ours = {n: t.clone() for n, t in ref.items()}
+    ours["o"][0, 35, 0, 0] = float("nan")
+    note = decay_limit_note(inputs, config, chunk_table(B, T, inputs.cu_seqlens, config.chunk_size), ours, ref)
+    assert note is not None and note.startswith("NaN/Inf from --impl ours in chunk 2: no 16-row block's exponent "
+                                                "a - gc_j reaches float32's exp limit 88.72 (the largest is "), note
+    assert note.endswith("so our kernels' decay limit does not explain them"), note
+    assert decay_limit_note(inputs, config, chunk_table(B, T, inputs.cu_seqlens, config.chunk_size), ref, ref) is None
 
 
 def test_the_exp_range_note_speaks_only_of_nan_in_the_chunks_it_explains():
