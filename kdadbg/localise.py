@@ -160,8 +160,9 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     failing = bool(c.failing[j, col])  # still over its tolerance, DRIFT or BUG
     wres = DiffResult("window", (impl.name, "reference"), "", device, None, config, winfo, list(range(nwc)),
                       heads, wcells, drift_fails=drift_fails)
-    wfirst = wres.first_divergence
-    if wfirst is not None and wfirst["chunk"] is not None:   # the window's coordinates -> the dump's
+    # where the fault went: a BUG cell with a chunk only (noise, DRIFT, does not move, nor does a per-head sum)
+    wfirst = wres.first_chunk_bug
+    if wfirst is not None:   # the window's coordinates -> the dump's
         g = wfirst["chunk"] + start
         wfirst = {**wfirst, "chunk": g, "seq": n, "chunk_in_seq": info.t[g],
                   "token": None if wfirst.get("token") is None else info.start[start] + wfirst["token"]}

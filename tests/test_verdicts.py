@@ -639,6 +639,48 @@ def test_a_rerun_diverging_one_chunk_after_its_seed_is_said_to_carry_through_the
         assert said in out and not_said not in out.split("the window's rerun itself")[1], out
 
 
+class _DAlogOff(Implementation):
+    """The float64 reference, taps and all, with dA_log off by 1e-3 (relative): a per-head sum alone fails."""
+
+    def __init__(self):
+        self.name = "reference, dA_log off"
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.impls.reference import Reference
+
+        got = Reference().run(inputs, config, device=device, taps=taps)
+        return ImplRun({**got.outputs, "dA_log": got.outputs["dA_log"] * (1 + 1e-3)}, got.taps, got.tap_chunks,
+                       got.tap_heads)
+
+
+def test_the_window_reruns_moved_fault_is_a_bug_cell_with_a_chunk_never_noise_or_a_per_head_sum():
+    """User trial 2: the window's rerun diverging first at dA_log (a per-head sum, no chunk) as DRIFT read "diverges
+    first at dA_log chunk None, head 1 (DRIFT, ratio 1.427e-05): a fault that moves with where the run starts is
+    tied to token positions". Only a BUG cell with a chunk is where a fault moved: the rerun names the window's
+    first such cell (first_chunk_bug: a failing dA_log alone has none), and the text claims nothing else."""
+    inputs, config = make_inputs(get_case("basic"))
+    res = diff_dump(inputs, config, _DAlogOff(), window=0)
+    assert res.first_divergence["tap"] == "dA_log" and res.first_divergence["chunk"] is None, res.first_divergence
+    assert res.first_chunk_bug is None
+    base = {"window": [3, 5], "seq": 2, "seq_start": True, "head": 1, "verdict": "inherited", "tap": "o", "chunk": 3,
+            "ratio": 1.86e-07, "tol": 1e-05, "label": "OK", "floor": 2.18e-07,
+            "seeded": {"h0": "reference S[3]", "dht": "no dht (the dump has none)"}}
+    drift_head = {"tap": "dA_log", "kind": "head", "chunk": None, "head": 1, "token": None, "ratio": 1.427e-05,
+                  "label": "DRIFT"}
+    for w in (drift_head, {**drift_head, "label": "BUG"},
+              {**drift_head, "tap": "o", "kind": "row", "chunk": 4, "token": 300}):   # a DRIFT o cell
+        console = Console(record=True, width=400)
+        difftables._origin(console, {**base, "first_in_window": w})
+        out = " ".join(console.export_text().split())
+        assert "None" not in out and "moves" not in out and "the window's rerun itself" not in out, out
+    console = Console(record=True, width=400)
+    difftables._origin(console, {**base, "first_in_window": {**drift_head, "tap": "o", "kind": "row", "chunk": 5,
+                                                             "token": 300, "label": "BUG", "ratio": 0.5}})
+    out = " ".join(console.export_text().split())
+    assert ("the window's rerun itself has its first BUG at o chunk 5, head 1 (ratio 0.5, token 300): a fault that "
+            "moves with where the run starts") in out, out
+
+
 class _StatesTransposed(Implementation):
     """The float64 reference with ht (and dh0) returned transposed: [K,V] where the dump's are [V,K]."""
 

@@ -324,7 +324,7 @@ def test_a_fault_at_an_absolute_token_is_named_where_the_window_rerun_moves_it(t
     w = res.origin["first_in_window"]
     assert (w["tap"], w["chunk"], w["seq"], w["chunk_in_seq"], w["token"]) == ("o", 3, 0, 3, 52), w
     text = _text(res)
-    assert "the window's rerun itself diverges first at o chunk 3" in text and "token 52" in text, text
+    assert "the window's rerun itself has its first BUG at o chunk 3" in text and "token 52" in text, text
     assert "tied to token positions, not carried in" in text, text
     assert "or is tied to where the chunk sits (its absolute token positions, its batch row or sequence)" in text
     # --window 0: no rerun, and the JSON says so instead of null (which reads as "nothing diverged")

@@ -149,6 +149,11 @@ class DiffResult:
         return self._first(lambda c: c.label == noise.BUG)
 
     @property
+    def first_chunk_bug(self) -> dict | None:
+        """The first BUG cell that has a chunk (not a per-head sum, dA_log/ddt_bias), or None."""
+        return self._first(lambda c: (c.label == noise.BUG) & (c.quantity.kind != "head"))
+
+    @property
     def first_nonfinite(self) -> dict | None:
         return self._first(lambda c: (c.nonfinite > 0) & (c.label != noise.UNREP))
 

@@ -462,9 +462,10 @@ def _origin(console: Console, o: dict | None) -> None:
             console.print(f"  {head}: rerun on {how}: {o['tap']} at chunk {o['chunk']} is {within}"
                           f"{why}", soft_wrap=True, highlight=False)
             w = o.get("first_in_window")
-            if w is not None and (w["tap"], w["chunk"]) != (o["tap"], o["chunk"]):
-                at = (f"  the window's rerun itself diverges first at {w['tap']} chunk {w['chunk']}, {_head(w)} "
-                      f"({w['label']}, ratio {fig(w['ratio'])}"
+            if w is not None and w["label"] == "BUG" and w["chunk"] is not None \
+                    and (w["tap"], w["chunk"]) != (o["tap"], o["chunk"]):   # a fault that moved: a BUG in a chunk
+                at = (f"  the window's rerun itself has its first BUG at {w['tap']} chunk {w['chunk']}, {_head(w)} "
+                      f"(ratio {fig(w['ratio'])}"
                       + (f", token {w['token']}" if w.get("token") is not None else "") + ")")
                 if w["chunk"] == lo + 1 and w["tap"] != "S" and QUANTITIES[w["tap"]].stage != "fwd_prepare":
                     # one chunk after the seeded one: the first chunk reading a state the implementation wrote
