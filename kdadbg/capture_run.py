@@ -108,7 +108,8 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     Options are those of :func:`kdadbg.capture` (``targets`` as strings, ``calls`` as indices).
     Returns ``{"exit_code", "out", "dumps": [manifest entries], "skipped", "excluded", "seen", "errors", "refused",
     "calls_seen", "calls_no_grad", "processes", "manifests", "unresolved", "uncalled", "selection_error",
-    "selection_note", "call_note"}``; ``exit_code`` is the command's (128 + N when a signal N ended it);
+    "selection_note", "skipped_error", "call_note"}``; ``exit_code`` is the command's (128 + N when a signal N
+    ended it);
     ``excluded``: how many calls each option left out (``every``, ``modules``, ``calls``, ``first``, ``when``);
     ``seen``: the calls' ``modules``, ``calls`` (indices within a step) and ``steps`` (``[first, last]``) over every
     process; ``calls_seen``: the KDA calls made with grad mode on; ``calls_no_grad``: those made with it off
@@ -120,8 +121,9 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     imported, or without the function); ``uncalled``: each of ``targets`` patched but called in no process (judged
     when every process that reported ran to its end); ``call_note``: one line when, without ``targets``, neither
     default was called (else None); ``selection_error``: one line when KDA calls were seen but the options selected
-    none (else None); ``selection_note``: one line when ``when="nonfinite"`` found no NaN/Inf in the calls it judged
-    and so wrote nothing (else None).
+    none (else None); ``skipped_error``: one line when no dump was written and every call selected was skipped,
+    naming each call and why (else None); ``selection_note``: one line when ``when="nonfinite"`` found no NaN/Inf
+    in the calls it judged and so wrote nothing (else None).
     Example: ``run_captured(["python", "train.py"], "dumps", when="nonfinite")["dumps"]``.
     """
     from .capturing import Capture
@@ -223,6 +225,7 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
     result["seen"] = {"modules": sorted(modules), "calls": sorted(indices),
                       "steps": [min(steps), max(steps)] if steps else []}
     result["selection_error"], result["selection_note"] = _selection_lines(result, opts)
+    result["skipped_error"] = _skipped_line(result)
     result["call_note"] = None
     if not targets and result["processes"] and closed and not called:
         result["call_note"] = (f"no KDA call: neither default target ({', '.join(DEFAULT_TARGETS)}: fla's chunk_kda, "
@@ -255,6 +258,26 @@ def _selection_lines(result: dict, opts: dict) -> tuple[str | None, str | None]:
     return None, None
 
 
+def _skipped_line(result: dict) -> str | None:
+    """One line when no dump was written and every call selected was skipped (a call the format cannot hold,
+    or one whose backward never came): each reason with its calls (None otherwise)."""
+    if result["dumps"] or result["errors"] or not result["skipped"]:
+        return None
+    by: dict[str, list[dict]] = {}
+    for s in result["skipped"]:
+        by.setdefault(s["why"], []).append(s)
+
+    def calls(skips: list[dict]) -> str:
+        named = [f"step {s['step']} call {s['call']}" + (f" module {s['module']}" if s["module"] else "") +
+                 f" ({s['impl']})" for s in skips[:3]]
+        return ", ".join(named) + (f" and {len(skips) - 3} more" if len(skips) > 3 else "")
+
+    n = len(result["skipped"])
+    return (f"capture: no dump written: {'the 1 KDA call' if n == 1 else f'all {n} KDA calls'} selected "
+            f"{'was' if n == 1 else 'were'} not captured: "
+            + "; ".join(f"{calls(skips)}: {why}" for why, skips in by.items()))
+
+
 def _option_text(value) -> str:
     return ",".join(map(str, value)) if isinstance(value, list) else str(value)
 
@@ -262,8 +285,10 @@ def _option_text(value) -> str:
 def exit_status(result: dict) -> int:
     """``kdadbg capture``'s exit code for a :func:`run_captured` result: the command's when it failed, else
     2 (``EXIT_BAD_INPUT``) when a ``--target`` was never patched or patched but never called, the options
-    selected none of the KDA calls seen, or a dump was not written (e.g. refused: its file existed), else 0."""
+    selected none of the KDA calls seen, a dump was not written (e.g. refused: its file existed), or no dump was
+    written because every call selected was skipped (the format cannot hold it), else 0."""
     if result["exit_code"]:
         return result["exit_code"]
-    bad = result["errors"] or result["unresolved"] or result.get("uncalled") or result["selection_error"]
+    bad = (result["errors"] or result["unresolved"] or result.get("uncalled") or result["selection_error"]
+           or result.get("skipped_error"))
     return EXIT_BAD_INPUT if bad else 0

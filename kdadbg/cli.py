@@ -996,7 +996,7 @@ def capture_(
     A step ends at each optimizer.step(); call indices count the target calls of a step from 0.
     Prints one line per dump written, then a summary; it counts the calls made with grad mode off (torch.no_grad, inference_mode), which have no backward to capture.
     Without --target, a command that calls neither default gets a note, not an error: fla's or ours need not be there.
-    Exits with the command's exit code when it failed, else 2 when the capture options are bad, a --target was patched in no process (its module cannot be imported, was never imported, or lacks the function) or patched but called in no process, the selection options left none of the KDA calls seen, or a dump was not written (its files exist: they are never overwritten without --force), else 0.
+    Exits with the command's exit code when it failed, else 2 when the capture options are bad, a --target was patched in no process (its module cannot be imported, was never imported, or lacks the function) or patched but called in no process, the selection options left none of the KDA calls seen, a dump was not written (its files exist: they are never overwritten without --force), or every call selected was skipped (the format cannot hold it) so that no dump was written, else 0.
 
     Example: kdadbg capture --out dumps --when nonfinite --modules 'layers.*' -- python train.py --lr 1e-3
     """

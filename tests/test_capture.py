@@ -973,3 +973,31 @@ def test_a_capture_that_cannot_start_in_the_command_stops_it_and_is_one_error(tm
                             "'chunk_kdaa' (did you mean 'chunk_kda'?); the command stopped as it started, nothing "
                             "captured")
     assert "the script ran" not in capfd.readouterr().out and not out.exists()
+
+
+NEG_EIGVAL_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+import capture_toy
+
+q, k, v, g = (torch.randn(1, 8, 1, 16, requires_grad=True) for _ in range(4))
+beta = torch.rand(1, 8, 1, requires_grad=True)
+o, _ = capture_toy.naive_kda(q, k, v, g, beta, allow_neg_eigval=True)
+o.sum().backward()
+"""
+
+
+def test_cli_capture_where_every_call_was_skipped_exits_2_naming_why(tmp_path):
+    """User trial 2: a command whose only KDA call the format cannot hold (allow_neg_eigval) exited 0 with "0 dumps
+    ... 1 not captured", where other ways of writing nothing exit 2. It exits 2, with one error line naming the
+    call and why."""
+    script = tmp_path / "neg.py"
+    script.write_text(NEG_EIGVAL_SCRIPT.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target",
+                          NAIVE, "--", sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2 and res.stdout == "", res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error:")]
+    assert errors == ["error: capture: no dump written: the 1 KDA call selected was not captured: step 0 call 0 "
+                      "(capture_toy:naive_kda): allow_neg_eigval (beta in [0, 2)) is not in dump format v1"], res.stderr
+    assert res.stderr.strip().splitlines()[-1].endswith("the command exited with 0; capture exits 2"), res.stderr

@@ -424,6 +424,8 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
         print_error(err, result["selection_error"])
     if result.get("selection_note"):
         print_note(err, result["selection_note"])
+    if result.get("skipped_error"):   # every call selected skipped: nothing captured
+        print_error(err, result["skipped_error"])
     reasons = sorted({s["why"] for s in result["skipped"]})
     skipped = f"; {len(result['skipped'])} not captured ({'; '.join(reasons)})" if reasons else ""
     refused, failed = result["refused"], len(result["errors"]) - result["refused"]
