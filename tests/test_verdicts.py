@@ -767,6 +767,26 @@ def test_without_colours_the_grid_and_the_per_head_line_show_the_labels():
     assert "ddt_bias head 0 " + difftables.short(res.cells["ddt_bias"].ratio[0, 0].item()) + "," in line, line
 
 
+def test_a_per_head_unrep_cell_says_why_in_the_text():
+    """User trial 2: "dA_log head 1 4e-2 UNREP" said nothing of why; the JSON had it (its noise floor 0.191 over
+    tol 0.01). The per-head line gives the reason briefly: the floor over the tolerance, else the cell's reason."""
+    import io
+    from types import SimpleNamespace
+
+    cells = [{"tap": "dA_log", "head": 0, "ratio": 4e-3, "tol": 1e-2, "floor": 1e-3, "label": "OK"},
+             {"tap": "dA_log", "head": 1, "ratio": 3.6e-2, "tol": 1e-2, "floor": 0.1914, "label": "UNREP",
+              "reason": "the compared precision cannot hold it to its tolerance: the noise floor (the reference at "
+                        "that precision) is 0.191 > tol 0.01"},
+             {"tap": "ddt_bias", "head": 0, "ratio": 5e-2, "tol": 8e-3, "floor": None, "label": "UNREP",
+              "reason": "returned in 16 bits"},
+             {"tap": "ddt_bias", "head": 1, "ratio": 5e-2, "tol": 8e-3, "floor": 1e-4, "label": "BUG"}]
+    plain = Console(file=io.StringIO(), width=400, color_system=None)
+    difftables.render_head_quantities(plain, SimpleNamespace(per_head_quantities=lambda: cells))
+    line = plain.file.getvalue().strip()
+    assert line == ("per-head gradients (every chunk): dA_log head 0 4e-3, dA_log head 1 4e-2 UNREP (noise floor "
+                    "0.1914 > tol 1e-2), ddt_bias head 0 5e-2 UNREP (returned in 16 bits), ddt_bias head 1 5e-2 BUG"), line
+
+
 def test_a_cell_passed_by_the_absolute_rule_is_marked_and_needs_no_tolerance():
     """User trial, round 46: a gT cell at 3e-4 against its 3e-5 showed as a plain OK figure, and min tol said
     0.00035 was needed: the cell passed by the absolute rule (max abs error 6e-10, within 1e-6 of gT's

@@ -268,6 +268,8 @@ class DiffResult:
                 d[sym.lower()] = index[axis]
         if d["label"] == "DRIFT" and cells.drift_reason:   # diff A B, A not the float64 reference
             d["reason"] = cells.drift_reason
+        elif d["label"] == "UNREP" and cells.unrep_reason and unrep_reason(cells, r, h):
+            d["reason"] = unrep_reason(cells, r, h)
         if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
             d["carried_in_from_dg"] = {"ratio": float(cells.carried[r, h]), "own": float(cells.carried_own[r, h])}
         return d

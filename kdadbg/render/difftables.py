@@ -268,9 +268,19 @@ def render_head_quantities(console: Console, res) -> None:
     # the label in words where it is not OK: UNREP or BUG showed only as a colour (user trial, round 46)
     parts = [Text.assemble(f"{c['tap']} head {c['head']} ", ("—" if c["label"] == "NOT_COMPARED" else
                                                               short(c["ratio"]), STYLE[c["label"]]),
-                           "" if c["label"] in ("OK", "NOT_COMPARED") else f" {c['label']}")
+                           "" if c["label"] in ("OK", "NOT_COMPARED") else f" {c['label']}", _unrep_why(c))
              for c in cells]
     console.print(Text("per-head gradients (every chunk): ").append(Text(", ").join(parts)), soft_wrap=True)
+
+
+def _unrep_why(c: dict) -> str:
+    """Why a per-head cell is UNREP, briefly: `` (noise floor 0.191 > tol 0.01)``, else its reason ('' if none)."""
+    if c["label"] != "UNREP":
+        return ""
+    floor = c.get("floor")
+    if floor is not None and math.isfinite(floor) and floor > c["tol"]:
+        return f" (noise floor {fig(floor)} > tol {short(c['tol'])})"
+    return f" ({c['reason']})" if c.get("reason") else ""
 
 
 def render_heads(console: Console, res) -> None:
