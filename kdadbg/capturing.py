@@ -778,9 +778,14 @@ def write_call(out: Path, call: CapturedCall, reason: str, nonfinite: list[str],
     atomic_save(tensors, meta, dump, force=force)
     write_taps_file(theirs, outputs, {}, rows, range(inputs.HV),
                     {**taps_metadata("capture", dump, config, call.precision, inputs=inputs), **origin}, force=force)
+    _, _, H, K, V = inputs.shape
+    sizes = {"B": B, "T": T, "N": None if inputs.cu_seqlens is None else int(inputs.cu_seqlens.numel()) - 1,
+             "H": H, "HV": inputs.HV, "K": K, "V": V}
     return {"dump": str(dump), "theirs": str(theirs), "step": info.step, "call": info.call, "module": info.module,
             "rank": info.rank, "impl": info.impl, "reason": reason, "nonfinite": nonfinite,
-            "dht": "dht" in call.grads, "outputs": sorted(outputs), "inside": info.inside or None}
+            "dht": "dht" in call.grads, "outputs": sorted(outputs), "inside": info.inside or None,
+            "sizes": sizes, "dtype": str(inputs.q.dtype).removeprefix("torch."), "chunk_size": config.chunk_size,
+            "gate": config.gate}
 
 
 def capture(out, *, targets=None, model: torch.nn.Module | None = None, calls=None, modules=None,

@@ -327,10 +327,25 @@ def test_cli_capture_runs_a_script(code, tmp_path):
     for step, line in enumerate(lines):
         path = line.split()[0]
         assert path.endswith(f"s000{step}-c001-layers.1.attn.safetensors")
+        # what was captured, on its line and in the manifest (user trial 2: one had to inspect each file)
+        assert line.endswith("(always)  B=1 T=8 H=2 K=16 V=16 float32 chunk=16 gate=lower_bound"), line
         inputs, config = load_dump(path)
         assert inputs.dht is None and config.gate == "lower_bound"
         theirs = read_taps_file(path.replace(".safetensors", ".theirs.safetensors"))
         assert theirs["outputs"]["o"].shape == (1, 8, 2, 16)
+    entries = [d for m in out.glob("manifest-*.json") for d in json.loads(m.read_text())["dumps"]]
+    assert [(d["sizes"], d["dtype"], d["chunk_size"], d["gate"]) for d in entries] == [
+        ({"B": 1, "T": 8, "N": None, "H": 2, "HV": 2, "K": 16, "V": 16}, "float32", 16, "lower_bound")] * 2, entries
+
+
+def test_a_captured_dumps_line_shows_varlen_and_gva_sizes():
+    """The per-dump line of kdadbg capture: a varlen call reads T (packed) and N (sequences), a GVA call HV."""
+    from kdadbg.render.tables import _captured_as
+
+    d = {"sizes": {"B": 1, "T": 256, "N": 3, "H": 2, "HV": 4, "K": 64, "V": 32}, "dtype": "bfloat16",
+         "chunk_size": 64, "gate": "softplus"}
+    assert _captured_as(d) == "  T=256 N=3 H=2 HV=4 K=64 V=32 bfloat16 chunk=64 gate=softplus"
+    assert _captured_as({}) == ""
 
 
 def test_cli_capture_bad_options(tmp_path):

@@ -391,6 +391,18 @@ def run_verdict_line(result) -> str:
     return f"[bold green]PASS[/bold green]: {what} ({escape(counts)})"
 
 
+def _captured_as(d: dict) -> str:
+    """What a captured dump holds, short: ``  B=2 T=40 H=2 K=16 V=16 bfloat16 chunk=64 gate=softplus`` (``T=256
+    N=3`` for varlen, ``HV`` under GVA); '' for a manifest entry without them."""
+    z = d.get("sizes")
+    if not z:
+        return ""
+    rows = f"T={z['T']} N={z['N']}" if z.get("N") is not None else f"B={z['B']} T={z['T']}"
+    hv = f" HV={z['HV']}" if z.get("HV") not in (None, z["H"]) else ""
+    return (f"  {rows} H={z['H']}{hv} K={z['K']} V={z['V']} {d['dtype']} chunk={d['chunk_size']} "
+            f"gate={d['gate']}")
+
+
 def render_captured(console: Console, err: Console, result: dict, status: int) -> None:
     """``kdadbg capture``: one stdout line per dump written; the summary on stderr, ending with the
     command's exit code and, where it differs, capture's own (``status``)."""
@@ -401,8 +413,8 @@ def render_captured(console: Console, err: Console, result: dict, status: int) -
         bad = (f"{': ' if d['reason'] == 'nonfinite' else ', NaN/Inf in: '}{','.join(d['nonfinite'])}"
                if d["nonfinite"] else "")
         inside = f", inside {d['inside']}" if d.get("inside") else ""
-        console.print(escape(f"{d['dump']}  {where}  {d['impl']} ({d['reason']}{bad}{inside})"), soft_wrap=True,
-                      highlight=False)
+        console.print(escape(f"{d['dump']}  {where}  {d['impl']} ({d['reason']}{bad}{inside}){_captured_as(d)}"),
+                      soft_wrap=True, highlight=False)
     nested = [d for d in result["dumps"] if d.get("inside")]
     if nested:
         print_note(err, f"{len(nested)} of the dumps {'is a call' if len(nested) == 1 else 'are calls'} made inside "
