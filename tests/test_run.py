@@ -524,3 +524,18 @@ def test_our_nonfinite_outputs_under_the_interpreter_raise_no_numpy_warning():
     assert [str(w.message) for w in caught] == ["overflow encountered in scalar multiply"], \
         [(w.filename, str(w.message)) for w in caught]
     assert overflow == float("inf")
+
+
+def test_every_top_level_key_of_runs_json_is_in_the_readmes_schema():
+    """User trial 2: run --json had a top-level `window` the README's run schema did not list. Each key of the
+    document is named in that section (its paragraph or its example)."""
+    from conftest import REPO
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.impls import resolve_impl
+    from kdadbg.run import check
+
+    doc = check(*make_inputs(get_case("basic")), impl=resolve_impl("reference"), device="cpu").as_json()
+    readme = (REPO / "README.md").read_text()
+    start = readme.index("`--json` schema 6 (`window`")
+    section = readme[start:readme.index("`verdict` is `pass` only when", start)]
+    assert [k for k in doc if f'"{k}"' not in section and f"`{k}`" not in section] == []
