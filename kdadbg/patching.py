@@ -189,7 +189,7 @@ class Patches:
             elif imported:
                 why = f"module {mod} was imported, but not through a loader capture can hook"
             else:
-                why = _never_imported(mod)
+                why = _main_script(mod, attr) or _never_imported(mod)
             out.append({"target": target, "name": key, "why": why, "imported": imported})
         return out
 
@@ -201,6 +201,31 @@ class Patches:
             _replace_everywhere(wrapper, fn)
         self.wrapped.clear()
         self.pending.clear()
+
+
+def _main_script(mod: str, attr: str) -> str | None:
+    """Where module ``mod`` is the script this process runs as ``__main__`` (``python mod.py`` or ``python -m
+    mod``), which is never imported under its own name: that, and how to target the function (None otherwise)."""
+    import os
+
+    main = sys.modules.get("__main__")
+    # (a script's __file__ is gone once it has run, as when capture asks at exit: its loader keeps the path)
+    spec = getattr(main, "__spec__", None)
+    path = getattr(main, "__file__", None) or getattr(getattr(main, "__loader__", None), "path", None)
+    if spec is not None:
+        if spec.name != mod:
+            return None
+    elif not path or os.path.splitext(os.path.basename(path))[0] != mod.rpartition(".")[2]:
+        return None
+    fn = getattr(main, attr, None)
+    home = getattr(fn, "__module__", None)
+    if callable(fn) and home and home != "__main__":   # imported into the script: target it where it lives
+        how = f"--target {home}:{attr} names it in the module the script imports it from"
+    else:
+        how = (f"move {attr} into a module the script imports (mykda.py, then --target mykda:{attr}), or capture "
+               f"from the script itself with kdadbg.capture(..., targets=[{attr}]) once it is defined")
+    return (f"module {mod} is the script the command runs as __main__, never imported as {mod} (capture patches a "
+            f"function by name in an imported module only): {how}")
 
 
 def _never_imported(mod: str) -> str:

@@ -1016,3 +1016,49 @@ def test_cli_capture_where_every_call_was_skipped_exits_2_naming_why(tmp_path):
     assert errors == ["error: capture: no dump written: the 1 KDA call selected was not captured: step 0 call 0 "
                       "(capture_toy:naive_kda): allow_neg_eigval (beta in [0, 2)) is not in dump format v1"], res.stderr
     assert res.stderr.strip().splitlines()[-1].endswith("the command exited with 0; capture exits 2"), res.stderr
+
+
+MAIN_SCRIPT = """
+import sys
+sys.path.insert(0, {tests!r})
+import torch
+import capture_toy
+
+
+def chunk_kda(*args, **kwargs):
+    return capture_toy.naive_kda(*args, **kwargs)
+
+
+if sys.argv[1] == "api":
+    import kdadbg
+    session = kdadbg.capture(sys.argv[2], targets=[chunk_kda]).__enter__()
+q, k, v, g = (torch.randn(1, 8, 1, 16, requires_grad=True) for _ in range(4))
+o, _ = chunk_kda(q, k, v, torch.nn.functional.logsigmoid(g), torch.rand(1, 8, 1, requires_grad=True))
+o.sum().backward()
+if sys.argv[1] == "api":
+    session.close()
+    print(len(session.written))
+"""
+
+
+def test_cli_capture_of_a_function_in_the_script_itself_says_so_and_how_to_target_it(tmp_path):
+    """User trial 2: --target train:chunk_kda, chunk_kda defined in train.py run as the command's script, said
+    "module train was never imported": true, but the module is the script, run as __main__. The error says so
+    and how to capture it: a module the script imports, or kdadbg.capture(targets=[chunk_kda]) in the script,
+    which works."""
+    script = tmp_path / "train.py"
+    script.write_text(MAIN_SCRIPT.format(tests=TESTS))
+    res = subprocess.run([sys.executable, "-m", "kdadbg", "capture", "--out", str(tmp_path / "dumps"), "--target",
+                          "train:chunk_kda", "--", sys.executable, str(script), "cli"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2, res.stderr
+    errors = [line for line in res.stderr.splitlines() if line.startswith("error: ")]
+    assert errors == ["error: --target train:chunk_kda: not patched in any process of the command: module train is "
+                      "the script the command runs as __main__, never imported as train (capture patches a function "
+                      "by name in an imported module only): move chunk_kda into a module the script imports "
+                      "(mykda.py, then --target mykda:chunk_kda), or capture from the script itself with "
+                      "kdadbg.capture(..., targets=[chunk_kda]) once it is defined; expected an importable module "
+                      "that the command imports, with a module-level function of that name"], res.stderr
+    api = subprocess.run([sys.executable, str(script), "api", str(tmp_path / "api")], capture_output=True, text=True,
+                         timeout=300)
+    assert api.returncode == 0 and api.stdout.strip() == "1", api.stderr
