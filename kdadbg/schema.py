@@ -28,4 +28,5 @@ DIFF_JSON = 11  # kdadbg diff --json: kdadbg.compare.result.DiffResult.as_json (
                 # ratio and max_abs of the weighted values, kernel and reference the tap's own); diff A B
                 # with A not the float64 reference: files.computed_at, files.tol_sum, tensors[].tol_sum and
                 # a DRIFT cell's reason (within the sum of both files' tolerances); repeat.output, .chunk, .head, .token,
-                # .elements, .taps_compared (where no tap differs, the first output element that does)
+                # .elements, .taps_compared (where no tap differs, the first output element that does); origin.first_in_window
+                # the rerun's first BUG cell with a chunk (was its first divergence, DRIFT or a per-head sum too)
