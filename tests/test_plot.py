@@ -283,7 +283,8 @@ def no_matplotlib(monkeypatch):
 def test_missing_matplotlib_is_one_error_line(tmp_path, no_matplotlib):
     with pytest.raises(KdadbgError) as e:
         plot_diff(tmp_path / "d.png", fabricated(3))
-    assert str(e.value) == MISSING == "--plot needs matplotlib: pip install 'kdadbg[plot]'"
+    assert str(e.value) == MISSING == ("--plot needs matplotlib: pip install matplotlib (in a kdadbg checkout: pip "
+                                       "install -e '.[plot]')")
     from kdadbg.dump import save_dump
 
     dump = save_dump(tmp_path / "basic.safetensors", *make_inputs(get_case("t1")))

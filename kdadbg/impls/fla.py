@@ -1,7 +1,7 @@
 """``--impl fla``: fla-core 0.6.0's ``fla.ops.kda.chunk_kda`` on its Triton path, with its own
 intermediates as taps (README, "fla as an implementation").
 
-Install the optional extra: ``pip install 'kdadbg[fla]'`` (``fla-core==0.6.0``; it also needs
+Install the optional extra: ``pip install -e '.[fla]'`` in a kdadbg checkout (``fla-core==0.6.0``; it also needs
 ``einops``, which fla-core does not declare). The adapter pins that version because the taps read
 fla's stage functions, whose names and return tuples are internals.
 
@@ -52,7 +52,7 @@ from .function import Function
 FLA_VERSION = "0.6.0"
 CHUNK_SIZES = (32, 64)
 MAX_K = 256
-INSTALL = "pip install 'kdadbg[fla]' (fla-core==0.6.0, and einops)"
+INSTALL = "pip install fla-core==0.6.0 einops (in a kdadbg checkout: pip install -e '.[fla]')"
 TRITON_PATH_ENV = {"FLA_FLASH_KDA": "0", "FLA_TILELANG": "0"}
 FLA_TAPS = ("gc", "gT", "b", "qd", "kr", "INV", "Mqk", "S", "U", "dS", "dU", "dMqk", "dL", "db")
 

@@ -35,7 +35,7 @@ MAX_COLUMNS = 64
 # BAND's edges fall on bin edges, so the norm's tolerance span is exactly the pale bins
 N_BINS, N_LOW, N_BAND = 256, 118, 20
 BAND = (N_LOW / N_BINS, (N_LOW + N_BAND) / N_BINS)
-MISSING = "--plot needs matplotlib: pip install 'kdadbg[plot]'"
+MISSING = "--plot needs matplotlib: pip install matplotlib (in a kdadbg checkout: pip install -e '.[plot]')"
 
 NONFINITE = "#ff00ff"
 NOT_COMPARED = "#bdbdbd"
