@@ -181,6 +181,7 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
     (``[R, Hs, C, K]``, the rows and heads of ``cand``'s taps), by which the exp(-gc) taps are weighted
     (:func:`metrics.exp_gc_weight`); without it they are compared unweighted."""
     out = {}
+    gc_weight = None if gc is None else exp_gc_weight(gc)   # one weight for every exp(-gc) tap
     for name in ORDER:
         if name not in cand or name not in ref:
             continue
@@ -191,11 +192,9 @@ def compare_cells(cand: dict[str, torch.Tensor], ref: dict[str, torch.Tensor], c
         dims = tuple(cand[name].shape[2:])
         mask = valid_mask(name, lengths, dims)
         own = name in noise.EXP_NEG_GC_TAPS   # each cell judged at its own scale (metrics.cell_metrics)
-        weight = None
-        if own and gc is not None:
-            if tuple(gc.shape) != tuple(cand[name].shape):
-                raise ValueError(f"gc {tuple(gc.shape)} does not match {name}'s cells {tuple(cand[name].shape)}")
-            weight = exp_gc_weight(gc)
+        weight = gc_weight if own else None
+        if weight is not None and tuple(weight.shape) != tuple(cand[name].shape):
+            raise ValueError(f"gc {tuple(gc.shape)} does not match {name}'s cells {tuple(cand[name].shape)}")
         met = cell_metrics(cand[name], ref[name], mask, per_cell=own, weight=weight)
         hollow_triangles(met, cand[name], ref[name], meaningful_mask(name, lengths, dims))
         cells = Cells(name, list(ids), hs, dims, tols[name], **met, group=group if qk else 1,
