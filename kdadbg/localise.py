@@ -320,11 +320,15 @@ def first_output_difference(a: dict[str, torch.Tensor], b: dict[str, torch.Tenso
         if not bool(diff.any()):
             continue
         kind, n = QUANTITIES[name].kind, int(diff.sum())
-        if kind == "row" and diff.ndim >= 3:   # [B, T, H, *]
-            for bt, t, h in diff.reshape(*diff.shape[:3], -1).any(-1).nonzero().tolist():
-                c = next((c for c in sorted(info.start) if (diff.shape[0] == 1 or info.seq[c] == bt)
-                          and info.start[c] <= t < info.start[c] + info.length[c]), None)
-                found.append((name, c, h, t, n))
+        if kind == "row" and diff.ndim >= 3:   # [B, T, H, *]: per chunk, its first (head, token) that differs
+            at = diff.reshape(*diff.shape[:3], -1).any(-1).nonzero()        # [n, 3]: batch row, token, head
+            chunk_of = torch.full(diff.shape[:2], -1, dtype=torch.long, device=diff.device)   # each token's chunk
+            for c in info.start:
+                chunk_of[0 if diff.shape[0] == 1 else info.seq[c], info.start[c]:info.start[c] + info.length[c]] = c
+            cs = chunk_of[at[:, 0], at[:, 1]]
+            for c in cs.unique().tolist():
+                h, t = min((h, t) for t, h in at[cs == c][:, 1:].tolist())
+                found.append((name, None if c < 0 else c, h, t, n))
         elif kind == "seq" and diff.ndim >= 2:   # [N, H, *]: ht at a sequence's last chunk, dh0 at its first
             for seq, h in diff.reshape(*diff.shape[:2], -1).any(-1).nonzero().tolist():
                 chunks = info.seq_chunks(seq)
