@@ -31,12 +31,13 @@ def parse_tap_names(spec: str | None) -> tuple[str, ...]:
     return tuple(t for t in TAP_NAMES if t in chosen)
 
 
-def _did_you_mean(item: str) -> str:
-    """`` (did you mean dS?)`` for a near miss (case, or a close spelling), else nothing: taps differ by case
-    alone (``S``, ``dS``; ``L``, ``dL``), so a name matching without case is named first."""
+def _did_you_mean(item: str, known=None) -> str:
+    """`` (did you mean dS?)`` for a near miss among ``known`` (default the taps and stages; case, or a close
+    spelling), else nothing: taps differ by case alone (``S``, ``dS``; ``L``, ``dL``), so a name matching without
+    case is named first."""
     import difflib
 
-    known = (*TAP_NAMES, *STAGES)
+    known = (*TAP_NAMES, *STAGES) if known is None else tuple(known)
     near = [n for n in known if n.lower() == item.lower()] or difflib.get_close_matches(item, known, n=2, cutoff=0.75)
     return f" (did you mean {' or '.join(near)}?)" if near else ""
 

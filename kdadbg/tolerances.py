@@ -11,6 +11,7 @@ from __future__ import annotations
 from kdadbg_kernels.taps import REGISTRY, STAGES, TAP_NAMES
 
 from .errors import KdadbgError
+from .selection import _did_you_mean
 
 TOLERANCES: dict[str, dict[str, float]] = {
     "fp32": {name: 1e-5 for name in ("o", "ht", "dq", "dk", "dv", "dg", "dbeta", "dh0", "dA_log", "ddt_bias")},
@@ -25,14 +26,6 @@ TAP_TOLERANCES: dict[str, dict[str, float]] = {
 
 
 ROWS = tuple(TOLERANCES["fp32"])   # the outputs and gradients, whole tensors and diff's output rows
-
-
-def _did_you_mean(name: str, known) -> str:
-    """`` (did you mean dg?)`` for a near miss (case first: taps differ by case alone, ``S``/``dS``), else ""."""
-    import difflib
-
-    near = [n for n in known if n.lower() == name.lower()] or difflib.get_close_matches(name, known, n=2, cutoff=0.75)
-    return f" (did you mean {' or '.join(near)}?)" if near else ""
 
 
 def _with_overrides(tables: dict, precision: str, overrides, expand, names: str, known=()) -> dict[str, float]:
