@@ -30,7 +30,7 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare.carried import REDUCED, carried_from_dg, carried_in
+from .compare.carried import REDUCED, carried_from_dg, carried_in, unchecked_hint, unchecked_in
 from .compare.cells import within_tolerance_sum
 from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_cells, nan_positions_agree,
                       nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
@@ -322,6 +322,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             for n, t in second.items():
                 fl[n] = (*(fl[n] if isinstance(fl[n], tuple) else (fl[n],)), t)
         cells = judged()
+    unchecked = unchecked_in(cells, carried)
     cells = {n: cells[n] for n in ORDER if n in cells}
     missing["not_written"] = written_nowhere(missing["not_written"], cells)
     res = DiffResult("impl", (impl.name, "reference"), precision, device, dump, config, info, chunk_list, head_list,
@@ -348,6 +349,8 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                 res.notes.append(f"{n}: not carried in from dg: dg's error sums into it coherently ({worst:.3g} "
                                  f"against at most {COHERENT:g} for rounding), a bias in dg that its own rows "
                                  f"cannot show, not its rounding carried in")
+    for n, u in unchecked.items():
+        res.notes.append(unchecked_note(n, u, run.outputs, impl.name, tols[n]))
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "
@@ -405,6 +408,21 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             res.origin = {"verdict": None, "reason": "not run (--window 0)"}
     step(None)
     return res
+
+
+def unchecked_note(name: str, u: dict, outputs: dict, impl: str, tol: float) -> str:
+    """The note of a ``dA_log``/``ddt_bias`` whose sum cannot be checked (``compare.carried.unchecked_in``):
+    its error split in figures, which part is over the tolerance, and why its label is the noise floor's."""
+    low = [n for n in ("dg", name) if n in outputs and outputs[n].dtype in LOW_DTYPES]
+    dtypes = sorted({str(outputs[n].dtype).replace("torch.", "") for n in low})
+    more = f" (the worst of {u['cells']} such cells)" if u["cells"] > 1 else ""
+    part = unchecked_hint(u["carried"], u["own"])
+    return (f"{name}: its own sum cannot be checked at head {u['head']}{more}: {impl} returned {' and '.join(low)} "
+            f"in {', '.join(dtypes)}, whose rounding alone can move {name} up to ratio {u['reach']:.3g} from the exact "
+            f"sum of the returned dg. Of its error, that exact sum is {u['carried']:.3g} from the reference (dg's "
+            f"part, which dg's rows judge) and its {name} {u['own']:.3g} from that sum (the reduction's part, or dg's "
+            f"rounding: within {u['reach']:.3g} they cannot be told apart); {part}. The cell keeps the noise floor's "
+            f"label (tol {tol:g})")
 
 
 def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,

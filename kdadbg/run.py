@@ -105,7 +105,7 @@ class RunResult:
                          "ratio": finite_or_none(t.ratio) if t.compared else None,
                          "cosine": finite_or_none(t.cosine) if t.cosine_defined else None, "count": t.count,
                          "nonfinite": t.nonfinite, "tol": t.tol, "pass": t.passed, "unrep": t.unrep,
-                         "carried_in_from_dg": carried_json(t), "precision_floor": finite_or_none(t.precision_floor)
+                         "carried_in_from_dg": carried_json(t), "sum_not_checkable": t.sum_unchecked, "precision_floor": finite_or_none(t.precision_floor)
                          if t.precision_floor is not None else None, "coherent": t.coherent,
                          "scale": t.scale if t.compared else None,
                          "abs_floor": t.abs_floor if t.compared else None, **({"reason": t.reason} if t.reason else {})}
@@ -462,7 +462,7 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
     own ``dg`` is carried in from ``dg`` (``Compare.carried``): not a failure; ``dg`` is judged on its own row.
     A wrong reduction (its own sum off) still fails, and so does one whose ``dg`` error sums coherently
     (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding; at either precision)."""
-    from .compare.carried import COHERENT, REDUCED, coherence, reductions_of
+    from .compare.carried import COHERENT, REDUCED, coherence, reductions_of, sum_reach
 
     by = {r.name: r for r in rows}
     if config.gate == "none" or "dg" not in outputs or inputs.dt_bias is None:
@@ -484,6 +484,13 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
         if own.compared and own.ratio <= r.tol:
             r.carried = compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio
             r.carried_own = own.ratio
+        elif own.compared and math.isfinite(own.ratio):
+            # dg (or the sum) returned in 16 bits: within how far rounding the dg it summed can move it, the
+            # sum can be shown neither right nor wrong; the row keeps its verdict, and says where its error is
+            reach = sum_reach(n, outputs, inputs, config, exact)
+            if reach is not None and own.ratio <= reach:
+                r.sum_unchecked = {"carried": compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio,
+                                   "own": own.ratio, "reach": reach}
 
 
 def _window_mask(name: str, masks: dict | None, B: int, T: int, ndim: int):

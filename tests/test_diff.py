@@ -481,7 +481,7 @@ def test_json_document(monkeypatch):
     inputs, cfg = inputs_for("basic")
     res = diff_dump(inputs, cfg, stand_in(("dL", first_token_q(inputs, 4, cfg))))
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 11 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
+    assert doc["schema"] == 12 and doc["verdict"] == "fail" and doc["knobs"] == {"DQKG_SPLIT": "3"}
     fd = doc["first_divergence"]
     for key in ("tap", "stage", "chunk", "head", "seq", "token", "row", "index", "ratio", "max_abs", "kernel",
                 "reference", "origin"):
@@ -1033,6 +1033,54 @@ def test_a_reduced_gradient_carried_in_from_dg_is_drift_and_a_wrong_sum_is_a_bug
     wrong = diff_dump(inputs, cfg, _CarriedDg(1e-3, 1.5), device=kernel_device, window=0)
     assert int(wrong.cells["dA_log"].label[0, 1]) == BUG and not wrong.passed
     assert wrong.first_bug["tap"] == "dA_log" and not any("carried in from dg" in n for n in wrong.notes)
+
+
+class _Bf16Dg(_CarriedDg):
+    """As ``_CarriedDg``, but ``dg`` comes back in bf16 with ``dA_log``/``ddt_bias`` summed from the wider ``dg``
+    (fla's kernels sum what they hold before rounding it; a bf16 capture returns such a ``dg``): the sums then
+    cannot be checked against the returned ``dg`` to their bar (``compare.carried.unchecked_in``)."""
+    name = "ours-dg-bf16"
+
+    def run(self, inputs, config, *, device, taps=None):
+        from kdadbg.compare.carried import reductions_of
+        run = resolve_impl("ours", "bf16", None).run(inputs, config, device=device, taps=taps)
+        dg = run.outputs["dg"].detach().to(torch.float64)
+        dg[:, :, 1] *= 1 + self.eps
+        for n, t in reductions_of(dg, inputs, config).items():
+            run.outputs[n] = t.to(torch.float32).to(run.outputs[n].device)
+        run.outputs["dg"] = dg.to(torch.bfloat16)
+        run.outputs["dA_log"][1] *= self.factor
+        return run
+
+
+def test_a_sum_of_a_bf16_dg_that_cannot_be_checked_says_where_its_error_is(kernel_device):
+    """User trial, round 47: a dA_log over its bar in a bf16 capture read as a bug of its own, nothing saying that
+    the sum of a bf16 dg cannot be checked to 1e-2 nor how much of the error dg carried in. The cell keeps the
+    noise floor's label; the JSON and a note give the split and the reach (head 1 of the CI-size kimi dump cancels
+    18x: dg's bf16 rounding alone can move its dA_log by over 10 %)."""
+    inputs, cfg = make_inputs(get_case("kimi"), seed=0)
+    right = diff_dump(inputs, cfg, _Bf16Dg(0.0, 1.0), device=kernel_device, window=0)
+    assert right.passed and right.cells["dA_log"].sum_check is None       # a correct one: nothing to explain
+    assert not any("cannot be checked" in n for n in right.notes)
+    res = diff_dump(inputs, cfg, _Bf16Dg(0.0, 1.05), device=kernel_device, window=0)   # the sum 5 % off
+    cell = res.locate("dA_log", 0, 1)
+    u = cell["sum_not_checkable"]
+    assert cell["label"] != "OK" and not res.passed                       # the verdict is the floor's, unchanged
+    assert u["own"] > max(u["carried"], 1e-2) and u["reach"] > u["own"]    # the sum's own part, within the reach
+    assert "carried_in_from_dg" not in cell and "sum_not_checkable" not in res.locate("dA_log", 0, 0)
+    note = next(n for n in res.notes if n.startswith("dA_log: its own sum cannot be checked at head 1"))
+    assert "returned dg in bfloat16" in note and "the sum's own part is the larger" in note, note
+    assert f"{u['reach']:.3g}" in note and f"{u['own']:.3g}" in note and f"{u['carried']:.3g}" in note, note
+    from rich.console import Console
+    from kdadbg.render import difftables
+    console = Console(record=True, width=400)
+    difftables.render_first(console, res)
+    first = " ".join(console.export_text().split())
+    assert "dA_log (bwd_prepare) every chunk, head 1" in first and "its sum not checkable" in first, first
+    # dg's error the larger part: the note points at dg
+    pushed = diff_dump(inputs, cfg, _Bf16Dg(3e-2, 1.0), device=kernel_device, window=0)
+    v = pushed.locate("dA_log", 0, 1).get("sum_not_checkable")
+    assert v is not None and v["carried"] > 1e-2, v
 
 
 def test_a_tap_all_nan_is_compared_and_fails(tmp_path):

@@ -65,7 +65,7 @@ def test_run_rows_with_nothing_compared_are_not_passes(tmp_path):
     assert rows["dv"].count > 0 and rows["dv"].passed is True
     assert res.verdict == "partial" and not res.passed
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 6 and doc["verdict"] == "partial"
+    assert doc["schema"] == 7 and doc["verdict"] == "partial"
     o = next(t for t in doc["tensors"] if t["name"] == "o")
     assert o["pass"] is None and o["reason"] and o["ratio"] is None and o["cosine"] is None and o["max_index"] is None
     assert doc["compared"]["tensors"] == 2 and "o" in doc["compared"]["not_compared"]
@@ -101,7 +101,7 @@ def test_diff_cells_with_nothing_compared_are_not_ok(tmp_path):
     n = res.counts()
     assert n["not_compared"] > 0 and n["ok"] == n["cells"]     # OK counts only cells that compared something
     doc = json.loads(json.dumps(res.as_json(), allow_nan=False))
-    assert doc["schema"] == 11 and doc["compared"]["not_compared"] == n["not_compared"]
+    assert doc["schema"] == 12 and doc["compared"]["not_compared"] == n["not_compared"]
     cells = [c for c in doc["cells"] if c["tap"] == "dqd"]
     assert cells and all(c["label"] == "NOT_COMPARED" and c["ratio"] is None and c["reason"] for c in cells)
     assert not any(c["label"] == "OK" for c in doc["cells"] if c["count"] == 0)

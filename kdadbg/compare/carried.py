@@ -142,6 +142,28 @@ def storage_reach(outputs: dict, inputs, config, formed: Terms | None = None) ->
     return out
 
 
+def sum_reach(name: str, outputs: dict, inputs, config, exact: torch.Tensor) -> float | None:
+    """``run``'s whole-tensor form of ``Split.reach``: how far, as a ratio over the tensor, a correct reduction of
+    the wider ``dg`` an implementation held can land from ``exact`` (the exact sum of the ``dg`` it returned in 16
+    bits): ``storage_reach`` plus float32's rounding of the sum (``rounding_reach``). None where neither ``dg`` nor
+    the sum came back in 16 bits."""
+    formed = terms(outputs["dg"], inputs, config)
+    stored = storage_reach(outputs, inputs, config, formed).get(name)
+    if stored is None:
+        return None
+    total, count = rounding_reach(outputs["dg"], inputs, config, formed)[name]
+    slack = (2 + math.log2(max(count, 2))) * U32 * total.reshape(-1)
+    scale = float(exact.to(torch.float64).pow(2).sum().sqrt())
+    return float((slack + stored.reshape(-1)).pow(2).sum().sqrt()) / max(scale, 1e-300)
+
+
+def unchecked_hint(carried: float, own: float) -> str:
+    """Which part of an uncheckable sum's error (``unchecked_in``, ``sum_reach``) is the larger, in words."""
+    if carried >= own:
+        return "dg's part is the larger: look at dg first"
+    return "the sum's own part is the larger: a wrong reduction, or dg's rounding within that reach"
+
+
 class Split(NamedTuple):
     """One reduced quantity's error split per cell [R, Hs] (:func:`carried_from_dg`)."""
     carried: torch.Tensor     # the exact sum of the implementation's own dg against the reference
@@ -151,6 +173,10 @@ class Split(NamedTuple):
     exact: torch.Tensor       # the exact sum's rows, cut as the diff's rows
     coherent: torch.Tensor | None = None   # [R, Hs] how coherently dg's error sums in (COHERENT), with ref_dg
     unseen: torch.Tensor | None = None     # [R, Hs] cells with nothing compared (NaN/Inf on both sides)
+    # [R, Hs] where dg (or the sum) came back in 16 bits: how far from the exact sum of the returned dg a correct
+    # reduction of the wider dg it held can land (storage_reach, with the float32 rounding), as a ratio; None
+    # where nothing was returned in 16 bits
+    reach: torch.Tensor | None = None
 
     def sum_right(self) -> bool:
         """Whether the sum is right at every cell compared, and some cell was: the whole tensor is then carried
@@ -207,7 +233,37 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
             c = torch.nan_to_num(coh[n].reshape(R, Hs, -1).to(dev), nan=0.0).amax(-1)
             ok = ok & ~(c > COHERENT)
         out[n] = Split(got[n].ratio, ok, torch.isfinite(own[n].ratio) & (own[n].ratio > bar_wrong), own[n].ratio, exact[n],
-                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev))
+                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev), bar_wrong if n in stored else None)
+    return out
+
+
+def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, dict]:
+    """Mark the ``dA_log``/``ddt_bias`` cells over their tolerance whose sum can be shown neither right nor wrong
+    (``Cells.sum_check``): ``dg`` came back in 16 bits, and the implementation's value is beyond the sum's bar from
+    the exact sum of that ``dg`` but within how far rounding the ``dg`` it summed can move it (``Split.reach``). Their
+    label stays the noise floor's (a wrong sum that small cannot be told from a right one); what is marked is where
+    their error comes from: the exact sum of the returned ``dg`` against the reference is ``dg``'s part (user
+    trial, round 47: a ``dg`` error in a bf16 capture read as a ``dA_log`` BUG of its own, nothing saying the sum
+    could not be checked). A cell whose ``dg`` error sums coherently is left out (its own note: not carried in).
+    Returns ``{name: the worst marked cell's {"row", "head", "carried", "own", "reach"}}``, empty if none."""
+    out = {}
+    for n, split in carried.items():
+        c = cells.get(n)
+        if c is None or split.reach is None or c.label is None:
+            continue
+        own, dev = split.own, split.own.device
+        over = (c.label.to(dev) != noise.OK) & (c.count.to(dev) > 0)
+        hit = over & ~split.sum_ok & ~split.sum_wrong & torch.isfinite(own) & (own <= split.reach)
+        if split.coherent is not None:
+            hit = hit & ~(split.coherent > COHERENT)
+        if not bool(hit.any()):
+            continue
+        nan = torch.full_like(own, float("nan"))
+        c.sum_check = torch.stack([torch.where(hit, split.carried.to(dev), nan), torch.where(hit, own, nan),
+                                   torch.where(hit, split.reach, nan)], -1)
+        r, h = divmod(int(torch.where(hit, c.ratio.to(dev), torch.full_like(own, -1.0)).argmax()), own.shape[1])
+        out[n] = {"row": r, "head": c.heads[h], "carried": float(split.carried[r, h]), "own": float(own[r, h]),
+                  "reach": float(split.reach[r, h]), "cells": int(hit.sum())}
     return out
 
 

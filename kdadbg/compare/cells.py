@@ -51,6 +51,10 @@ class Cells:
     # NaN elsewhere
     carried: torch.Tensor | None = None
     carried_own: torch.Tensor | None = None
+    # [R, Hs, 3] dA_log/ddt_bias over tolerance whose sum can be shown neither right nor wrong (dg returned in 16
+    # bits: compare.carried.unchecked_in): the exact sum of the returned dg against the reference, the
+    # implementation's value against that sum, and how far rounding dg can move it; NaN elsewhere
+    sum_check: torch.Tensor | None = None
     # diff A B with A not the float64 reference: why this quantity's DRIFT cells are DRIFT (within_tolerance_sum)
     drift_reason: str | None = None
     group: int = 1                     # > 1: heads are q/k heads of this many value heads each

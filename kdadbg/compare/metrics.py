@@ -150,6 +150,9 @@ class Compare:
     precision_floor: float | None = None
     # dA_log/ddt_bias over tol whose dg error sums coherently (compare.carried.coherence): not carried in
     coherent: float | None = None
+    # dA_log/ddt_bias over tol, dg returned in 16 bits, its value within how far rounding that dg can move the sum
+    # (run.carry_from_dg): {"carried", "own", "reach"} as ratios; the sum can be shown neither right nor wrong
+    sum_unchecked: dict | None = None
 
     @property
     def failed(self) -> bool:

@@ -272,6 +272,8 @@ class DiffResult:
             d["reason"] = unrep_reason(cells, r, h)
         if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
             d["carried_in_from_dg"] = {"ratio": float(cells.carried[r, h]), "own": float(cells.carried_own[r, h])}
+        if cells.sum_check is not None and math.isfinite(float(cells.sum_check[r, h, 2])):
+            d["sum_not_checkable"] = dict(zip(("carried", "own", "reach"), map(float, cells.sum_check[r, h].tolist())))
         return d
 
     def min_tolerance(self) -> dict[str, dict]:

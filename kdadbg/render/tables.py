@@ -275,7 +275,7 @@ def progress_display(console: Console):
 
 def render_run(console: Console, result) -> None:
     """The ``kdadbg run`` table: one row per output and gradient, then the verdict."""
-    from ..compare.carried import COHERENT
+    from ..compare.carried import COHERENT, unchecked_hint
 
     cfg = result.config
     t = Table(title=f"{escape(result.dump)}: --impl {escape(result.impl.get('name', '?'))} ({result.precision}, "
@@ -333,6 +333,15 @@ def render_run(console: Console, result) -> None:
                           f"of the implementation's own dg is at ratio {r.carried:.3g} from the reference, and its {r.name} "
                           f"at ratio {r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its "
                           f"own row",
+                          soft_wrap=True, highlight=False)
+        if r.sum_unchecked is not None:
+            u = r.sum_unchecked
+            console.print(f"sum not checkable: {r.name} over its tolerance, dg returned in 16 bits, whose rounding alone "
+                          f"can move {r.name} up to ratio {u['reach']:.3g} from the exact sum of the returned dg: of its "
+                          f"error, that exact sum is {u['carried']:.3g} from the reference (dg's part, judged on dg's "
+                          f"row) and its {r.name} {u['own']:.3g} from that sum (the reduction's part, or dg's rounding: "
+                          f"they cannot be told apart); "
+                          + unchecked_hint(u["carried"], u["own"]),
                           soft_wrap=True, highlight=False)
         if r.coherent is not None:
             console.print(f"not carried in: {r.name} over its tolerance, and dg's error sums into it coherently "
