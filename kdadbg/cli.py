@@ -881,7 +881,7 @@ def diff(
     Cells over tolerance are DRIFT (within 10x the float32 or bf16 reference's own error) or BUG.
     The first divergence is rerun on a window seeded from the reference: introduced there, or inherited.
     A cell with no element compared (NaN/Inf on both sides) is "not compared", never OK.
-    Exit 0 when no cell fails (DRIFT only fails with --strict), 1 when one does, 2 on bad input or when no cell compared anything, 3 (partial) when nothing failed but an output or gradient was not provided (a forward-only implementation) or none of its elements compared (NaN/Inf on both sides): not a full pass.
+    Exit 0 when nothing fails, 1 when a cell does (a BUG; a DRIFT only with --strict) or an output or gradient fails as a whole tensor as `kdadbg run` judges it, 2 on bad input or when no cell compared anything, 3 (partial) when nothing failed but an output or gradient was not provided (a forward-only implementation) or none of its elements compared (NaN/Inf on both sides): not a full pass.
 
     Example: kdadbg diff sample_inputs/basic.safetensors --precision bf16 --json diff.json --plot diff.png
     """

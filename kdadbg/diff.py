@@ -30,7 +30,7 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare.carried import REDUCED, carried_from_dg, carried_in, unchecked_hint, unchecked_in
+from .compare.carried import REDUCED, carried_from_dg, carried_in, low_dtype, unchecked_hint, unchecked_in, wrong_sums
 from .compare.cells import within_tolerance_sum
 from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_cells, nan_positions_agree,
                       nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
@@ -350,15 +350,25 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
                                  f"against at most {COHERENT:g} for rounding), a bias in dg that its own rows "
                                  f"cannot show, not its rounding carried in")
     for n, u in unchecked.items():
-        res.notes.append(unchecked_note(n, u, run.outputs, impl.name, tols[n]))
+        res.notes.append(unchecked_note(n, u, run.outputs, impl.name))
+    for n, wrong in wrong_sums(cells, carried).items():
+        heads = "; ".join(f"head {d['head']} {d['own']:.3g} from it, beyond "
+                          + (f"the {d['beyond']:.3g} that rounding the returned dg can reach" if d["reach"] is not None
+                             else f"{d['beyond']:.3g} (its tolerance, or float32's rounding of the sum)")
+                          for d in wrong[:4])
+        res.notes.append(f"{n}: a wrong sum (BUG): its value against the exact sum of the implementation's own dg, "
+                         f"{heads}{f'; and {len(wrong) - 4} more' if len(wrong) > 4 else ''}")
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "
                          f"dg's rows are judged on their own")
+    # a sum not checkable at some head and wrong at none (no BUG cell): not a failure as a whole either
+    whole = {n: (carried[n].exact, u["heads"], low_dtype(run.outputs)) for n, u in unchecked.items()
+             if not bool((cells[n].label == noise.BUG).any())}
     res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
                                   {n: run.outputs[n].dtype for n in mine},
                                   {n: split.exact for n, split in carried.items() if split.sum_right()},
-                                  floor_rows, precision)
+                                  floor_rows, precision, unchecked=whole)
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:
         res.notes.append(hint)
@@ -410,24 +420,21 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     return res
 
 
-def unchecked_note(name: str, u: dict, outputs: dict, impl: str, tol: float) -> str:
-    """The note of a ``dA_log``/``ddt_bias`` whose sum cannot be checked (``compare.carried.unchecked_in``):
-    its error split in figures, which part is over the tolerance, and why its label is the noise floor's."""
-    low = [n for n in ("dg", name) if n in outputs and outputs[n].dtype in LOW_DTYPES]
-    dtypes = sorted({str(outputs[n].dtype).replace("torch.", "") for n in low})
+def unchecked_note(name: str, u: dict, outputs: dict, impl: str) -> str:
+    """The note of a ``dA_log``/``ddt_bias`` whose sum cannot be checked (``compare.carried.unchecked_in``): its
+    error split in figures, and which part is the larger (its label is the noise floor's)."""
     more = f" (the worst of {u['cells']} such cells)" if u["cells"] > 1 else ""
-    part = unchecked_hint(u["carried"], u["own"])
-    return (f"{name}: its own sum cannot be checked at head {u['head']}{more}: {impl} returned {' and '.join(low)} "
-            f"in {', '.join(dtypes)}, whose rounding alone can move {name} up to ratio {u['reach']:.3g} from the exact "
-            f"sum of the returned dg. Of its error, that exact sum is {u['carried']:.3g} from the reference (dg's "
-            f"part, which dg's rows judge) and its {name} {u['own']:.3g} from that sum (the reduction's part, or dg's "
-            f"rounding: within {u['reach']:.3g} they cannot be told apart); {part}. The cell keeps the noise floor's "
-            f"label (tol {tol:g})")
+    return (f"{name}: its sum cannot be checked at head {u['head']}{more}: dg came back in "
+            f"{low_dtype(outputs)} from {impl}, whose rounding alone can move {name} up to ratio {u['reach']:.3g} "
+            f"from the exact sum of the returned dg. Of its error, that exact sum is {u['carried']:.3g} from the "
+            f"reference (dg's part, which dg's rows judge) and its {name} {u['own']:.3g} from that sum (the sum's own "
+            f"part, or dg's rounding: within {u['reach']:.3g} they cannot be told apart); "
+            f"{unchecked_hint(u['carried'], u['own'])}")
 
 
 def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, tols: dict, tols16: dict | None,
                     dtypes: dict, carried: dict, floor: dict | None = None, precision: str = "fp32",
-                    tol_sums: dict | None = None) -> dict:
+                    tol_sums: dict | None = None, unchecked: dict | None = None) -> dict:
     """Each output and gradient over the compared rows as one tensor, judged by ``run``'s rule
     (``run.judged``: fla's ratio over its valid elements; one returned in 16 bits at fp32's tolerance whose
     rounding alone is over it, at bf16 mode's: ``tol`` is then that one, ``storage`` the dtype): ``{name:
@@ -444,7 +451,11 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
     floor's own ratio where that is over the tolerance is UNREP, as ``run`` judges it (``Compare.judge_precision``;
     ``precision_floor`` the larger sample's ratio). ``tol_sums`` (``diff A B``, A not the float64 reference:
     :func:`tolerance_sums`): a tensor over its tolerance within the sum of both files' does not fail either;
-    its ``tol_sum`` is then that sum (else None)."""
+    its ``tol_sum`` is then that sum (else None). ``unchecked``: ``dA_log``/``ddt_bias`` whose sum cannot be
+    checked at some head (``compare.carried.unchecked_in``) and is a BUG at none, name -> (the exact sum's rows,
+    the marked cells, the dtype dg came back in): over its tolerance and not carried in, such a tensor is judged
+    by the floor's rule at either precision (UNREP within ten times a floor itself over the tolerance), its
+    ``sum_not_checkable`` the split over the tensor with the cells' (``{"dtype", "carried", "own", "heads"}``)."""
     from .compare.quantities import valid_mask
 
     out = {}
@@ -462,13 +473,23 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
         # fp32 only (16 bits: the storage rule; bf16 mode's noise model rounds the products' operands only, and
         # its floor of dg can be ten times what bf16 kernels reach: the whole tensor stays the backstop there)
         # (nor dA_log, ddt_bias: theirs is the carried-in rule, which a wrong sum fails whatever its floor)
-        if row.failed and precision == "fp32" and floor is not None and n in floor and row.storage is None \
-                and n not in REDUCED:
+        # (a dA_log/ddt_bias whose sum cannot be checked has no carried-in rule to judge it: the floor's, at either
+        # precision, as its cells are)
+        if row.failed and floor is not None and n in floor and row.storage is None and \
+                ((precision == "fp32" and n not in REDUCED) or n in (unchecked or {})):
             samples = floor[n] if isinstance(floor[n], tuple) else (floor[n],)
             ref = theirs[n].to(torch.float64)
             m = None if mask is None else mask.to(ref.device)
             row.judge_precision(max(compare(n, f.to(ref.device, torch.float64), ref, m).ratio for f in samples),
                                 precision)
+        if n in (unchecked or {}) and row.passed is False and row.carried is None:
+            exact, heads, dtype = unchecked[n]
+            ref = theirs[n].to(torch.float64)
+            exact = exact.to(ref.device, torch.float64)
+            m = None if mask is None else mask.to(ref.device)
+            row.sum_unchecked = {"dtype": dtype, "carried": compare(n, exact, ref, m).ratio,
+                                 "own": compare(n, x.to(ref.device, torch.float64), exact, m).ratio,
+                                 "heads": [{k: d[k] for k in ("head", "carried", "own", "reach")} for d in heads]}
         failed = row.passed is False and row.unrep is None and row.carried is None
         tol_sum = (tol_sums or {}).get(n)
         within = failed and tol_sum is not None and row.compared and math.isfinite(row.ratio) and row.ratio <= tol_sum
@@ -478,7 +499,8 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
         out[n] = {"ratio": row.ratio if row.compared else None, "max_abs": row.max_abs if row.compared else None,
                   "tol": tol, "storage": row.storage if tol != row.tol else None, "elements": int(row.count),
                   "pass": row.passed, "unrep": row.unrep, "carried_in_from_dg": carried_json(row),
-                  "precision_floor": row.precision_floor, "failed": failed, "tol_sum": tol_sum if within else None}
+                  "precision_floor": row.precision_floor, "failed": failed, "tol_sum": tol_sum if within else None,
+                  "sum_not_checkable": row.sum_unchecked}
     return out
 
 

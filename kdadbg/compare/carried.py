@@ -142,25 +142,46 @@ def storage_reach(outputs: dict, inputs, config, formed: Terms | None = None) ->
     return out
 
 
-def sum_reach(name: str, outputs: dict, inputs, config, exact: torch.Tensor) -> float | None:
-    """``run``'s whole-tensor form of ``Split.reach``: how far, as a ratio over the tensor, a correct reduction of
-    the wider ``dg`` an implementation held can land from ``exact`` (the exact sum of the ``dg`` it returned in 16
-    bits): ``storage_reach`` plus float32's rounding of the sum (``rounding_reach``). None where neither ``dg`` nor
-    the sum came back in 16 bits."""
+def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict, inputs, config, tol: float
+               ) -> list[dict] | None:
+    """``run``'s per-head form of ``carried_from_dg``'s split where ``dg`` (or the sum) came back in 16 bits, for the
+    tensor ``value`` of reduced quantity ``name`` against the reference ``ref``: per value head, ``{"head",
+    "carried" (the exact sum of the returned dg against the reference), "own" (the value against that sum),
+    "reach" (how far rounding the wider dg the implementation summed can move it: ``storage_reach`` plus float32's
+    rounding of the sum, at least ``tol``)}``, as ratios over the head's elements (one for ``dA_log``, K for
+    ``ddt_bias``), as ``diff``'s per-head cells split it. None where nothing came back in 16 bits. Heads pooled,
+    one head's reach would hide another's wrong sum (user trial, round 48: a dA_log 5 % off read "cannot be told
+    apart" over the tensor, its head 0 beyond that head's reach)."""
     formed = terms(outputs["dg"], inputs, config)
     stored = storage_reach(outputs, inputs, config, formed).get(name)
     if stored is None:
         return None
+    HV = outputs["dg"].shape[2]
+    exact = reductions_of(outputs["dg"], inputs, config, formed)[name].reshape(HV, -1)
     total, count = rounding_reach(outputs["dg"], inputs, config, formed)[name]
-    slack = (2 + math.log2(max(count, 2))) * U32 * total.reshape(-1)
-    scale = float(exact.to(torch.float64).pow(2).sum().sqrt())
-    return float((slack + stored.reshape(-1)).pow(2).sum().sqrt()) / max(scale, 1e-300)
+    rms = (lambda x: x.to(torch.float64).reshape(HV, -1).pow(2).sum(-1).sqrt())
+    x, r = value.detach().cpu().to(torch.float64).reshape(HV, -1), ref.detach().cpu().to(torch.float64).reshape(HV, -1)
+    scale = rms(exact).clamp_min(1e-300)
+    reach = torch.clamp_min(((2 + math.log2(max(count, 2))) * U32 * rms(total) + rms(stored)) / scale, tol)
+    carried, own = rms(exact - r) / rms(r).clamp_min(1e-300), rms(x - exact) / scale
+    ratio = rms(x - r) / rms(r).clamp_min(1e-300)
+    return [{"head": h, "ratio": float(ratio[h]), "carried": float(carried[h]), "own": float(own[h]),
+             "reach": float(reach[h])} for h in range(HV)]
+
+
+def low_dtype(outputs: dict) -> str:
+    """The 16-bit dtype ``dg`` (else the sums) came back in, by name, for the words of an uncheckable sum."""
+    for n in ("dg", *REDUCED):
+        x = outputs.get(n)
+        if x is not None and x.dtype in _SIGNIFICAND:
+            return str(x.dtype).removeprefix("torch.")
+    return "16 bits"
 
 
 def unchecked_hint(carried: float, own: float) -> str:
     """Which part of an uncheckable sum's error (``unchecked_in``, ``sum_reach``) is the larger, in words."""
     if carried >= own:
-        return "dg's part is the larger: look at dg first"
+        return "dg's part is the larger: dg's own error (its rows judge it), magnified where the head's terms cancel"
     return "the sum's own part is the larger: a wrong reduction, or dg's rounding within that reach"
 
 
@@ -177,6 +198,9 @@ class Split(NamedTuple):
     # reduction of the wider dg it held can land (storage_reach, with the float32 rounding), as a ratio; None
     # where nothing was returned in 16 bits
     reach: torch.Tensor | None = None
+    # [R, Hs] how far from that exact sum the value may be before the sum is wrong (sum_wrong): the reach where
+    # there is one, else the tolerance or float32's rounding of the sum
+    beyond: torch.Tensor | None = None
 
     def sum_right(self) -> bool:
         """Whether the sum is right at every cell compared, and some cell was: the whole tensor is then carried
@@ -233,19 +257,23 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
             c = torch.nan_to_num(coh[n].reshape(R, Hs, -1).to(dev), nan=0.0).amax(-1)
             ok = ok & ~(c > COHERENT)
         out[n] = Split(got[n].ratio, ok, torch.isfinite(own[n].ratio) & (own[n].ratio > bar_wrong), own[n].ratio, exact[n],
-                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev), bar_wrong if n in stored else None)
+                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev), bar_wrong if n in stored else None,
+                       bar_wrong)
     return out
 
 
 def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, dict]:
     """Mark the ``dA_log``/``ddt_bias`` cells over their tolerance whose sum can be shown neither right nor wrong
     (``Cells.sum_check``): ``dg`` came back in 16 bits, and the implementation's value is beyond the sum's bar from
-    the exact sum of that ``dg`` but within how far rounding the ``dg`` it summed can move it (``Split.reach``). Their
-    label stays the noise floor's (a wrong sum that small cannot be told from a right one); what is marked is where
-    their error comes from: the exact sum of the returned ``dg`` against the reference is ``dg``'s part (user
+    the exact sum of that ``dg`` but within how far rounding the ``dg`` it summed can move it (``Split.reach``). What
+    is marked is where their error comes from: the exact sum of the returned ``dg`` against the reference is ``dg``'s part (user
     trial, round 47: a ``dg`` error in a bf16 capture read as a ``dA_log`` BUG of its own, nothing saying the sum
-    could not be checked). A cell whose ``dg`` error sums coherently is left out (its own note: not carried in).
-    Returns ``{name: the worst marked cell's {"row", "head", "carried", "own", "reach"}}``, empty if none."""
+    could not be checked). The cell keeps the noise floor's label: its value against the reference is what the
+    floor judges, which the returned dg's rounding does not touch (a correct float32 sum 0.1 % off is a BUG by
+    it); what the reach takes away is the split. A cell whose ``dg`` error sums coherently is left out (its own
+    note: not carried in).
+    Returns ``{name: the worst marked cell's {"row", "head", "carried", "own", "reach"}, with "cells" (how many) and
+    "heads" (each marked cell's)}``, empty if none."""
     out = {}
     for n, split in carried.items():
         c = cells.get(n)
@@ -261,9 +289,28 @@ def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str
         nan = torch.full_like(own, float("nan"))
         c.sum_check = torch.stack([torch.where(hit, split.carried.to(dev), nan), torch.where(hit, own, nan),
                                    torch.where(hit, split.reach, nan)], -1)
-        r, h = divmod(int(torch.where(hit, c.ratio.to(dev), torch.full_like(own, -1.0)).argmax()), own.shape[1])
-        out[n] = {"row": r, "head": c.heads[h], "carried": float(split.carried[r, h]), "own": float(own[r, h]),
-                  "reach": float(split.reach[r, h]), "cells": int(hit.sum())}
+        cells_hit = [{"row": r, "head": c.heads[h], **dict(zip(("carried", "own", "reach"),
+                                                                map(float, c.sum_check[r, h].tolist())))}
+                     for r, h in hit.nonzero().tolist()]
+        worst = max(cells_hit, key=lambda d: float(c.ratio[d["row"], c.heads.index(d["head"])]))
+        out[n] = {**worst, "cells": len(cells_hit), "heads": cells_hit}
+    return out
+
+
+def wrong_sums(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, list[dict]]:
+    """The ``dA_log``/``ddt_bias`` cells that are BUG for a wrong sum (``Split.sum_wrong``, as ``carried_in``
+    labels them): ``{name: [{"row", "head", "own", "beyond", "reach"}, ...]}``, ``reach`` None where nothing came
+    back in 16 bits; empty if none. Each has a note: a BUG cell of theirs gave no reason (user trial, round 48)."""
+    out = {}
+    for n, split in carried.items():
+        c = cells.get(n)
+        if c is None or c.label is None or split.beyond is None:
+            continue
+        hit = split.sum_wrong & (c.label.to(split.own.device) == noise.BUG)
+        if bool(hit.any()):
+            out[n] = [{"row": r, "head": c.heads[h], "own": float(split.own[r, h]), "beyond": float(split.beyond[r, h]),
+                       "reach": None if split.reach is None else float(split.reach[r, h])}
+                      for r, h in hit.nonzero().tolist()]
     return out
 
 

@@ -31,6 +31,17 @@ def unrep_reason(cells: Cells, r: int, j: int) -> str | None:
     return reason[j] if isinstance(reason, list) else reason
 
 
+def _sum_split(cells: Cells, r: int, j: int) -> dict:
+    """A ``dA_log``/``ddt_bias`` cell's split of its error, for the JSON: ``carried_in_from_dg`` where carried in
+    from ``dg``, ``sum_not_checkable`` where its sum cannot be checked (``compare.carried``), else nothing."""
+    out = {}
+    if cells.carried is not None and math.isfinite(float(cells.carried[r, j])):
+        out["carried_in_from_dg"] = {"ratio": float(cells.carried[r, j]), "own": float(cells.carried_own[r, j])}
+    if cells.sum_check is not None and math.isfinite(float(cells.sum_check[r, j, 2])):
+        out["sum_not_checkable"] = dict(zip(("carried", "own", "reach"), map(float, cells.sum_check[r, j].tolist())))
+    return out
+
+
 def knob_overrides() -> dict[str, str]:
     """The kernels' launch knobs set in the environment (``kernels/tuning.py``), ``{NAME: value}``; empty
     for a copy of ``kernels/`` older than the knob table (A/B runs)."""
@@ -270,10 +281,7 @@ class DiffResult:
             d["reason"] = cells.drift_reason
         elif d["label"] == "UNREP" and cells.unrep_reason and unrep_reason(cells, r, h):
             d["reason"] = unrep_reason(cells, r, h)
-        if cells.carried is not None and math.isfinite(float(cells.carried[r, h])):
-            d["carried_in_from_dg"] = {"ratio": float(cells.carried[r, h]), "own": float(cells.carried_own[r, h])}
-        if cells.sum_check is not None and math.isfinite(float(cells.sum_check[r, h, 2])):
-            d["sum_not_checkable"] = dict(zip(("carried", "own", "reach"), map(float, cells.sum_check[r, h].tolist())))
+        d.update(_sum_split(cells, r, h))
         return d
 
     def min_tolerance(self) -> dict[str, dict]:
@@ -405,7 +413,7 @@ class DiffResult:
                               **({"reason": c.drift_reason} if lab == noise.DRIFT and c.drift_reason and count
                                  else {}),
                               **({"value_heads": list(range(h * c.group, (h + 1) * c.group))} if c.group > 1
-                                 else {})})
+                                 else {}), **_sum_split(c, r, j)})
         return {
             "schema": DIFF_JSON, "verdict": self.verdict, "mode": self.mode,
             "impl": self.impl, "sources": {"candidate": self.sources[0], "reference": self.sources[1]},

@@ -358,8 +358,9 @@ def render_first(console: Console, res) -> None:
                if "carried_in_from_dg" in first else "")
     if "sum_not_checkable" in first:   # compare.carried.unchecked_in: the split, the note says the rest
         u = first["sum_not_checkable"]
-        carried = (f", its sum not checkable: the exact sum of the returned dg is {fig(u['carried'])} off, its value "
-                   f"{fig(u['own'])} from that sum, within the {fig(u['reach'])} dg's rounding can reach")
+        carried = (f", its sum not checkable: the exact sum of the returned dg at ratio {fig(u['carried'])} from the "
+                   f"reference, its value at {fig(u['own'])} from that sum, within the reach of dg's rounding, "
+                   f"{fig(u['reach'])}")
     console.print(f"[bold]first divergence[/bold]: [{style}]{first['tap']}[/{style}] ({first['stage']}) {where}"
                   f", {_head(first)}: {_over(first)}"
                   f" ([{style}]{first['label']}[/{style}]"

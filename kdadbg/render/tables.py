@@ -334,14 +334,27 @@ def render_run(console: Console, result) -> None:
                           f"at ratio {r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its "
                           f"own row",
                           soft_wrap=True, highlight=False)
-        if r.sum_unchecked is not None:
+        if r.sum_unchecked is not None:   # compare.carried.head_split: the split, head by head; the floor judges
             u = r.sum_unchecked
-            console.print(f"sum not checkable: {r.name} over its tolerance, dg returned in 16 bits, whose rounding alone "
-                          f"can move {r.name} up to ratio {u['reach']:.3g} from the exact sum of the returned dg: of its "
-                          f"error, that exact sum is {u['carried']:.3g} from the reference (dg's part, judged on dg's "
-                          f"row) and its {r.name} {u['own']:.3g} from that sum (the reduction's part, or dg's rounding: "
-                          f"they cannot be told apart); "
-                          + unchecked_hint(u["carried"], u["own"]),
+            worst = max(u["heads"], key=lambda d: d["own"])
+            heads = "; ".join(f"head {d['head']} {d['own']:.3g} from the exact sum of the returned dg, its reach "
+                              f"{d['reach']:.3g}" for d in u["heads"][:4])
+            more = f"; and {len(u['heads']) - 4} more heads" if len(u["heads"]) > 4 else ""
+            console.print(f"sum not checkable: {r.name} over its tolerance, dg came back in {u['dtype']}, and each "
+                          f"head over it is within how far rounding that dg can move the head's sum, its reach "
+                          f"({heads}{more}). Of its error over the tensor, the exact sum of the returned dg is "
+                          f"{u['carried']:.3g} from the reference (dg's part, judged on dg's row) and its {r.name} "
+                          f"{u['own']:.3g} from that sum (the sum's own part, or dg's rounding: they cannot be told "
+                          f"apart); {unchecked_hint(worst['carried'], worst['own'])}. The noise floor judges it: "
+                          + ("UNREP (above)" if r.unrep else "over ten times its floor, or a floor within the "
+                             "tolerance, a failure"), soft_wrap=True, highlight=False)
+        if r.sum_wrong is not None:
+            w = r.sum_wrong["heads"]
+            heads = "; ".join(f"head {d['head']} {d['own']:.3g} from the exact sum of the returned dg, beyond its "
+                              f"reach {d['reach']:.3g}" for d in w[:4])
+            console.print(f"wrong sum: {r.name} over its tolerance, and its sum is wrong: {heads}"
+                          f"{f'; and {len(w) - 4} more heads' if len(w) > 4 else ''} (dg came back in "
+                          f"{r.sum_wrong['dtype']}: a head within its reach could be told neither right nor wrong)",
                           soft_wrap=True, highlight=False)
         if r.coherent is not None:
             console.print(f"not carried in: {r.name} over its tolerance, and dg's error sums into it coherently "
