@@ -179,7 +179,7 @@ def low_dtype(outputs: dict) -> str:
 
 
 def unchecked_hint(carried: float, own: float) -> str:
-    """Which part of an uncheckable sum's error (``unchecked_in``, ``sum_reach``) is the larger, in words."""
+    """Which part of an uncheckable sum's error (``unchecked_in``, ``head_split``) is the larger, in words."""
     if carried >= own:
         return "dg's part is the larger: dg's own error (its rows judge it), magnified where the head's terms cancel"
     return "the sum's own part is the larger: a wrong reduction, or dg's rounding within that reach"

@@ -151,8 +151,8 @@ class Compare:
     # dA_log/ddt_bias over tol whose dg error sums coherently (compare.carried.coherence): not carried in
     coherent: float | None = None
     # dA_log/ddt_bias over tol, dg returned in 16 bits, each head over tol within how far rounding that dg can move
-    # its sum (run.carry_from_dg, diff.tensor_verdicts): {"carried", "own", "heads": [{"head", "carried", "own",
-    # "reach"}]} as ratios; the sum can be shown neither right nor wrong: UNREP
+    # its sum (run.carry_from_dg, diff.tensor_verdicts): {"dtype", "carried", "own", "heads": [{"head", "carried",
+    # "own", "reach"}]} as ratios; the sum can be shown neither right nor wrong, so the noise floor's rule judges it
     sum_unchecked: dict | None = None
     # the same where some head's own error is beyond its reach: {"dtype", "heads": those heads} (a wrong sum; the
     # failure stands)
