@@ -367,7 +367,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
              if not bool((cells[n].label == noise.BUG).any())}
     res.tensors = tensor_verdicts(mine, theirs, row_ids, info, tols, tols16 if precision == "fp32" else None,
                                   {n: run.outputs[n].dtype for n in mine},
-                                  {n: split.exact for n, split in carried.items() if split.sum_right()},
+                                  {n: split.exact for n, split in carried.items() if split.sum_right(cells.get(n))},
                                   floor_rows, precision, unchecked=whole)
     hint = precision_hint(precision, cells, {n: run.outputs[n].dtype for n in mine}, impl.name)
     if hint:

@@ -464,10 +464,13 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
     """``diff``'s carried-in rule (``compare.carried``) for whole tensors: ``dA_log`` and ``ddt_bias`` are
     sums of ``dg`` over a head's tokens, so where the gate gradient cancels ``dg`` within its bar can put them
     over theirs (our bf16 kernels' ``dA_log`` 0.0121 against 1e-2 on the CI-size ``kimi`` dump). Such a row
-    over its tolerance whose value is within the tolerance of the exact float64 sum of the implementation's
-    own ``dg`` is carried in from ``dg`` (``Compare.carried``): not a failure; ``dg`` is judged on its own row.
-    A wrong reduction (its own sum off) still fails, and so does one whose ``dg`` error sums coherently
-    (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding; at either precision)."""
+    over its tolerance whose every head over it is within the tolerance (or float32's rounding of the sum) of the
+    exact float64 sum of the implementation's own ``dg`` is carried in from ``dg`` (``Compare.carried``, with the
+    worst such head's ``carried_own``): not a failure; ``dg`` is judged on its own row. A head beyond that, and
+    beyond the reach of ``dg``'s 16-bit rounding where ``dg`` came back so, is a wrong reduction (``sum_wrong``,
+    still failing), one within that reach not checkable (``sum_unchecked``: the noise floor judges it, ``check``),
+    and one whose ``dg`` error sums coherently (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding;
+    at either precision) is not carried in (``coherent``)."""
     from .compare.carried import COHERENT, REDUCED, coherence, head_split, low_dtype, reductions_of
 
     by = {r.name: r for r in rows}
@@ -487,24 +490,22 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
             if c > COHERENT:
                 r.coherent = c
                 continue
-        if own.compared and own.ratio <= r.tol:
+        if not own.compared or not math.isfinite(own.ratio):
+            continue
+        # head by head, as diff's cells: the heads over their tolerance (a head within it is not what failed)
+        heads = head_split(n, outputs[n], ref[n], outputs, inputs, config, r.tol)
+        over = [d for d in heads if d["ratio"] > r.tol]
+        keep = (lambda ds: [{k: d[k] for k in ("head", "carried", "own", "reach")} for d in ds])
+        wrong = [d for d in over if d["own"] > d["reach"]]
+        if over and all(d["own"] <= d["bar"] for d in over):   # every one's sum right: carried in from dg
             r.carried = compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio
-            r.carried_own = own.ratio
-        elif own.compared and math.isfinite(own.ratio):
-            # dg (or the sum) returned in 16 bits: head by head, within how far rounding the dg it summed can move
-            # it, the sum can be shown neither right nor wrong; wrong at no head, the tensor is UNREP (the compared
-            # precision cannot judge it), beyond a head's reach a wrong sum (FAIL, and a line says where)
-            heads = head_split(n, outputs[n], ref[n], outputs, inputs, config, r.tol)
-            # the heads over their tolerance whose sum is not right (a head within it is not what failed)
-            over = [d for d in heads or () if d["ratio"] > r.tol and d["own"] > r.tol]
-            wrong = [d for d in over if d["own"] > d["reach"]]
-            keep = (lambda ds: [{k: d[k] for k in ("head", "carried", "own", "reach")} for d in ds])
-            if wrong:
-                r.sum_wrong = {"dtype": low_dtype(outputs), "heads": keep(wrong)}
-            elif over:   # the noise floor's rule judges it then (check), as diff's cells
-                r.sum_unchecked = {"dtype": low_dtype(outputs),
-                                   "carried": compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio,
-                                   "own": own.ratio, "heads": keep(over)}
+            r.carried_own = max(d["own"] for d in over)
+        elif wrong:   # beyond a head's reach: a wrong sum (FAIL), a line says where
+            r.sum_wrong = {"dtype": low_dtype(outputs) if wrong[0]["stored"] else None, "heads": keep(wrong)}
+        elif over:   # within the reach of dg's 16-bit rounding: the noise floor's rule judges it then (check)
+            r.sum_unchecked = {"dtype": low_dtype(outputs),
+                               "carried": compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio,
+                               "own": own.ratio, "heads": keep(d for d in over if d["own"] > d["bar"])}
 
 
 def _window_mask(name: str, masks: dict | None, B: int, T: int, ndim: int):

@@ -67,9 +67,16 @@ def test_cli_run_and_diff_on_a_window(tmp_path):
     r = runner.invoke(cli.app, ["run", str(dump), "--chunks", "10:", "--device", "cpu"])
     assert r.exit_code == 0, r.output
     assert "ran on 1 window(s)" in r.stdout and "not provided" in r.stdout
+    # adversarial trial, round 48: diff --chunks left dA_log/ddt_bias out with no word; the window's note names
+    # what a window cannot compare
     r = runner.invoke(cli.app, ["diff", str(dump), "--chunks", "11:13", "--device", "cpu", "--impl", f"{IMPL}:chunk_kda"])
     assert r.exit_code == 0, r.output
     assert "chunks 11:13" in r.stdout and "verdict: pass" in r.stdout
+    # adversarial trial, round 48: diff --chunks left dA_log/ddt_bias out with no word; the window's note names
+    # what a window cannot compare, and why
+    out = " ".join(r.stdout.split())
+    assert "not compared in a window: dh0, dA_log, ddt_bias (a window's dA_log/ddt_bias cover its chunks only" in \
+        out and "no window starts its sequence)" in out, out
 
 
 def test_slow_interpreter_runs_are_refused_up_front_with_the_estimate(tmp_path):

@@ -331,8 +331,8 @@ def render_run(console: Console, result) -> None:
         if r.carried is not None:
             console.print(f"carried: {r.name} over its tolerance, carried in from dg (not a failure): the exact sum "
                           f"of the implementation's own dg is at ratio {r.carried:.3g} from the reference, and its {r.name} "
-                          f"at ratio {r.carried_own:.3g} from that sum (within tol {r.tol:g}); dg is judged on its "
-                          f"own row",
+                          f"at ratio {r.carried_own:.3g} from that sum at worst, head by head (within tol {r.tol:g}, "
+                          f"or float32's rounding of the sum); dg is judged on its own row",
                           soft_wrap=True, highlight=False)
         if r.sum_unchecked is not None:   # compare.carried.head_split: the split, head by head; the floor judges
             u = r.sum_unchecked
@@ -353,8 +353,10 @@ def render_run(console: Console, result) -> None:
             heads = "; ".join(f"head {d['head']} {d['own']:.3g} from the exact sum of the returned dg, beyond its "
                               f"reach {d['reach']:.3g}" for d in w[:4])
             console.print(f"wrong sum: {r.name} over its tolerance, and its sum is wrong: {heads}"
-                          f"{f'; and {len(w) - 4} more heads' if len(w) > 4 else ''} (dg came back in "
-                          f"{r.sum_wrong['dtype']}: a head within its reach could be told neither right nor wrong)",
+                          f"{f'; and {len(w) - 4} more heads' if len(w) > 4 else ''}"
+                          + (f" (dg came back in {r.sum_wrong['dtype']}: a head within its reach could be told "
+                             f"neither right nor wrong)" if r.sum_wrong["dtype"] else
+                             " (its reach: its tolerance, or float32's rounding of the sum)"),
                           soft_wrap=True, highlight=False)
         if r.coherent is not None:
             console.print(f"not carried in: {r.name} over its tolerance, and dg's error sums into it coherently "
