@@ -1076,27 +1076,33 @@ def test_a_sum_of_a_bf16_dg_that_cannot_be_checked_says_where_its_error_is(kerne
     assert right.passed    # (on an H100 its head 1, 0.0204, is over its bar, and its note says why: round 48 call 2)
     if kernel_device == "cpu":   # the interpreter's bits: head 1 within its bar, nothing to explain
         assert right.cells["dA_log"].sum_check is None and not any("cannot be checked" in n for n in right.notes)
-    res = diff_dump(inputs, cfg, _Bf16Dg(0.0, 1.05), device=kernel_device, window=0)   # head 1's sum 5 % off
-    cell = res.locate("dA_log", 0, 1)
-    u = cell["sum_not_checkable"]
-    assert cell["label"] in ("DRIFT", "UNREP") and cell["ratio"] <= 10 * cell["floor"]   # the floor's label, kept
-    assert u["own"] > max(u["carried"], 1e-2) and u["reach"] > u["own"]    # the sum's own part, within the reach
-    assert res.passed and res.first_bug is None
-    whole = res.as_json()["tensors"]["dA_log"]
-    assert not whole["failed"] and whole["unrep"] and whole["precision_floor"] > whole["tol"], whole
-    assert whole["sum_not_checkable"]["heads"] == [{k: u[k] for k in ("carried", "own", "reach")} | {"head": 1}]
-    assert whole["sum_not_checkable"]["dtype"] == "bfloat16"
-    js_cell = next(c for c in res.as_json()["cells"] if c["tap"] == "dA_log" and c["head"] == 1)
-    assert js_cell["sum_not_checkable"] == u, js_cell                     # the JSON's cells carry it too
-    note = next(n for n in res.notes if n.startswith("dA_log: its sum cannot be checked at head 1: "))
-    assert "dg came back in bfloat16 from ours-dg-bf16" in note and "the sum's own part is the larger" in note, note
-    assert f"{u['reach']:.3g}" in note and f"{u['own']:.3g}" in note and f"{u['carried']:.3g}" in note, note
-    from rich.console import Console
-    from kdadbg.render import difftables
-    console = Console(record=True, width=400)
-    difftables.render_first(console, res)
-    first = " ".join(console.export_text().split())
-    assert "dA_log (bwd_prepare) every chunk, head 1" in first and "its sum not checkable" in first, first
+    else:   # an H100's: head 1 over its bar (DRIFT), its own sum 0.018 off within its reach 0.179: marked, passing
+        assert right.locate("dA_log", 0, 1)["sum_not_checkable"]["reach"] > 0.1, right.notes
+    # head 1's sum 5 % off. Under the interpreter that puts it over its bar within its reach; on an H100 our bf16
+    # kernels' own head 1 lies 3.8 % the other way, and x 1.05 brings it within tolerance: OK, nothing to mark
+    # (docs/gpu/round48/call4/diag.log), so this part asks for the interpreter's bits
+    if kernel_device == "cpu":
+        res = diff_dump(inputs, cfg, _Bf16Dg(0.0, 1.05), device=kernel_device, window=0)   # head 1's sum 5 % off
+        cell = res.locate("dA_log", 0, 1)
+        u = cell["sum_not_checkable"]
+        assert cell["label"] in ("DRIFT", "UNREP") and cell["ratio"] <= 10 * cell["floor"]   # the floor's label, kept
+        assert u["own"] > max(u["carried"], 1e-2) and u["reach"] > u["own"]    # the sum's own part, within the reach
+        assert res.passed and res.first_bug is None
+        whole = res.as_json()["tensors"]["dA_log"]
+        assert not whole["failed"] and whole["unrep"] and whole["precision_floor"] > whole["tol"], whole
+        assert whole["sum_not_checkable"]["heads"] == [{k: u[k] for k in ("carried", "own", "reach")} | {"head": 1}]
+        assert whole["sum_not_checkable"]["dtype"] == "bfloat16"
+        js_cell = next(c for c in res.as_json()["cells"] if c["tap"] == "dA_log" and c["head"] == 1)
+        assert js_cell["sum_not_checkable"] == u, js_cell                     # the JSON's cells carry it too
+        note = next(n for n in res.notes if n.startswith("dA_log: its sum cannot be checked at head 1: "))
+        assert "dg came back in bfloat16 from ours-dg-bf16" in note and "the sum's own part is the larger" in note, note
+        assert f"{u['reach']:.3g}" in note and f"{u['own']:.3g}" in note and f"{u['carried']:.3g}" in note, note
+        from rich.console import Console
+        from kdadbg.render import difftables
+        console = Console(record=True, width=400)
+        difftables.render_first(console, res)
+        first = " ".join(console.export_text().split())
+        assert "dA_log (bwd_prepare) every chunk, head 1" in first and "its sum not checkable" in first, first
     # every head 5 % off: head 0 (reach 0.049) is beyond its reach, a wrong sum, with a note; head 1 is not
     wrong = diff_dump(inputs, cfg, _AllScaled(0.0, 1.05), device=kernel_device, window=0)
     assert not wrong.passed and wrong.first_bug["tap"] == "dA_log" and wrong.first_bug["head"] == 0
