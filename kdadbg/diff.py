@@ -30,7 +30,8 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare.carried import REDUCED, carried_from_dg, carried_in, low_dtype, unchecked_hint, unchecked_in, wrong_sums
+from .compare.carried import (REDUCED, carried_from_dg, carried_in, heads_text, low_dtype, unchecked_hint,
+                              unchecked_in, wrong_sums)
 from .compare.cells import within_tolerance_sum
 from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_cells, nan_positions_agree,
                       nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
@@ -352,12 +353,11 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
     for n, u in unchecked.items():
         res.notes.append(unchecked_note(n, u, run.outputs, impl.name))
     for n, wrong in wrong_sums(cells, carried).items():
-        heads = "; ".join(f"head {d['head']} {d['own']:.3g} from it, beyond "
-                          + (f"the {d['beyond']:.3g} that rounding the returned dg can reach" if d["reach"] is not None
-                             else f"{d['beyond']:.3g} (its tolerance, or float32's rounding of the sum)")
-                          for d in wrong[:4])
+        heads = heads_text(wrong, lambda d: f"head {d['head']} {d['own']:.3g} from it, beyond " + (
+            f"the {d['beyond']:.3g} that rounding the returned dg can reach" if d["reach"] is not None
+            else f"{d['beyond']:.3g} (its tolerance, or float32's rounding of the sum)"))
         res.notes.append(f"{n}: a wrong sum (BUG): its value against the exact sum of the implementation's own dg, "
-                         f"{heads}{f'; and {len(wrong) - 4} more' if len(wrong) > 4 else ''}")
+                         f"{heads}")
     for n, r in carried_notes.items():
         res.notes.append(f"{n}: over its tolerance, carried in from dg (DRIFT, not a bug of the sum): {n} formed "
                          f"exactly from the implementation's own dg ({impl.name}) is {r:.3g} from the reference; "

@@ -28,7 +28,6 @@ from .localise import window_inputs
 
 WINDOW_NOT_COMPARABLE = "a window's dA_log/ddt_bias cover its chunks only: not comparable"
 NO_WINDOW_ENDS = "no window ends its sequence"
-OUTSIDE = ("ht", "dh0", "dA_log", "ddt_bias")   # the outputs a window may leave out by itself, in the note's order
 NO_WINDOW_STARTS = "no window starts its sequence"
 # what a window leaves out by its selection (not a shortfall of the implementation): ``run --chunks`` can
 # pass without them
@@ -194,13 +193,14 @@ def seeded_run(impl: Implementation, inputs: KDAInputs, config: KDAConfig, ref_t
     for n in ("dA_log", "ddt_bias"):
         if config.gate != "none":
             not_provided[n] = WINDOW_NOT_COMPARABLE
+    # what the window itself leaves out (not what the implementation did not provide), in the outputs' order
+    outside = [n for n in ("ht", "dh0", "dA_log", "ddt_bias") if not_provided.get(n) in OUTSIDE_WINDOW]
     notes.append(f"chunks {lo}:{hi}: {impl.name} ran on {len(windows)} window(s) only, seeded with the float64 "
                  f"reference's S entering and dS leaving each, each window a sequence of its own: an error tied to "
                  f"absolute token positions (an offset or padding bug) or carried in from outside the window is "
                  f"not in this run; a whole run (no --chunks, or diff --full-run) has it"
-                 + (f"; not compared in a window: {', '.join(n for n in OUTSIDE if n in not_provided)} "
-                    f"({'; '.join(sorted({not_provided[n] for n in OUTSIDE if n in not_provided}))})"
-                    if any(n in not_provided for n in OUTSIDE) else ""))
+                 + (f"; not compared in a window: {', '.join(outside)} "
+                    f"({'; '.join(sorted({not_provided[n] for n in outside}))})" if outside else ""))
     run = ImplRun(outputs, stitched_taps, list(range(lo, hi)) if stitched_taps else [],
                   tap_heads if stitched_taps else [], not_provided, notes, upstream=received)
     return run, {"tokens": tok_mask, "ht": ht_mask, "dh0": dh0_mask}

@@ -142,6 +142,18 @@ def storage_reach(outputs: dict, inputs, config, formed: Terms | None = None) ->
     return out
 
 
+def sum_bars(absolute: torch.Tensor, count: int, stored: torch.Tensor | None, scale: torch.Tensor, tol
+             ) -> tuple[torch.Tensor, torch.Tensor]:
+    """How far from the exact sum of an implementation's own ``dg`` its sum may be, as ratios of ``scale`` (that
+    sum's RMS), from the RMS of ``rounding_reach``'s Σ|t| (``absolute``, over ``count`` terms) and of
+    ``storage_reach`` (``stored``, None where nothing came back in 16 bits): ``(bar, reach)``, ``bar`` where a
+    right sum lies (the tolerance, or float32's rounding of the sum where that is more), ``reach`` beyond which it
+    is wrong (``bar`` plus the 16-bit storage's reach). One rule for ``diff``'s cells and ``run``'s heads."""
+    slack = (2 + math.log2(max(count, 2))) * U32 * absolute
+    bar = torch.clamp_min(slack / scale, tol)
+    return bar, (bar if stored is None else torch.clamp_min((slack + stored) / scale, tol))
+
+
 def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict, inputs, config, tol: float
                ) -> list[dict]:
     """``run``'s per-head form of ``carried_from_dg``'s split, for the tensor ``value`` of reduced quantity ``name``
@@ -162,9 +174,7 @@ def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict,
     rms = (lambda x: x.to(torch.float64).reshape(HV, -1).pow(2).sum(-1).sqrt())
     x, r = value.detach().cpu().to(torch.float64).reshape(HV, -1), ref.detach().cpu().to(torch.float64).reshape(HV, -1)
     scale = rms(exact).clamp_min(1e-300)
-    slack = (2 + math.log2(max(count, 2))) * U32 * rms(total)
-    bar = torch.clamp_min(slack / scale, tol)
-    reach = bar if stored is None else torch.clamp_min((slack + rms(stored)) / scale, tol)
+    bar, reach = sum_bars(rms(total), count, None if stored is None else rms(stored), scale, tol)
     carried, own = rms(exact - r) / rms(r).clamp_min(1e-300), rms(x - exact) / scale
     ratio = rms(x - r) / rms(r).clamp_min(1e-300)
     return [{"head": h, "ratio": float(ratio[h]), "carried": float(carried[h]), "own": float(own[h]),
@@ -178,6 +188,12 @@ def low_dtype(outputs: dict) -> str:
         if x is not None and x.dtype in _SIGNIFICAND:
             return str(x.dtype).removeprefix("torch.")
     return "16 bits"
+
+
+def heads_text(heads: list[dict], say, most: int = 4) -> str:
+    """``heads`` (per-head dicts) in words, ``say(head)`` each, the first ``most`` of them and how many more."""
+    more = f"; and {len(heads) - most} more heads" if len(heads) > most else ""
+    return "; ".join(say(d) for d in heads[:most]) + more
 
 
 def unchecked_hint(carried: float, own: float) -> str:
@@ -196,13 +212,10 @@ class Split(NamedTuple):
     exact: torch.Tensor       # the exact sum's rows, cut as the diff's rows
     coherent: torch.Tensor | None = None   # [R, Hs] how coherently dg's error sums in (COHERENT), with ref_dg
     unseen: torch.Tensor | None = None     # [R, Hs] cells with nothing compared (NaN/Inf on both sides)
-    # [R, Hs] where dg (or the sum) came back in 16 bits: how far from the exact sum of the returned dg a correct
-    # reduction of the wider dg it held can land (storage_reach, with the float32 rounding), as a ratio; None
-    # where nothing was returned in 16 bits
-    reach: torch.Tensor | None = None
-    # [R, Hs] how far from that exact sum the value may be before the sum is wrong (sum_wrong): the reach where
-    # there is one, else the tolerance or float32's rounding of the sum
+    # [R, Hs] how far from that exact sum the value may be before the sum is wrong (sum_wrong; sum_bars' reach):
+    # where dg (or the sum) came back in 16 bits (``stored``), how far rounding the wider dg it held can move it
     beyond: torch.Tensor | None = None
+    stored: bool = False
 
     def sum_right(self, cells: Cells | None = None) -> bool:
         """Whether the sum is right at every cell compared, and some cell was: the whole tensor is then carried
@@ -254,26 +267,22 @@ def carried_from_dg(mine: dict, theirs: dict, row_ids: dict, outputs: dict, inpu
         # float32 rounding of the sum itself; for a wrong sum (a BUG whatever its floor), the 16-bit storage of dg
         # or of the sum too (storage_reach). That storage's reach proves nothing right: no cell within it but over
         # the first bar is excused as carried in, the floor's rule judges it (UNREP, DRIFT or BUG)
-        slack = (2 + math.log2(max(reach[n][1], 2))) * U32 * rms(absolute[n])
-        scale = rms(exact[n]).clamp_min(1e-300)
-        tol = torch.full_like(own[n].ratio, tols[n])
-        bar = torch.maximum(tol, slack / scale)
-        bar_wrong = torch.maximum(tol, (slack + rms(stored[n])) / scale) if n in stored else bar
+        bar, bar_wrong = sum_bars(rms(absolute[n]), reach[n][1], rms(stored[n]) if n in stored else None,
+                                  rms(exact[n]).clamp_min(1e-300), tols[n])
         ok = torch.isfinite(got[n].ratio) & (own[n].ratio <= bar)
         c = None
         if coh is not None:   # dg's error summing coherently: a bias in dg, not its rounding carried in
             c = torch.nan_to_num(coh[n].reshape(R, Hs, -1).to(dev), nan=0.0).amax(-1)
             ok = ok & ~(c > COHERENT)
         out[n] = Split(got[n].ratio, ok, torch.isfinite(own[n].ratio) & (own[n].ratio > bar_wrong), own[n].ratio, exact[n],
-                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev), bar_wrong if n in stored else None,
-                       bar_wrong)
+                       c, ((got[n].count == 0) & (got[n].nonfinite == 0)).to(dev), bar_wrong, n in stored)
     return out
 
 
 def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, dict]:
     """Mark the ``dA_log``/``ddt_bias`` cells over their tolerance whose sum can be shown neither right nor wrong
     (``Cells.sum_check``): ``dg`` came back in 16 bits, and the implementation's value is beyond the sum's bar from
-    the exact sum of that ``dg`` but within how far rounding the ``dg`` it summed can move it (``Split.reach``). What
+    the exact sum of that ``dg`` but within how far rounding the ``dg`` it summed can move it (``Split.beyond``). What
     is marked is where their error comes from: the exact sum of the returned ``dg`` against the reference is ``dg``'s part (user
     trial, round 47: a ``dg`` error in a bf16 capture read as a ``dA_log`` BUG of its own, nothing saying the sum
     could not be checked). The cell keeps the noise floor's label: its value against the reference is what the
@@ -285,18 +294,18 @@ def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str
     out = {}
     for n, split in carried.items():
         c = cells.get(n)
-        if c is None or split.reach is None or c.label is None:
+        if c is None or not split.stored or c.label is None:
             continue
         own, dev = split.own, split.own.device
         over = (c.label.to(dev) != noise.OK) & (c.count.to(dev) > 0)
-        hit = over & ~split.sum_ok & ~split.sum_wrong & torch.isfinite(own) & (own <= split.reach)
+        hit = over & ~split.sum_ok & ~split.sum_wrong & torch.isfinite(own) & (own <= split.beyond)
         if split.coherent is not None:
             hit = hit & ~(split.coherent > COHERENT)
         if not bool(hit.any()):
             continue
         nan = torch.full_like(own, float("nan"))
         c.sum_check = torch.stack([torch.where(hit, split.carried.to(dev), nan), torch.where(hit, own, nan),
-                                   torch.where(hit, split.reach, nan)], -1)
+                                   torch.where(hit, split.beyond, nan)], -1)
         cells_hit = [{"row": r, "head": c.heads[h], **dict(zip(("carried", "own", "reach"),
                                                                 map(float, c.sum_check[r, h].tolist())))}
                      for r, h in hit.nonzero().tolist()]
@@ -317,7 +326,7 @@ def wrong_sums(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, 
         hit = split.sum_wrong & (c.label.to(split.own.device) == noise.BUG)
         if bool(hit.any()):
             out[n] = [{"row": r, "head": c.heads[h], "own": float(split.own[r, h]), "beyond": float(split.beyond[r, h]),
-                       "reach": None if split.reach is None else float(split.reach[r, h])}
+                       "reach": float(split.beyond[r, h]) if split.stored else None}
                       for r, h in hit.nonzero().tolist()]
     return out
 

@@ -275,7 +275,7 @@ def progress_display(console: Console):
 
 def render_run(console: Console, result) -> None:
     """The ``kdadbg run`` table: one row per output and gradient, then the verdict."""
-    from ..compare.carried import COHERENT, unchecked_hint
+    from ..compare.carried import COHERENT, heads_text, unchecked_hint
 
     cfg = result.config
     t = Table(title=f"{escape(result.dump)}: --impl {escape(result.impl.get('name', '?'))} ({result.precision}, "
@@ -337,23 +337,20 @@ def render_run(console: Console, result) -> None:
         if r.sum_unchecked is not None:   # compare.carried.head_split: the split, head by head; the floor judges
             u = r.sum_unchecked
             worst = max(u["heads"], key=lambda d: d["own"])
-            heads = "; ".join(f"head {d['head']} {d['own']:.3g} from the exact sum of the returned dg, its reach "
-                              f"{d['reach']:.3g}" for d in u["heads"][:4])
-            more = f"; and {len(u['heads']) - 4} more heads" if len(u["heads"]) > 4 else ""
+            heads = heads_text(u["heads"], lambda d: f"head {d['head']} {d['own']:.3g} from the exact sum of the "
+                                                     f"returned dg, its reach {d['reach']:.3g}")
             console.print(f"sum not checkable: {r.name} over its tolerance, dg came back in {u['dtype']}, and each "
                           f"head over it is within how far rounding that dg can move the head's sum, its reach "
-                          f"({heads}{more}). Of its error over the tensor, the exact sum of the returned dg is "
+                          f"({heads}). Of its error over the tensor, the exact sum of the returned dg is "
                           f"{u['carried']:.3g} from the reference (dg's part, judged on dg's row) and its {r.name} "
                           f"{u['own']:.3g} from that sum (the sum's own part, or dg's rounding: they cannot be told "
                           f"apart); {unchecked_hint(worst['carried'], worst['own'])}. The noise floor judges it: "
                           + ("UNREP (above)" if r.unrep else "over ten times its floor, or a floor within the "
                              "tolerance, a failure"), soft_wrap=True, highlight=False)
         if r.sum_wrong is not None:
-            w = r.sum_wrong["heads"]
-            heads = "; ".join(f"head {d['head']} {d['own']:.3g} from the exact sum of the returned dg, beyond its "
-                              f"reach {d['reach']:.3g}" for d in w[:4])
+            heads = heads_text(r.sum_wrong["heads"], lambda d: f"head {d['head']} {d['own']:.3g} from the exact sum "
+                                                               f"of the returned dg, beyond its reach {d['reach']:.3g}")
             console.print(f"wrong sum: {r.name} over its tolerance, and its sum is wrong: {heads}"
-                          f"{f'; and {len(w) - 4} more heads' if len(w) > 4 else ''}"
                           + (f" (dg came back in {r.sum_wrong['dtype']}: a head within its reach could be told "
                              f"neither right nor wrong)" if r.sum_wrong["dtype"] else
                              " (its reach: its tolerance, or float32's rounding of the sum)"),
