@@ -45,7 +45,7 @@ from .diffnotes import (carried_seed, convention_notes, decay_coverage_note, neg
 from .dump import blind_gradients
 from .reach import blank, nonfinite_reach, reach_note
 from .tapsfile import OUTPUT_NAMES
-from .run import LOW_DTYPES, carried_json, judged as judged_tensor
+from .run import LOW_DTYPES, carried_json, decay_limit_note, exp_range_note, judged as judged_tensor
 from .tolerances import tap_tolerances, tolerances
 
 Progress = Callable[[str, int, int], None]
@@ -382,6 +382,14 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         res.notes.append(nonfinite_note(bad_in, agree))
         if left_out:
             res.notes.append(reach_note(left_out))
+    if not seeded:
+        # NaN/Inf in the implementation's outputs the reference lacks (outside any input NaN's reach): whether the
+        # gates explain them, as `run` says (ours: a 16-row block's exponent past float32's exp; otherwise a
+        # chunk's); else a first divergence of NaN reads as a bug to hunt (user trial, round 49)
+        why = (decay_limit_note(inputs, config, ct, run.outputs, ref.outputs) if impl.kind == "ours" else
+               exp_range_note(inputs, config, ct, impl.name, run.outputs, ref.outputs))
+        if why:
+            res.notes.append(why)
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
     res.exponents = exponent_ranges(exp_taps, info, chunk_list, head_list, base)

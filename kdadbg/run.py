@@ -399,10 +399,12 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
         result.notes.append(nonfinite_note(bad_in, agree))
         if left_out:
             result.notes.append(reach_note(left_out))
-    elif any(r.nonfinite for r in rows):
-        # ours anchors its exponents per 16-row block (any cumulative gate): only a block's own decay limits it
-        note = (decay_limit_note(inputs, config, ct, got.outputs, ref.outputs) if impl.kind == "ours" else
-                exp_range_note(inputs, config, ct, impl.name, got.outputs, ref.outputs))
+    if any(r.nonfinite for r in rows):
+        # ours anchors its exponents per 16-row block (any cumulative gate): only a block's own decay limits it.
+        # Beside NaN/Inf inputs too (outside their reach, blanked on both sides): a layer whose gate overflows
+        # makes the NaN its own do then carries back (user trial, round 49: a capture with --when nonfinite)
+        note = (decay_limit_note(inputs, config, ct, outs, ref.outputs) if impl.kind == "ours" else
+                exp_range_note(inputs, config, ct, impl.name, outs, ref.outputs))
         if note:
             result.notes.append(note)
     if save is not None:

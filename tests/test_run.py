@@ -399,6 +399,39 @@ def test_our_nan_past_a_blocks_exp_limit_is_named_with_its_block_and_the_state_t
         r"backward's state$", notes[0]), notes[0]
 
 
+def test_the_decay_note_also_beside_nan_inputs_and_in_diff():
+    """User trial (round 49): a layer whose gate passes a block's exp limit makes NaN outputs, and the loss's
+    NaN then comes back as its own do: `capture --when nonfinite` writes that call with do all NaN. `run
+    --allow-nonfinite` failed o and ht with no word of why (the decay note was skipped beside NaN inputs), and
+    `diff` never gave it: a first divergence of NaN in L read as a bug to hunt. Both now name the block; a dump
+    whose NaN inputs alone make the NaN has no such note."""
+    import dataclasses
+
+    from kdadbg.cases import get_case, make_inputs
+    from kdadbg.diff import diff_dump
+    from kdadbg.run import check
+
+    inputs, config = make_inputs(dataclasses.replace(get_case("strong_gates_none"), T=48, B=1, H=2))
+    g = torch.full_like(inputs.g, -1.0)
+    g[0, 16:32, 1] = -6.0
+    nan_do = dataclasses.replace(inputs, g=g, do=torch.full_like(inputs.do, float("nan")))
+    first = "first in chunk 1, block 0 (tokens 16-31), at token 31, head 1, K column 0 (a - gc_j = 90)"
+    res = check(nan_do, config, device="cpu")
+    notes = [n for n in res.notes if n.startswith("NaN/Inf from --impl ours")]
+    assert res.verdict == "fail" and "o" in {t.name for t in res.tensors if t.failed}, res.tensors
+    assert len(notes) == 1 and first in notes[0], res.notes
+    for dump in (nan_do, dataclasses.replace(inputs, g=g)):
+        d = diff_dump(dump, config, window=0)
+        notes = [n for n in d.notes if n.startswith("NaN/Inf from --impl ours")]
+        assert d.verdict == "fail" and len(notes) == 1 and first in notes[0], d.notes
+    # NaN in k alone (gates within the limit): what NaN there is, its reach explains; no decay note
+    k = inputs.k.clone()
+    k[0, 20, 0, 0] = float("nan")
+    for res in (check(dataclasses.replace(inputs, k=k), config, device="cpu"),
+                diff_dump(dataclasses.replace(inputs, k=k), config, window=0)):
+        assert not any(n.startswith("NaN/Inf from --impl ours") for n in res.notes), res.notes
+
+
 def test_the_decay_note_blames_the_overflowing_block_not_the_tokens_below_the_per_token_bound():
     """User trial: fla's layer init (softplus gate, chunk 64) has tokens whose decay is below -88.72/15 = -5.915
     that our kernels hold, so a note built on that per-token bound named token 0 and every chunk for a NaN that
