@@ -382,14 +382,14 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         res.notes.append(nonfinite_note(bad_in, agree))
         if left_out:
             res.notes.append(reach_note(left_out))
-    if not seeded:
-        # NaN/Inf in the implementation's outputs the reference lacks (outside any input NaN's reach): whether the
-        # gates explain them, as `run` says (ours: a 16-row block's exponent past float32's exp; otherwise a
-        # chunk's); else a first divergence of NaN reads as a bug to hunt (user trial, round 49)
-        why = (decay_limit_note(inputs, config, ct, run.outputs, ref.outputs) if impl.kind == "ours" else
-               exp_range_note(inputs, config, ct, impl.name, run.outputs, ref.outputs))
-        if why:
-            res.notes.append(why)
+    # NaN/Inf in the implementation's outputs the reference lacks (outside any input NaN's reach): whether the
+    # gates explain them, as `run` says (ours: a 16-row block's exponent past float32's exp, in the window's chunks
+    # where it ran on one; otherwise a chunk's); else a first divergence of NaN reads as a bug to hunt (user trial,
+    # round 49)
+    why = (decay_limit_note(inputs, config, ct, run.outputs, ref.outputs, (lo, hi) if seeded else None)
+           if impl.kind == "ours" else exp_range_note(inputs, config, ct, impl.name, run.outputs, ref.outputs))
+    if why:
+        res.notes.append(why)
     if repeat > 1:
         res.repeat = repeat_report(runs, info)
     res.exponents = exponent_ranges(exp_taps, info, chunk_list, head_list, base)

@@ -201,13 +201,15 @@ def block_exponents(inputs: KDAInputs, config: KDAConfig, ct) -> torch.Tensor:
     return -g.cumsum(2)
 
 
-def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, ref_outputs: dict) -> str | None:
+def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, ref_outputs: dict,
+                     window: tuple[int, int] | None = None) -> str | None:
     """Where our kernels' outputs hold NaN/Inf the reference does not: whether a 16-row block's exponent
     ``a - gc_j`` (:func:`block_exponents`, for the activated gate as the kernels form it) passes float32's
     exp limit 88.72. If one does, the first (chunk, block, token, head, K column) past it and its value, the
     chunks holding such blocks, and the NaN/Inf of the other chunks of those sequences as inherited through
     the state; NaN/Inf elsewhere, or with no block past the limit, is said not to be explained by it (None
-    where ours has no NaN/Inf the reference lacks)."""
+    where ours has no NaN/Inf the reference lacks). ``window``: the global chunks ``[lo, hi)`` a seeded run
+    covered (``--chunks``): only their blocks can explain its NaN/Inf (the chunks before were the reference's)."""
     from .noise import EXP_LIMIT_FP32
     from .render import id_ranges
 
@@ -215,6 +217,10 @@ def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, re
     if not bad and not elsewhere:
         return None
     ex = block_exponents(inputs, config, ct)
+    if window is not None:
+        outside = torch.ones(ct.n_chunks, dtype=torch.bool)
+        outside[window[0]:window[1]] = False
+        ex[outside] = 0.0
     over = ex > EXP_LIMIT_FP32
     chunk_over = over.flatten(1).any(-1)                                                # [n_chunks]
     located = f" in chunk{'s' if len(bad) > 1 else ''} {id_ranges(sorted(bad))}" if bad else ""
@@ -403,7 +409,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
         # ours anchors its exponents per 16-row block (any cumulative gate): only a block's own decay limits it.
         # Beside NaN/Inf inputs too (outside their reach, blanked on both sides): a layer whose gate overflows
         # makes the NaN its own do then carries back (user trial, round 49: a capture with --when nonfinite)
-        note = (decay_limit_note(inputs, config, ct, outs, ref.outputs) if impl.kind == "ours" else
+        note = (decay_limit_note(inputs, config, ct, outs, ref.outputs, window) if impl.kind == "ours" else
                 exp_range_note(inputs, config, ct, impl.name, outs, ref.outputs))
         if note:
             result.notes.append(note)

@@ -403,8 +403,8 @@ def test_the_decay_note_also_beside_nan_inputs_and_in_diff():
     """User trial (round 49): a layer whose gate passes a block's exp limit makes NaN outputs, and the loss's
     NaN then comes back as its own do: `capture --when nonfinite` writes that call with do all NaN. `run
     --allow-nonfinite` failed o and ht with no word of why (the decay note was skipped beside NaN inputs), and
-    `diff` never gave it: a first divergence of NaN in L read as a bug to hunt. Both now name the block; a dump
-    whose NaN inputs alone make the NaN has no such note."""
+    `diff` never gave it: a first divergence of NaN in L read as a bug to hunt. Both now name the block (in a
+    --chunks window, the window's own); a dump whose NaN inputs alone make the NaN has no such note."""
     import dataclasses
 
     from kdadbg.cases import get_case, make_inputs
@@ -424,6 +424,18 @@ def test_the_decay_note_also_beside_nan_inputs_and_in_diff():
         d = diff_dump(dump, config, window=0)
         notes = [n for n in d.notes if n.startswith("NaN/Inf from --impl ours")]
         assert d.verdict == "fail" and len(notes) == 1 and first in notes[0], d.notes
+    # a --chunks window runs seeded from the reference: only its own blocks can explain its NaN (chunk 1's did not
+    # reach it), in run and diff alike; a whole run names the first block of all
+    g2 = g.clone()
+    g2[0, 32:48, 0] = -6.0
+    two = dataclasses.replace(inputs, g=g2)
+    for res in (check(two, config, device="cpu", chunks=(2, 3)),
+                diff_dump(two, config, chunks=(2, 3), seeded=True, window=0)):
+        notes = [n for n in res.notes if n.startswith("NaN/Inf from --impl ours")]
+        assert len(notes) == 1 and "first in chunk 2, block 0 (tokens 32-47), at token 47, head 0," in notes[0], \
+            res.notes
+    notes = [n for n in check(two, config, device="cpu").notes if n.startswith("NaN/Inf from --impl ours")]
+    assert len(notes) == 1 and first in notes[0] and "; blocks past it in chunks 1-2" in notes[0], notes
     # NaN in k alone (gates within the limit): what NaN there is, its reach explains; no decay note
     k = inputs.k.clone()
     k[0, 20, 0, 0] = float("nan")
