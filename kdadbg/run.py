@@ -170,6 +170,8 @@ def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str, outputs:
     outside = ""
     if outputs is not None and ref_outputs is not None:
         bad, elsewhere = nonfinite_chunks(outputs, ref_outputs, ct)
+        if not bad and not elsewhere:
+            return None   # no NaN/Inf of theirs the reference lacks: nothing to explain
         if bad and not bad & set(chunks) and not elsewhere:
             return None   # every NaN/Inf of theirs lies in chunks whose gates float32 holds: not that
         rest = sorted(bad - set(chunks))

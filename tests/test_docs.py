@@ -55,4 +55,4 @@ def test_the_quoted_benchmark_tables_are_what_bench_table_prints():
             assert p.returncode == 0, p.stderr
             assert p.stdout.strip() in text, f"{doc.name}: the tables of --commits {commits} differ from the file's"
             checked += 1
-    assert checked >= 3, checked
+    assert checked >= 2, checked   # the H200's current tables (docs/benchmarks.md) and the H100's
