@@ -4,7 +4,8 @@ quotes (no torch here, so the command line can read them without importing it)."
 INSPECT_JSON = 3   # kdadbg inspect --json: kdadbg.dump.describe_dump (README, "kdadbg inspect"); 2: nonfinite
                   # (per tensor holding NaN/Inf: counts, first index and where), such a dump "valid"; 3: kind
                   # ("dump" or "taps file"), taps_file (a taps file described, roles output/gradient/tap/index)
-TAPS_JSON = 1      # kdadbg taps --json: the summary of kdadbg.export.export_taps (README, "kdadbg taps")
+TAPS_JSON = 2      # kdadbg taps --json: the summary of kdadbg.export.export_taps (README, "kdadbg taps"); 2:
+                   # decay_note (our kernels' outputs NaN/Inf past a 16-row block's exp limit: where), or null
 RUN_JSON = 7    # kdadbg run --json: kdadbg.run.RunResult.as_json (README, "kdadbg run"); 3: verdict partial/
                 # not_compared, pass null + reason, compared.not_compared, nulls, scale and abs_floor; 4: a
                 # tensor's carried_in_from_dg (dA_log/ddt_bias whose own sum is right: not a failure); 5: a

@@ -773,7 +773,7 @@ def test_taps_json_stays_parseable_when_the_implementation_prints(tmp_path):
                     % str(REPO))
     r = kdadbg("taps", dump, "-o", tmp_path / "t.safetensors", "--source", f"{impl}:noisy", "--json",
                "--device", "cpu")
-    assert r.exit_code == 0 and json.loads(r.stdout)["schema"] == 1, r.output
+    assert r.exit_code == 0 and json.loads(r.stdout)["schema"] == 2, r.output
     assert "DEBUG: my kernel prints to stdout" in r.stderr
 
 

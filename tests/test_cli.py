@@ -427,7 +427,7 @@ def test_taps_config_overrides_reach_the_run(tmp_path, basic):
                               "qk_l2norm": False, "beta_sigmoid": False, "state_layout": "vk"}
     # the chunk ids written, a list as "heads" is and as diff's JSON lists them (it was the range [0, 4])
     assert info["chunks"] == [0, 1, 2, 3] and info["n_chunks"] == 4 and info["heads"] == [0, 1]
-    assert info["schema"] == 1 and "JSON (schema 1)" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["taps", "--help"]).stdout)
+    assert info["schema"] == 2 and info["decay_note"] is None and "JSON (schema 2)" in re.sub(r"[\s│]+", " ", runner.invoke(cli.app, ["taps", "--help"]).stdout)
     f = read_taps_file(out)
     assert f["taps"]["L"].shape == (4, 2, 32, 32) and f["chunks"]["len"].tolist() == [32, 8, 32, 8]
     assert f["metadata"]["chunk_size"] == "32" and f["metadata"]["qk_l2norm"] == "false"

@@ -399,7 +399,7 @@ def test_our_nan_past_a_blocks_exp_limit_is_named_with_its_block_and_the_state_t
         r"backward's state$", notes[0]), notes[0]
 
 
-def test_the_decay_note_also_beside_nan_inputs_and_in_diff():
+def test_the_decay_note_also_beside_nan_inputs_and_in_diff(tmp_path):
     """User trial (round 49): a layer whose gate passes a block's exp limit makes NaN outputs, and the loss's
     NaN then comes back as its own do: `capture --when nonfinite` writes that call with do all NaN. `run
     --allow-nonfinite` failed o and ht with no word of why (the decay note was skipped beside NaN inputs), and
@@ -436,6 +436,16 @@ def test_the_decay_note_also_beside_nan_inputs_and_in_diff():
             res.notes
     notes = [n for n in check(two, config, device="cpu").notes if n.startswith("NaN/Inf from --impl ours")]
     assert len(notes) == 1 and first in notes[0] and "; blocks past it in chunks 1-2" in notes[0], notes
+    # `taps --source ours` on that dump: the file is written, the export still fails (exit 1), and says why
+    from kdadbg.dump import save_dump
+    from kdadbg.export import export_taps
+
+    save_dump(tmp_path / "d.safetensors", dataclasses.replace(inputs, g=g), config)
+    info = export_taps(tmp_path / "d.safetensors", tmp_path / "t.safetensors", source="ours", names=("gc",),
+                       device="cpu")
+    assert "o" in info["nonfinite"] and not info["nonfinite_explained"] and first in info["decay_note"], info
+    info = export_taps(tmp_path / "d.safetensors", tmp_path / "r.safetensors", names=("gc",), device="cpu")
+    assert info["nonfinite"] == [] and info["decay_note"] is None, info
     # NaN in k alone (gates within the limit): what NaN there is, its reach explains; no decay note
     k = inputs.k.clone()
     k[0, 20, 0, 0] = float("nan")

@@ -235,6 +235,8 @@ def render_export(console: Console, info: dict) -> None:
         console.print(f"[{colour}]non-finite values in:[/{colour}] {', '.join(info['nonfinite'])}", soft_wrap=True)
         if info.get("overflow_note"):
             console.print(f"note: {escape(info['overflow_note'])}", soft_wrap=True, highlight=False)
+        if info.get("decay_note"):
+            console.print(f"note: {escape(info['decay_note'])}", soft_wrap=True, highlight=False)
     if info.get("not_provided"):  # asked for (or applying) but not written: the source does not provide them
         console.print(escape(f"not provided by {info['source']}: {', '.join(info['not_provided'])}"), soft_wrap=True,
                       highlight=False)
