@@ -30,8 +30,8 @@ from kdadbg_kernels.taps import TAP_NAMES, TapSelection
 
 from . import noise
 from .chunks import chunk_table
-from .compare.carried import (REDUCED, carried_from_dg, carried_in, heads_text, low_dtype, unchecked_hint,
-                              unchecked_in, wrong_sums)
+from .compare.carried import (REDUCED, carried_from_dg, carried_in, head_fields, heads_text, low_dtype,
+                              unchecked_hint, unchecked_in, wrong_sums)
 from .compare.cells import within_tolerance_sum
 from .compare import (ORDER, ROW_NAMES, ChunkInfo, DiffResult, compare, compare_cells, nan_positions_agree,
                       nonfinite_inputs, nonfinite_note, output_rows, unrepresentable)
@@ -497,7 +497,7 @@ def tensor_verdicts(mine: dict, theirs: dict, row_ids: dict, info: ChunkInfo, to
             m = None if mask is None else mask.to(ref.device)
             row.sum_unchecked = {"dtype": dtype, "carried": compare(n, exact, ref, m).ratio,
                                  "own": compare(n, x.to(ref.device, torch.float64), exact, m).ratio,
-                                 "heads": [{k: d[k] for k in ("head", "carried", "own", "reach")} for d in heads]}
+                                 "heads": head_fields(heads)}
         failed = row.passed is False and row.unrep is None and row.carried is None
         tol_sum = (tol_sums or {}).get(n)
         within = failed and tol_sum is not None and row.compared and math.isfinite(row.ratio) and row.ratio <= tol_sum

@@ -164,14 +164,15 @@ def exp_range_note(inputs: KDAInputs, config: KDAConfig, ct, name: str, outputs:
     from .noise import EXP_LIMIT_FP32, chunks_past_exp_range
     from .render import id_ranges
 
+    given = outputs is not None and ref_outputs is not None
+    bad, elsewhere = nonfinite_chunks(outputs, ref_outputs, ct) if given else (set(), False)
+    if given and not bad and not elsewhere:
+        return None   # no NaN/Inf of theirs the reference lacks: nothing to explain (nor the gates activated)
     chunks = chunks_past_exp_range(inputs, config, ct)
     if not chunks:
         return None
     outside = ""
-    if outputs is not None and ref_outputs is not None:
-        bad, elsewhere = nonfinite_chunks(outputs, ref_outputs, ct)
-        if not bad and not elsewhere:
-            return None   # no NaN/Inf of theirs the reference lacks: nothing to explain
+    if given:
         if bad and not bad & set(chunks) and not elsewhere:
             return None   # every NaN/Inf of theirs lies in chunks whose gates float32 holds: not that
         rest = sorted(bad - set(chunks))
@@ -481,17 +482,20 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
     still failing), one within that reach not checkable (``sum_unchecked``: the noise floor judges it, ``check``),
     and one whose ``dg`` error sums coherently (``compare.carried.COHERENT``: a bias in ``dg``, not its rounding;
     at either precision) is not carried in (``coherent``)."""
-    from .compare.carried import COHERENT, REDUCED, coherence, head_split, low_dtype, reductions_of
+    from .compare.carried import (COHERENT, REDUCED, coherence, head_fields, head_split, low_dtype, reductions_of,
+                                  terms)
 
     by = {r.name: r for r in rows}
     if config.gate == "none" or "dg" not in outputs or inputs.dt_bias is None:
         return
-    sums = coh = None
+    formed = sums = coh = None   # dg's terms and their exact sums, formed once for both quantities
     for n in REDUCED:
         r = by.get(n)
         if r is None or r.passed is not False or r.unrep or n not in outputs:
             continue
-        sums = sums if sums is not None else reductions_of(outputs["dg"], inputs, config)
+        if formed is None:
+            formed = terms(outputs["dg"], inputs, config)
+            sums = reductions_of(outputs["dg"], inputs, config, formed)
         exact = sums[n].reshape(outputs[n].shape)
         own = compare(n, outputs[n].detach().cpu(), exact)
         if "dg" in ref:
@@ -503,19 +507,18 @@ def carry_from_dg(rows: list, outputs: dict, ref: dict, inputs: KDAInputs, confi
         if not own.compared or not math.isfinite(own.ratio):
             continue
         # head by head, as diff's cells: the heads over their tolerance (a head within it is not what failed)
-        heads = head_split(n, outputs[n], ref[n], outputs, inputs, config, r.tol)
+        heads = head_split(n, outputs[n], ref[n], outputs, inputs, config, r.tol, formed)
         over = [d for d in heads if d["ratio"] > r.tol]
-        keep = (lambda ds: [{k: d[k] for k in ("head", "carried", "own", "reach")} for d in ds])
         wrong = [d for d in over if d["own"] > d["reach"]]
+        carried = (lambda: compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio)   # noqa: E731
         if over and all(d["own"] <= d["bar"] for d in over):   # every one's sum right: carried in from dg
-            r.carried = compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio
+            r.carried = carried()
             r.carried_own = max(d["own"] for d in over)
         elif wrong:   # beyond a head's reach: a wrong sum (FAIL), a line says where
-            r.sum_wrong = {"dtype": low_dtype(outputs) if wrong[0]["stored"] else None, "heads": keep(wrong)}
+            r.sum_wrong = {"dtype": low_dtype(outputs) if wrong[0]["stored"] else None, "heads": head_fields(wrong)}
         elif over:   # within the reach of dg's 16-bit rounding: the noise floor's rule judges it then (check)
-            r.sum_unchecked = {"dtype": low_dtype(outputs),
-                               "carried": compare(n, exact, ref[n].detach().cpu().reshape(exact.shape)).ratio,
-                               "own": own.ratio, "heads": keep(d for d in over if d["own"] > d["bar"])}
+            r.sum_unchecked = {"dtype": low_dtype(outputs), "carried": carried(),
+                               "own": own.ratio, "heads": head_fields(d for d in over if d["own"] > d["bar"])}
 
 
 def _window_mask(name: str, masks: dict | None, B: int, T: int, ndim: int):

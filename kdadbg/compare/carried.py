@@ -154,8 +154,8 @@ def sum_bars(absolute: torch.Tensor, count: int, stored: torch.Tensor | None, sc
     return bar, (bar if stored is None else torch.clamp_min((slack + stored) / scale, tol))
 
 
-def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict, inputs, config, tol: float
-               ) -> list[dict]:
+def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict, inputs, config, tol: float,
+               formed: Terms | None = None) -> list[dict]:
     """``run``'s per-head form of ``carried_from_dg``'s split, for the tensor ``value`` of reduced quantity ``name``
     against the reference ``ref``: per value head, ``{"head", "ratio" (the value against the reference),
     "carried" (the exact sum of the returned dg against the reference), "own" (the value against that sum),
@@ -165,8 +165,9 @@ def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict,
     it did)}``, as ratios over the head's elements (one for ``dA_log``, K for ``ddt_bias``), as ``diff``'s
     per-head cells split it. Heads pooled, one head's reach hid another's wrong sum (user trial, round 48: a
     dA_log 5 % off read "cannot be told apart" over the tensor, its head 0 beyond that head's reach), and one
-    head's rounding allowance another's (adversarial trial: run failed a float32 sum diff carried in)."""
-    formed = terms(outputs["dg"], inputs, config)
+    head's rounding allowance another's (adversarial trial: run failed a float32 sum diff carried in). ``formed``:
+    the :func:`terms` of ``outputs["dg"]``, already formed."""
+    formed = formed or terms(outputs["dg"], inputs, config)
     stored = storage_reach(outputs, inputs, config, formed).get(name)
     HV = outputs["dg"].shape[2]
     exact = reductions_of(outputs["dg"], inputs, config, formed)[name].reshape(HV, -1)
@@ -179,6 +180,12 @@ def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict,
     ratio = rms(x - r) / rms(r).clamp_min(1e-300)
     return [{"head": h, "ratio": float(ratio[h]), "carried": float(carried[h]), "own": float(own[h]),
              "bar": float(bar[h]), "reach": float(reach[h]), "stored": stored is not None} for h in range(HV)]
+
+
+def head_fields(heads) -> list[dict]:
+    """The per-head splits (``head_split``'s, ``unchecked_in``'s cells) as the JSON and the lines give them:
+    ``{"head", "carried", "own", "reach"}`` each."""
+    return [{k: d[k] for k in ("head", "carried", "own", "reach")} for d in heads]
 
 
 def low_dtype(outputs: dict) -> str:
