@@ -174,8 +174,8 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                                         cu_seqlens_cpu=cu_seqlens_cpu)
     chunks = KernelChunks.build(B, T, cu, chunk_size, q.device)
     if tap_plan is not None and tap_plan.window is None:
-        _, _, _, seq, t, start, length = chunk_layout(B, T, cu, chunk_size)
-        tap_plan.bind_window(start, length, seq, t)
+        start, length = chunk_layout(B, T, cu, chunk_size)[5:]
+        tap_plan.bind_window(start, length)
     q, k, g = (x.reshape(B * T, H, K).contiguous() for x in (q, k, g))
     v = v.reshape(B * T, H, V).contiguous()
     beta = beta.reshape(B * T, H).contiguous()
@@ -212,9 +212,9 @@ def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_c
         plan = TapPlan.build(taps, B * cdiv(T, chunk_size), H, chunk_size, K, V, device)
         plan.window = _dense_window(B, T, chunk_size, plan.lo, plan.hi)
         return plan
-    _, _, base, seq, t, start, length = chunk_layout(B, T, cu, chunk_size)
+    _, _, base, _, _, start, length = chunk_layout(B, T, cu, chunk_size)
     plan = TapPlan.build(taps, int(base[-1]), H, chunk_size, K, V, device)
-    plan.bind_window(start, length, seq, t)  # the forward then needs no layout of its own
+    plan.bind_window(start, length)  # the forward then needs no layout of its own
     return plan
 
 
@@ -222,8 +222,8 @@ def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_c
 def _dense_window(B: int, T: int, chunk_size: int, lo: int, hi: int) -> TapWindow:
     """The tap window ``[lo, hi)`` of ``B`` sequences of ``T`` tokens (``TapWindow``). Building the chunk
     tables on the host for every call was most of a taps-on call's own host time (``benchmarks/host_time.py``)."""
-    _, _, _, seq, t, start, length = chunk_layout(B, T, None, chunk_size)
-    return TapWindow.of(lo, hi, chunk_size, start, length, seq, t)
+    start, length = chunk_layout(B, T, None, chunk_size)[5:]
+    return TapWindow.of(lo, hi, chunk_size, start, length)
 
 
 def _value_group(q, v) -> int:

@@ -26,6 +26,7 @@ import triton.language as tl
 
 from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
                      tap_kernel_args)
+from .fill import fill_rest, fill_step, no_fill_args
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -62,6 +63,7 @@ def kda_fwd_recurrence_kernel(
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
+    fill_base, fill_tab, fill_nb, fill_per,  # with FILL: a fill.Fills table (and base) of fill_nb blocks, fill_per a program
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -75,6 +77,10 @@ def kda_fwd_recurrence_kernel(
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
     F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
     STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
+    FILL: tl.constexpr = 0,      # blocks of FB elements of the fill table NaN-filled per step (0: none)
+    NSEG: tl.constexpr = 1,      # regions in the fill table
+    FB: tl.constexpr = 512,
+    FILL_ALIGNED: tl.constexpr = 0,  # the fill's regions 16-byte aligned (fill.nan_block)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -102,7 +108,13 @@ def kda_fwd_recurrence_kernel(
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
+    if FILL:  # this program's slice of the fill's blocks, FILL blocks per step: stores that no step waits on
+        pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
+        f_lo = pid.to(tl.int64) * fill_per
+        f_hi = tl.minimum(f_lo + fill_per, fill_nb)
     for i_c in range(c_lo, c_hi):
+        if FILL:
+            fill_step(fill_base, fill_tab, f_lo, f_hi, i_c - c_lo, FILL, NSEG, FB, FILL_ALIGNED)
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
         m_t = o_t < n_valid
@@ -138,6 +150,8 @@ def kda_fwd_recurrence_kernel(
         b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
+    if FILL:  # what a short chain's steps left of the slice
+        fill_rest(fill_base, fill_tab, f_lo, f_hi, c_hi - c_lo, FILL, NSEG, FB, FILL_ALIGNED)
 
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
@@ -282,19 +296,26 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         return S, U, ht, o
     if tap_plan is not None:
         tap_plan.alias(chunks, S=S, U=U)
+        tap_plan.flush()
+    # the tap plan's fill group "fwd" (the buffers of the output pass's and the backward state pass's taps):
+    # NaN-filled here, a few blocks a step, while each program's chain waits on its products
+    fills = tap_plan.take("fwd") if tap_plan is not None else None
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
     eo = 2 if mm_bf16 else 4
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0)
-    kda_fwd_recurrence_kernel[state_grid(chunks, H, cdiv(V, BV))](
+    grid = state_grid(chunks, H, cdiv(V, BV))
+    fill = no_fill_args(ht) if fills is None else fills.state_pass_args(grid[0] * grid[1] * grid[2],
+                                                                           chunks.max_chunks)
+    kda_fwd_recurrence_kernel[grid](
         krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S if store_su else ht, U=U if store_su else ht,
         ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), **LAUNCH,
+        STORE_SU=int(store_su), **fill, **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o
@@ -315,6 +336,8 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     if NC == 0:
         return o
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o, chunks)
+    if tap_plan is not None:  # its taps' buffers: NaN-filled by the state pass; here if it did not run
+        tap_plan.fill_pending("now", "fwd")
     BV = _block_v(K, V)
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
