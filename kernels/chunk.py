@@ -9,7 +9,7 @@ import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, TapWindow, chunk_layout
 from .prepare import kda_fwd_prepare, kda_fwd_token_kernel, qk_lowp_mode
-from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
+from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence, state_outputs
 from .taps import TapSelection
 from .tlmath import GATE_IDS
 from .tuning import cdiv, knob
@@ -186,12 +186,14 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         h0 = h0.float().contiguous()
 
     fused = fuse_out(precision)
+    # with taps, S and U are made first: the prepare stage's one fill launch fills their tap window too
+    SU = state_outputs(B * T, H, K, V, chunks, q.device, tap_plan) if tap_plan is not None else None
     qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused, keep_state=keep_state)
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
-                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
+                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state, SU=SU)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk,
                        qk_lowp=qk_lowp_mode(precision, qk_l2norm))

@@ -7,8 +7,9 @@ last block masked), numbered region after region; a small int64 device table hol
 offset in fp32 elements from the first region's start (the kernels' ``base`` pointer), its element count
 and its first block. ``nan_block`` fills one block: ``nan_fill_kernel`` fills
 every block in one launch (one ``fill_`` per region is a launch each, and each launch costs the GPU a
-gap); the state passes, whose programs wait on their chain's products, fill a slice of the blocks a step
-(``recurrence.kda_fwd_recurrence_kernel``, ``recurrence_bwd.recurrence_bwd_kernel``).
+gap); the state passes, whose programs wait on their chain's products, fill a piece of the blocks a step
+(``recurrence.kda_fwd_recurrence_kernel``, ``recurrence_bwd.recurrence_bwd_kernel``), each program's piece
+read before its chain (``state_pass_args``).
 """
 
 from __future__ import annotations
@@ -93,34 +94,68 @@ class Fills:
 
     def state_pass_args(self, n_prog: int, max_steps: int) -> dict:
         """Kernel arguments of a state pass that fills these regions, ``n_prog`` programs whose longest
-        chain has ``max_steps`` steps: each program a slice of ``fill_per`` blocks, ``FILL`` blocks a step
-        (a power of two, few compiled variants, with which the longest chain covers its slice; the rest
-        after the chain)."""
-        nb = self.blocks(FB)
-        per = triton.cdiv(nb, max(n_prog, 1))
-        return dict(fill_base=self.regions[0], fill_tab=self.table(FB), fill_nb=nb, fill_per=per,
-                    NSEG=len(self.regions), FILL=triton.next_power_of_2(triton.cdiv(per, max(max_steps, 1))),
-                    FB=FB, FILL_ALIGNED=self.aligned())
+        chain has ``max_steps`` steps. The blocks are cut into at most ``n_prog`` pieces of at most ``per``
+        blocks, none across two regions; program ``p`` fills piece ``p``, ``FILL`` blocks a step (a power
+        of two, few compiled variants, with which the longest chain covers a piece; the rest after the
+        chain). ``fill_tab`` [n_prog, 4] int64: the piece's region offset (from ``fill_base``, in elements)
+        and size, and its first and last blocks (of the region) plus one: loaded before the chain, so that
+        no step waits on a load. None when there are more pieces than programs."""
+        from .common import to_device
+
+        blocks = [triton.cdiv(x.numel(), FB) for x in self.regions]
+        n = len(blocks)
+        per = triton.cdiv(sum(blocks), max(n_prog - n, 1)) if n_prog > n else max(blocks)
+        rows, p0 = [], self.regions[0].data_ptr()
+        for x, nb in zip(self.regions, blocks):
+            rows += [((x.data_ptr() - p0) // 4, x.numel(), b, min(b + per, nb)) for b in range(0, nb, per)]
+        if len(rows) > n_prog:  # fewer programs than pieces (a launch of fewer programs than regions)
+            return None
+        rows += [(0, 0, 0, 0)] * (n_prog - len(rows))
+        return dict(fill_base=self.regions[0], fill_tab=to_device(torch.tensor(rows, dtype=torch.int64),
+                                                                  self.regions[0].device),
+                    FILL=triton.next_power_of_2(triton.cdiv(per, max(max_steps, 1))), FB=FB,
+                    FILL_ALIGNED=self.aligned())
 
 
-def no_fill_args(dummy: torch.Tensor) -> dict:
-    """A state pass's fill arguments when it fills nothing."""
-    return dict(fill_base=dummy, fill_tab=dummy, fill_nb=0, fill_per=0, NSEG=1, FILL=0, FB=FB, FILL_ALIGNED=0)
+def state_pass_fill(fills: Fills | None, n_prog: int, max_steps: int, dummy: torch.Tensor) -> dict:
+    """A state pass's fill arguments for ``fills`` (None: nothing to fill); where its programs are fewer than
+    the pieces, the regions are filled here in one launch and the pass fills nothing."""
+    args = fills.state_pass_args(n_prog, max_steps) if fills else None
+    if args is None:
+        if fills:
+            fills.launch()
+        args = dict(fill_base=dummy, fill_tab=dummy, FILL=0, FB=FB, FILL_ALIGNED=0)
+    return args
 
 
 @triton.jit
-def fill_step(fill_base, fill_tab, b_lo, b_hi, i, FILL: tl.constexpr, NSEG: tl.constexpr, FB: tl.constexpr,
-              ALIGNED: tl.constexpr):
-    """Step ``i`` of a state pass's fill: blocks ``b_lo + i FILL ...`` of its slice ``[b_lo, b_hi)``."""
+def fill_piece(fill_tab, pid):
+    """Program ``pid``'s fill piece: (offset, region size, first block, last block + 1), loaded once."""
+    t = fill_tab + pid.to(tl.int64) * 4
+    return tl.load(t), tl.load(t + 1), tl.load(t + 2), tl.load(t + 3)
+
+
+@triton.jit
+def fill_block(fill_base, f_off, f_n, j, FB: tl.constexpr, ALIGNED: tl.constexpr):
+    """NaN-fill block ``j`` of the region at ``fill_base + f_off`` of ``f_n`` elements."""
+    if ALIGNED:
+        f_off, f_n = tl.multiple_of(f_off, 4), tl.multiple_of(f_n, 4)
+    o = j * FB + tl.arange(0, FB)
+    tl.store(fill_base + f_off + o, tl.full([FB], float("nan"), tl.float32), mask=o < f_n)
+
+
+@triton.jit
+def fill_step(fill_base, f_off, f_n, f_lo, f_hi, i, FILL: tl.constexpr, FB: tl.constexpr, ALIGNED: tl.constexpr):
+    """Step ``i`` of a state pass's fill: blocks ``f_lo + i FILL ...`` of its piece ``[f_lo, f_hi)``."""
     for jj in tl.static_range(FILL):
-        j = b_lo + i * FILL + jj
-        if j < b_hi:
-            nan_block(fill_base, fill_tab, j, NSEG, FB, ALIGNED)
+        j = f_lo + i * FILL + jj
+        if j < f_hi:
+            fill_block(fill_base, f_off, f_n, j, FB, ALIGNED)
 
 
 @triton.jit
-def fill_rest(fill_base, fill_tab, b_lo, b_hi, n_steps, FILL: tl.constexpr, NSEG: tl.constexpr,
-              FB: tl.constexpr, ALIGNED: tl.constexpr):
-    """What a short chain's steps left of its slice."""
-    for j in range(b_lo + n_steps * FILL, b_hi):
-        nan_block(fill_base, fill_tab, j, NSEG, FB, ALIGNED)
+def fill_rest(fill_base, f_off, f_n, f_lo, f_hi, n_steps, FILL: tl.constexpr, FB: tl.constexpr,
+              ALIGNED: tl.constexpr):
+    """What a short chain's steps left of its piece."""
+    for j in range(f_lo + n_steps * FILL, f_hi):
+        fill_block(fill_base, f_off, f_n, j, FB, ALIGNED)

@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
-from .fill import fill_rest, fill_step, no_fill_args
+from .fill import fill_piece, fill_rest, fill_step, state_pass_fill
 from .tlmath import exp_, load_qk, mm, seq_span
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
@@ -97,15 +97,14 @@ def recurrence_bwd_kernel(
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
     H, K, V,         # sizes
     n_seqs,          # N (DH0_SLOT)
-    fill_base, fill_tab, fill_nb, fill_per,  # with FILL: a fill.Fills table (and base) of fill_nb blocks, fill_per a program
+    fill_base, fill_tab,  # with FILL: the regions' base and the programs' pieces (fill.Fills.state_pass_args)
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr, TAP_DU: tl.constexpr,
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
     F64: tl.constexpr = 0,       # 1: dS carried in float64, stored in fp32 (common.state_f64)
-    FILL: tl.constexpr = 0,      # blocks of FB elements of the fill table NaN-filled per step (0: none)
-    NSEG: tl.constexpr = 1,      # regions in the fill table
+    FILL: tl.constexpr = 0,      # blocks of FB elements of the program's fill piece NaN-filled per step (0: none)
     FB: tl.constexpr = 512,
     FILL_ALIGNED: tl.constexpr = 0,  # the fill's regions 16-byte aligned (fill.nan_block)
 ):
@@ -141,12 +140,11 @@ def recurrence_bwd_kernel(
         n_steps += 1
     if FILL:  # this program's slice of the fill's blocks, FILL blocks per step: stores that no step waits on
         pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-        f_lo = pid.to(tl.int64) * fill_per
-        f_hi = tl.minimum(f_lo + fill_per, fill_nb)
+        f_off, f_n, f_lo, f_hi = fill_piece(fill_tab, pid)
     for i in range(n_steps):
         c = c1 - 1 - i
         if FILL:
-            fill_step(fill_base, fill_tab, f_lo, f_hi, i, FILL, NSEG, FB, FILL_ALIGNED)
+            fill_step(fill_base, f_off, f_n, f_lo, f_hi, i, FILL, FB, FILL_ALIGNED)
         bos = bos0 + (c - c0).to(tl.int64) * C
         n = tl.minimum(eos - bos, C)
         if DH0_SLOT:
@@ -188,7 +186,7 @@ def recurrence_bwd_kernel(
     if STORE_DH0 and not DH0_SLOT:
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
     if FILL:  # what a short chain's steps left of the slice
-        fill_rest(fill_base, fill_tab, f_lo, f_hi, n_steps, FILL, NSEG, FB, FILL_ALIGNED)
+        fill_rest(fill_base, f_off, f_n, f_lo, f_hi, n_steps, FILL, FB, FILL_ALIGNED)
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
@@ -275,8 +273,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     # tensors' tap window): NaN-filled here, a few blocks a step, while each program's chain waits on its
     # products
     fills = tap_plan.take("bwd") if tap_plan is not None else None
-    fill = no_fill_args(dummy) if fills is None else fills.state_pass_args(grid[0] * grid[1] * grid[2],
-                                                                              chunks.max_chunks)
+    fill = state_pass_fill(fills, grid[0] * grid[1] * grid[2], chunks.max_chunks, dummy)
     on = taps["dS"] or taps["dU"]
     recurrence_bwd_kernel[grid](
         qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,

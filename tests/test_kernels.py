@@ -447,8 +447,12 @@ def test_one_fill_launch_fills_every_region_and_nothing_else(fb):
     assert y.isnan().all() and (z[0] == 1) and z[1:].isnan().all()
     with pytest.raises(ValueError, match="contiguous float32"):
         fills.add(y.t())
-    args = fills.state_pass_args(n_prog=4, max_steps=3)
-    assert args["fill_per"] * 4 >= args["fill_nb"] == fills.blocks(512) and args["FILL"] * 3 >= args["fill_per"]
+    for n_prog, steps in ((4, 3), (9, 1), (30, 2)):  # 512-element blocks: 1, 1 and 1
+        args = fills.state_pass_args(n_prog, steps)
+        pieces = args["fill_tab"].tolist()
+        assert len(pieces) == n_prog and sum(hi - lo for *_, lo, hi in pieces) == fills.blocks(512), n_prog
+        assert max(hi - lo for *_, lo, hi in pieces) <= args["FILL"] * steps
+    assert fills.state_pass_args(2, 1) is None  # three regions, two programs
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
