@@ -26,7 +26,7 @@ import triton.language as tl
 
 from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
                      tap_kernel_args)
-from .fill import fill_piece, fill_rest, fill_step, state_pass_fill
+from .fill import REGION_ARGS, fill_piece, fill_rest, fill_step, state_pass_fill
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -46,7 +46,7 @@ def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr, F64: tl.constexpr
     return r
 
 
-@triton.jit
+@triton.jit(do_not_specialize=REGION_ARGS)
 def kda_fwd_recurrence_kernel(
     krT,             # [NC, H, K, BC] fp32 or bf16 (common.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
@@ -63,7 +63,9 @@ def kda_fwd_recurrence_kernel(
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
-    fill_base, fill_tab,  # with FILL: the regions' base and the programs' pieces (fill.Fills.state_pass_args)
+    fill_base,       # with FILL: the first region to NaN-fill (fill.Fills.state_pass_args), and the regions:
+    fo0: tl.int64, fn0: tl.int64, fo1: tl.int64, fn1: tl.int64, fo2: tl.int64, fn2: tl.int64, fo3: tl.int64,
+    fn3: tl.int64, fill_per: tl.int64,
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -78,6 +80,7 @@ def kda_fwd_recurrence_kernel(
     F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
     STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
     FILL: tl.constexpr = 0,      # blocks of FB elements of the program's fill piece NaN-filled per step (0: none)
+    FILL_NSEG: tl.constexpr = 1,  # regions to fill
     FB: tl.constexpr = 512,
     FILL_ALIGNED: tl.constexpr = 0,  # the fill's regions 16-byte aligned (fill.nan_block)
 ):
@@ -109,7 +112,7 @@ def kda_fwd_recurrence_kernel(
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
     if FILL:  # this program's slice of the fill's blocks, FILL blocks per step: stores that no step waits on
         pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-        f_off, f_n, f_lo, f_hi = fill_piece(fill_tab, pid)
+        f_off, f_n, f_lo, f_hi = fill_piece(pid, fill_per, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, FILL_NSEG, FB)
     for i_c in range(c_lo, c_hi):
         if FILL:
             fill_step(fill_base, f_off, f_n, f_lo, f_hi, i_c - c_lo, FILL, FB, FILL_ALIGNED)

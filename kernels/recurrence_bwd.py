@@ -19,7 +19,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
-from .fill import fill_piece, fill_rest, fill_step, state_pass_fill
+from .fill import REGION_ARGS, fill_piece, fill_rest, fill_step, state_pass_fill
 from .tlmath import exp_, load_qk, mm, seq_span
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
@@ -79,7 +79,7 @@ def chunk_bwd_prep_kernel(
         tl.store(dU + o_tv, mm(tl.trans(b_Mqk), b_do, DOT), mask=m_tv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=REGION_ARGS)
 def recurrence_bwd_kernel(
     qd, kr, w,       # [BT, H, K] fp32 (from chunk_bwd_prep_kernel)
     do,              # [BT, H, V] any float dtype
@@ -97,7 +97,9 @@ def recurrence_bwd_kernel(
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
     H, K, V,         # sizes
     n_seqs,          # N (DH0_SLOT)
-    fill_base, fill_tab,  # with FILL: the regions' base and the programs' pieces (fill.Fills.state_pass_args)
+    fill_base,       # with FILL: the first region to NaN-fill (fill.Fills.state_pass_args), and the regions:
+    fo0: tl.int64, fn0: tl.int64, fo1: tl.int64, fn1: tl.int64, fo2: tl.int64, fn2: tl.int64, fo3: tl.int64,
+    fn3: tl.int64, fill_per: tl.int64,
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr, TAP_DU: tl.constexpr,
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
@@ -105,6 +107,7 @@ def recurrence_bwd_kernel(
                                  # default 1 at BV >= 32)
     F64: tl.constexpr = 0,       # 1: dS carried in float64, stored in fp32 (common.state_f64)
     FILL: tl.constexpr = 0,      # blocks of FB elements of the program's fill piece NaN-filled per step (0: none)
+    FILL_NSEG: tl.constexpr = 1,  # regions to fill
     FB: tl.constexpr = 512,
     FILL_ALIGNED: tl.constexpr = 0,  # the fill's regions 16-byte aligned (fill.nan_block)
 ):
@@ -140,7 +143,7 @@ def recurrence_bwd_kernel(
         n_steps += 1
     if FILL:  # this program's slice of the fill's blocks, FILL blocks per step: stores that no step waits on
         pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-        f_off, f_n, f_lo, f_hi = fill_piece(fill_tab, pid)
+        f_off, f_n, f_lo, f_hi = fill_piece(pid, fill_per, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, FILL_NSEG, FB)
     for i in range(n_steps):
         c = c1 - 1 - i
         if FILL:

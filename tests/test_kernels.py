@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 import torch
+import triton
+import triton.language as tl
 
 from conftest import DEVICE, gpu
 from kdadbg.cases import get_case, make_inputs, with_size
@@ -425,12 +427,23 @@ def test_tap_buffers_are_views_of_one_flat_tensor_per_fill_group():
     assert all(b.isnan().all() for b in alloc_tap_buffers(sel, 6, 3, C, K, V, "cpu").values())
 
 
+@triton.jit
+def _pieces_kernel(out, fill_base, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, fill_per, NSEG: tl.constexpr,
+                   FB: tl.constexpr):
+    from kdadbg_kernels.fill import fill_piece
+    pid = tl.program_id(0)
+    off, n, lo, hi = fill_piece(pid, fill_per, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, NSEG, FB)
+    tl.store(out + pid * 4 + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, off, tl.where(
+        tl.arange(0, 4) == 1, n, tl.where(tl.arange(0, 4) == 2, lo, hi))))
+
+
 @pytest.mark.parametrize("fb", [16, 512])
 def test_one_fill_launch_fills_every_region_and_nothing_else(fb):
     """fill.Fills: regions of several tensors (lengths that are and are not multiples of the block, a
-    window in the middle of a tensor) NaN-filled by ``nan_fill_kernel`` in one launch (under the
-    interpreter, which takes the regions' addresses as the GPU does), every element of each region and no
-    element beside them; and the state passes' slices cover every block once."""
+    window in the middle of a tensor) NaN-filled by ``nan_fill_kernel`` in one launch, a block a program
+    (under the interpreter, which takes the regions' offsets from the first as the GPU does), every element
+    of each region and no element beside them; and a state pass's pieces (``fill_piece``) cover every block
+    of every region once, none longer than its chain's steps fill."""
     from kdadbg_kernels.fill import Fills, nan_fill_kernel
 
     x, y, z = torch.ones(100), torch.ones(3, 40), torch.ones(7)
@@ -439,20 +452,34 @@ def test_one_fill_launch_fills_every_region_and_nothing_else(fb):
         fills.add(r)
     fills.add(z[:0])  # empty: left out
     assert len(fills.regions) == 3 and fills.blocks(fb) == sum(-(-n // fb) for n in (65, 120, 6))
-    assert fills.aligned() == 0  # 65 elements
-    nan_fill_kernel[(fills.blocks(fb),)](fills.regions[0], fills.table(fb), NSEG=3, FB=fb)
+    args = fills.args(1)
+    assert args["ALIGNED"] == 0 and args["NSEG"] == 3  # 65 elements
+    nan_fill_kernel[(fills.blocks(fb),)](**args, FB=fb)
     inside = torch.zeros(100, dtype=torch.bool)
     inside[10:75] = True
     assert x[inside].isnan().all() and (x[~inside] == 1).all()
     assert y.isnan().all() and (z[0] == 1) and z[1:].isnan().all()
     with pytest.raises(ValueError, match="contiguous float32"):
         fills.add(y.t())
-    for n_prog, steps in ((4, 3), (9, 1), (30, 2)):  # 512-element blocks: 1, 1 and 1
-        args = fills.state_pass_args(n_prog, steps)
-        pieces = args["fill_tab"].tolist()
-        assert len(pieces) == n_prog and sum(hi - lo for *_, lo, hi in pieces) == fills.blocks(512), n_prog
-        assert max(hi - lo for *_, lo, hi in pieces) <= args["FILL"] * steps
-    assert fills.state_pass_args(2, 1) is None  # three regions, two programs
+    big, FB = Fills(), 512  # the state passes' block
+    sizes = (16 * FB + 3, 5, 40 * FB, 2 * FB)
+    for n in sizes:
+        big.add(torch.empty(n))
+    for n_prog, steps in ((5, 3), (9, 1), (30, 2), (200, 4)):
+        a = big.state_pass_args(n_prog, steps)
+        assert a["FB"] == FB and a["FILL_NSEG"] == 4
+        out = torch.full((n_prog, 4), -1, dtype=torch.int64)
+        _pieces_kernel[(n_prog,)](out, **{k: a[k] for k in ("fill_base", "fo0", "fn0", "fo1", "fn1", "fo2", "fn2",
+                                                             "fo3", "fn3", "fill_per")}, NSEG=4, FB=FB)
+        covered = {}
+        for off, n, lo, hi in out.tolist():
+            for j in range(lo, hi):
+                covered[(off, j)] = covered.get((off, j), 0) + 1
+            assert hi - lo <= a["FILL"] * steps or hi <= lo, (n_prog, lo, hi)
+        want = {((r.data_ptr() - big.regions[0].data_ptr()) // 4, j) for r in big.regions
+                for j in range(-(-r.numel() // FB))}
+        assert set(covered) == want and set(covered.values()) == {1}, n_prog
+    assert big.state_pass_args(4, 1) is None and fills.state_pass_args(3, 1) is None  # programs <= regions
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
