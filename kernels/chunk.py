@@ -9,7 +9,7 @@ import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, TapWindow, chunk_layout
 from .prepare import kda_fwd_prepare, kda_fwd_token_kernel, qk_lowp_mode
-from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence, state_outputs
+from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
 from .tuning import cdiv, knob
@@ -174,8 +174,8 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
                                         cu_seqlens_cpu=cu_seqlens_cpu)
     chunks = KernelChunks.build(B, T, cu, chunk_size, q.device)
     if tap_plan is not None and tap_plan.window is None:
-        start, length = chunk_layout(B, T, cu, chunk_size)[5:]
-        tap_plan.bind_window(start, length)
+        _, _, _, seq, t, start, length = chunk_layout(B, T, cu, chunk_size)
+        tap_plan.bind_window(start, length, seq, t)
     q, k, g = (x.reshape(B * T, H, K).contiguous() for x in (q, k, g))
     v = v.reshape(B * T, H, V).contiguous()
     beta = beta.reshape(B * T, H).contiguous()
@@ -186,14 +186,12 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         h0 = h0.float().contiguous()
 
     fused = fuse_out(precision)
-    # with taps, S and U are made first: the prepare stage's one fill launch fills their tap window too
-    SU = state_outputs(B * T, H, K, V, chunks, q.device, tap_plan) if tap_plan is not None else None
     qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
         store_qd=fused, keep_state=keep_state)
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
-                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state, SU=SU)
+                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk,
                        qk_lowp=qk_lowp_mode(precision, qk_l2norm))
@@ -214,9 +212,9 @@ def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_c
         plan = TapPlan.build(taps, B * cdiv(T, chunk_size), H, chunk_size, K, V, device)
         plan.window = _dense_window(B, T, chunk_size, plan.lo, plan.hi)
         return plan
-    _, _, base, _, _, start, length = chunk_layout(B, T, cu, chunk_size)
+    _, _, base, seq, t, start, length = chunk_layout(B, T, cu, chunk_size)
     plan = TapPlan.build(taps, int(base[-1]), H, chunk_size, K, V, device)
-    plan.bind_window(start, length)  # the forward then needs no layout of its own
+    plan.bind_window(start, length, seq, t)  # the forward then needs no layout of its own
     return plan
 
 
@@ -224,8 +222,8 @@ def _tap_plan(taps: TapSelection | None, B, T, H, K, V, cu_seqlens, cu_seqlens_c
 def _dense_window(B: int, T: int, chunk_size: int, lo: int, hi: int) -> TapWindow:
     """The tap window ``[lo, hi)`` of ``B`` sequences of ``T`` tokens (``TapWindow``). Building the chunk
     tables on the host for every call was most of a taps-on call's own host time (``benchmarks/host_time.py``)."""
-    start, length = chunk_layout(B, T, None, chunk_size)[5:]
-    return TapWindow.of(lo, hi, chunk_size, start, length)
+    _, _, _, seq, t, start, length = chunk_layout(B, T, None, chunk_size)
+    return TapWindow.of(lo, hi, chunk_size, start, length, seq, t)
 
 
 def _value_group(q, v) -> int:

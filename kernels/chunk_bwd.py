@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
-from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish, dqkg_scratch
+from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
 
@@ -89,10 +89,8 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     # the forward's qd (and w) where it kept them (chunk.bwd_fwd_operands)
     fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "w") if getattr(saved, f) is not None}
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
-                                   chunks, scale=scale, precision=precision, **rs, **fwd_ops)
-    # with taps, the per-chunk passes' tensors that hold aliased taps are made here: the reverse state pass
-    # NaN-fills their tap window with its fill group "bwd"
-    scratch = dqkg_scratch(BT, H, K, chunks, q.device, tap_plan) if tap_plan is not None else None
+                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs,
+                                   **fwd_ops)
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
                               tap_plan=tap_plan)
     f32 = torch.float32
@@ -103,7 +101,7 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     dqn, dkn, dv, dg, db_part, dA_part, ddt_part = chunk_bwd_dqkg(
         sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["S"], dSn, sv["U"], dU, vf, dof, gf,
         A_log, dt_bias, chunks, scale=scale, gate=gate, lower_bound=lower_bound, precision=precision,
-        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]), scratch=scratch, **rs)
+        tap_plan=tap_plan, out_dtypes=(*dqn_dtypes, dtypes["dv"], dtypes["dg"]), **rs)
     dq, dk, dbeta = chunk_bwd_finish(qf, kf, dqn, dkn, betaf, db_part, chunks, qk_l2norm=qk_l2norm,
                                      beta_sigmoid=beta_sigmoid, precision=precision, tap_plan=tap_plan,
                                      out_dtypes=(dtypes["dq"], dtypes["dk"], dtypes["dbeta"]))

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from .taps import REGISTRY, TapSelection, alloc_tap_parts
+from .taps import REGISTRY, TapSelection, alloc_tap_buffers_grouped
 from .tuning import knob
 
 PRECISIONS = ("fp32", "bf16")
@@ -182,51 +182,48 @@ class FwdSaved:
     w: torch.Tensor | None = None
 
 
-# Whose programs NaN-fill a tap's buffer (knob TAPS_FILL_STATE, default 1; 0: every buffer filled up front):
-# the state passes, whose programs wait on their chains' products, fill a few blocks a chain step
-# (``fill.Fills``) the buffers of the taps written after them. The forward state pass: the output pass's
-# taps (S and U when stored) and the backward state pass's dS and dU; the backward state pass: those of the
-# backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db), and the tap window of the
-# per-chunk passes' own tensors that hold aliased taps (dMqk, dL, dkr: ``chunk_bwd.kda_backward``).
-FWD_FILL_TAPS = ("S", "vcorr", "U", "dS", "dU")
-STATE_FILL_TAPS = ("dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
+# The taps of the backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db), all written
+# after the backward state pass: their buffers, one flat tensor, are NaN-filled by that pass's programs, a
+# few blocks a chain step (recurrence_bwd_kernel's FILL), instead of by a fill of their own
+STATE_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
 
 # Taps that are tensors the kernels write whether taps are on or off: the forward's saved tensors and the
-# backward's intermediates, with the layout of each (``token``: [BT, H, *d]; ``chunk``: [NC, H, *shape]).
-# With knob TAPS_ALIAS (default 1) no kernel stores them a second time: their tensor's rows of the tap
-# window are NaN-filled before its kernel writes them (``TapPlan.alias``), and ``TapPlan.buffers`` reads the
-# taps from there. (dS and dU are stored by the backward state pass: its programs wait on their products,
-# so the stores cost it little, where a fill of the kernels' tensors would be a launch of its own.)
+# backward's intermediates, with the layout of each (``token``: [BT, H, *d]; ``chunk``: [NC, H, *shape];
+# ``state``: dS, read from dSn [NC, H, K, V], the gradient arriving at each chunk, and dh0 [N, H, K, V]).
+# With knob TAPS_ALIAS (default 1) no kernel stores them a second time: the stage NaN-fills its tensor
+# over the tap window before its kernel writes it (``TapPlan.alias``), and ``TapPlan.buffers`` reads the
+# taps from there.
 ALIAS_TAPS = {"gc": "token", "gT": "chunk", "b": "token", "INV": "chunk", "Mqk": "chunk", "S": "chunk",
-              "U": "token", "dMqk": "chunk", "dL": "chunk", "dkr": "token"}
-
-# the fill groups: "now" filled in one launch by the first stage (``TapPlan.flush``), "fwd" and "bwd" by
-# the forward and backward state passes (``TapPlan.take``)
-FILL_GROUPS = ("now", "fwd", "bwd")
+              "U": "token", "dS": "state", "dU": "token", "dMqk": "chunk", "dL": "chunk", "dkr": "token"}
 
 
 @dataclass(frozen=True)
 class TapWindow:
-    """The tap window's chunks on the host: first token and valid rows of each; ``dense``: every chunk full
-    and right after the previous one (token-major rows then lie as the registry's chunk rows)."""
+    """The tap window's chunks on the host: first token, valid rows, sequence, whether each is its
+    sequence's first chunk; ``dense``: every chunk full and right after the previous one (token-major
+    rows then lie as the registry's chunk rows)."""
 
     start: torch.Tensor   # [hi-lo] int64
     length: torch.Tensor  # [hi-lo] int64
+    seq: torch.Tensor     # [hi-lo] int64
+    first: torch.Tensor   # [hi-lo] bool
+    any_first: bool
     dense: bool
     span: tuple[int, int] = (0, 0)  # flattened tokens [t0, t1) of the window's rows
 
     @staticmethod
-    def of(lo: int, hi: int, C: int, start, length) -> "TapWindow":
-        """From the per-chunk tables of ``chunk_layout`` (``start, length``, any device)."""
-        start, length = (x[lo:hi].to("cpu", torch.int64) for x in (start, length))
+    def of(lo: int, hi: int, C: int, start, length, seq, t) -> "TapWindow":
+        """From the per-chunk tables of ``chunk_layout`` (``start, length, seq, t``, any device)."""
+        start, length, seq, t = (x[lo:hi].to("cpu", torch.int64) for x in (start, length, seq, t))
         n = start.numel()
         if n == 0:
-            return TapWindow(start, length, False)
+            return TapWindow(start, length, seq, t == 0, False, False)
+        first = t == 0
         s0, s1, l1 = start[0].item(), start[-1].item(), length[-1].item()
         # chunks lie in token order without overlapping, so full chunks whose first and last start n - 1
         # chunks apart are C rows apart each: the window's rows are then the tokens [s0, s0 + n C)
         dense = s1 == s0 + C * (n - 1) and bool((length == C).all())
-        return TapWindow(start, length, dense, (s0, s1 + l1))
+        return TapWindow(start, length, seq, first, bool(first.any()), dense, (s0, s1 + l1))
 
     def token_span(self) -> tuple[int, int]:
         """Flattened tokens ``[t0, t1)`` of the window's rows (chunks are in token order)."""
@@ -237,13 +234,11 @@ class TapWindow:
 class TapPlan:
     """Where taps go: buffers ``[hi-lo, n_sel_heads, *shape]`` and, per head, its slot or -1.
 
-    Every buffer starts NaN-filled before a kernel writes it. The buffers are views of three flat tensors,
-    one per fill group (``FILL_GROUPS``): the first filled by the first stage's one fill launch (``flush``,
-    with the aliased tensors' windows of that stage), those of ``FWD_FILL_TAPS`` and ``STATE_FILL_TAPS`` by
-    the forward and backward state passes (``take``), before any kernel writes them. A stage that runs
-    without the pass before it fills what is left of a group first (``fill_pending``); ``buffers``, for
-    readers, fills every group still pending. Kernels take buffers with ``get``. The taps in ``aliased``
-    (``ALIAS_TAPS``) have no buffer of their own: ``buffers`` reads them from the kernels' tensors.
+    Every buffer starts NaN-filled before a kernel writes it. Those of ``STATE_FILL_TAPS`` are views of
+    one flat tensor (``unfilled``) that the backward fills (knob ``TAPS_FILL_STATE``, default 1; 0 fills
+    them here): kernels take buffers with ``get``; ``buffers``, for readers, fills them first if no
+    backward has. The taps in ``aliased`` (``ALIAS_TAPS``) have no buffer of their own: ``buffers`` reads
+    them from the kernels' tensors, NaN-filled over the window before the kernels wrote them.
     """
 
     selection: TapSelection
@@ -252,12 +247,11 @@ class TapPlan:
     head_slot: torch.Tensor  # [H] int32
     _buffers: dict[str, torch.Tensor]
     n_sel: int = 0
+    unfilled: torch.Tensor | None = None  # flat fp32 holding the STATE_FILL_TAPS buffers, not yet NaN
     aliased: tuple[str, ...] = ()
     shape: tuple[int, int, int, int] = (0, 0, 0, 0)  # H, C, K, V
     window: TapWindow | None = None
-    pending: dict = field(default_factory=dict)  # fill group -> fill.Fills not yet filled
-    state_fill: bool = True  # knob TAPS_FILL_STATE: the state passes fill groups "fwd" and "bwd"
-    _sources: dict = field(default_factory=dict)  # aliased tap -> the kernels' tensor holding it
+    _sources: dict = field(default_factory=dict)  # aliased tap -> the kernels' tensor(s) holding it
     _read: dict | None = None
     _tables: dict = field(default_factory=dict)  # the window's index tables on the device (_dev)
 
@@ -267,84 +261,73 @@ class TapPlan:
         slot = _head_slots(sel.head_list(H), H, torch.device(device))
         aliased = tuple(n for n in sel.names if n in ALIAS_TAPS) if knob("TAPS_ALIAS", 1) else ()
         stored = TapSelection(tuple(n for n in sel.names if n not in aliased), sel.chunks, sel.heads)
-        state_fill = bool(knob("TAPS_FILL_STATE", 1))
-        groups = (FWD_FILL_TAPS, STATE_FILL_TAPS) if state_fill else ()
-        bufs, parts = alloc_tap_parts(stored, n_chunks, H, C, K, V, device, groups)
-        plan = TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), aliased, (H, C, K, V), state_fill=state_fill)
-        for group, flat in zip(FILL_GROUPS, parts):
-            if flat is not None:
-                plan.defer(group, flat)
-        return plan
+        later = tuple(n for n in stored.names if n in STATE_FILL_TAPS) if knob("TAPS_FILL_STATE", 1) else ()
+        bufs, flat = alloc_tap_buffers_grouped(stored, n_chunks, H, C, K, V, device, later)
+        return TapPlan(sel, lo, hi, slot, bufs, len(sel.head_list(H)), flat, aliased, (H, C, K, V))
 
     def has(self, name: str) -> bool:
         """Whether a kernel stores tap ``name`` (selected and not aliased)."""
         return name in self._buffers
 
     def get(self, name: str) -> torch.Tensor:
-        """Tap ``name``'s buffer for a kernel to write: NaN-filled before that kernel runs (its group filled
-        by ``flush``, a state pass or ``fill_pending``)."""
+        """Tap ``name``'s buffer for a kernel to write: NaN-filled, or one of ``unfilled``'s views,
+        which the backward state pass fills before any kernel writes them (``take_unfilled``)."""
         return self._buffers[name]
 
-    def defer(self, group: str, x: torch.Tensor) -> None:
-        """NaN-fill ``x`` (contiguous fp32) with fill group ``group``."""
-        from .fill import Fills
-
-        self.pending.setdefault(group, Fills()).add(x.view(-1))
-
-    def take(self, group: str):
-        """Group ``group``'s regions (a ``fill.Fills``, or None if none), which the caller's kernel now fills."""
-        fills = self.pending.pop(group, None)
-        return fills if fills else None
-
-    def flush(self, group: str = "now") -> None:
-        """NaN-fill group ``group`` now, in one launch."""
-        fills = self.take(group)
-        if fills is not None:
-            fills.launch()
-
-    def fill_pending(self, *groups: str) -> None:
-        """NaN-fill what no pass has taken of ``groups`` (all when none named), before a kernel writes it."""
-        for g in groups or tuple(self.pending):
-            self.flush(g)
-
     def own(self, name: str) -> None:
-        """Tap ``name``, if aliased, gets a buffer of its own for a kernel to store instead (filled with group
-        "now"): the kernels' tensor holds a rounded copy of it (``Mqk`` in bf16, ``prepare.mqk_bf16``)."""
+        """Tap ``name``, if aliased, gets a NaN-filled buffer of its own for a kernel to store instead: the
+        kernels' tensor holds a rounded copy of it (``Mqk`` in bf16, ``prepare.mqk_bf16``)."""
         if name not in self.aliased:
             return
         H, C, K, V = self.shape
         self.aliased = tuple(n for n in self.aliased if n != name)
-        self._buffers[name] = torch.empty((max(self.hi - self.lo, 0), self.n_sel, *REGISTRY[name].dims(C, K, V)),
-                                          device=self.head_slot.device)
-        self.defer("now", self._buffers[name])
+        self._buffers[name] = torch.full((max(self.hi - self.lo, 0), self.n_sel, *REGISTRY[name].dims(C, K, V)),
+                                         float("nan"), device=self.head_slot.device)
         self._read = None
 
-    def bind_window(self, start, length) -> None:
+    def take_unfilled(self) -> torch.Tensor | None:
+        """The flat tensor still to be NaN-filled (None if none), which the caller now fills."""
+        flat, self.unfilled = self.unfilled, None
+        return flat
+
+    def fill_unfilled(self) -> None:
+        """NaN-fill the flat tensor now, if no kernel has taken it (``take_unfilled``)."""
+        flat = self.take_unfilled()
+        if flat is not None:
+            flat.fill_(float("nan"))
+
+    def bind_window(self, start, length, seq, t) -> None:
         """The chunk tables of ``chunk_layout`` (host), so that ``alias`` needs no read-back."""
-        self.window = TapWindow.of(self.lo, self.hi, self.shape[1], start, length)
+        self.window = TapWindow.of(self.lo, self.hi, self.shape[1], start, length, seq, t)
 
     def _window(self, chunks: KernelChunks) -> TapWindow:
         if self.window is None:  # read back from the device (a caller that did not bind the tables)
-            self.window = TapWindow.of(self.lo, self.hi, self.shape[1], chunks.chunk_start, chunks.chunk_len)
+            seq = chunks.chunk_seq.long()
+            t = torch.arange(chunks.n_chunks, device=seq.device) - chunks.seq_chunk_base.long()[seq]
+            self.window = TapWindow.of(self.lo, self.hi, self.shape[1], chunks.chunk_start, chunks.chunk_len, seq,
+                                       t)
         return self.window
 
-    def alias(self, chunks: KernelChunks, group: str = "now", **tensors) -> None:
-        """Register the kernels' tensors that hold aliased taps (``name=tensor``, contiguous fp32) before any
-        kernel writes them: each one's rows of the tap window are NaN-filled with fill group ``group``
-        (the caller flushes "now" before its kernels run; without ``state_fill`` a state pass's group is
-        filled here)."""
-        if group != "now" and not self.state_fill:
-            self.alias(chunks, **tensors)
-            self.flush()
-            return
+    def alias(self, chunks: KernelChunks, **tensors) -> None:
+        """Register the kernels' tensors that hold aliased taps (``name=tensor``; ``dS=(dSn, dh0, ext)``
+        with ``ext`` None or, for one sequence, the tensor ``[NC + 1, ...]`` whose views dh0 and dSn are),
+        before any kernel writes them: each is NaN-filled over the tap window here."""
         for name, x in tensors.items():
             if name not in self.aliased or self.hi <= self.lo:
                 continue
-            if ALIAS_TAPS[name] == "chunk":
-                self.defer(group, x[self.lo:self.hi])
-            else:
-                t0, t1 = self._window(chunks).token_span()
-                self.defer(group, x[t0:t1])
+            win, nan = self._window(chunks), float("nan")
+            kind = ALIAS_TAPS[name]
+            # one write-only fill_ each (a multi-tensor multiply by NaN reads the memory too: slower on the
+            # H200, docs/benchmarks.md)
+            if kind == "chunk":
+                x[self.lo:self.hi].fill_(nan)
+            elif kind == "token":
+                t0, t1 = win.token_span()
+                x[t0:t1].fill_(nan)
+            else:  # dS of chunk c is dSn[c - 1], or dh0 for a sequence's first chunk
+                dSn, dh0, _ = x
+                dSn[max(self.lo - 1, 0):self.hi - 1].fill_(nan)
+                dh0.fill_(nan)
             self._sources[name] = x
             self._read = None
 
@@ -373,6 +356,18 @@ class TapPlan:
         kind, win = ALIAS_TAPS[name], self.window
         if kind == "chunk":
             return self._heads(x[lo:hi])
+        if kind == "state":
+            dSn, dh0, ext = x
+            if ext is not None:  # [dh0, dSn...]: dS of chunk c at c
+                return self._heads(ext[lo:hi])
+            if not win.any_first:
+                return self._heads(dSn[lo - 1:hi - 1])
+            dev = dSn.device
+            out = dSn.index_select(0, self._dev("prev", (torch.arange(lo, hi) - 1).clamp(min=0), dev))
+            first = win.first.nonzero().flatten()
+            out.index_copy_(0, self._dev("first", first, dev),
+                            dh0.index_select(0, self._dev("first_seq", win.seq[first], dev)))
+            return self._heads(out)
         rest = tuple(x.shape[2:])
         if win.dense:  # full chunks one after another: the window's rows as they lie
             t0 = int(win.start[0])
@@ -385,9 +380,10 @@ class TapPlan:
 
     @property
     def buffers(self) -> dict[str, torch.Tensor]:
-        """Every selected tap, ``[hi-lo, n_sel_heads, *shape]``, NaN where nothing was written (the groups
-        no stage filled are filled here; aliased taps read from the kernels' tensors)."""
-        self.fill_pending()
+        """Every selected tap, ``[hi-lo, n_sel_heads, *shape]``, NaN where nothing was written (the
+        stored buffers filled here if the backward did not run; aliased taps read from the kernels'
+        tensors)."""
+        self.fill_unfilled()
         if self._read is None:
             self._read = {n: self._read_alias(n) for n in self.aliased}
         return {n: self._read[n] if n in self._read else self._buffers[n] for n in self.selection.names}

@@ -514,9 +514,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     Mqk = torch.empty(NC, H, C, C, device=dev, dtype=torch.bfloat16 if mqk_lowp else f32)
     if NC == 0:
         return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
-    if tap_plan is not None:  # the aliased tensors' tap window, with the plan's first buffers: one fill launch
+    if tap_plan is not None:
         tap_plan.alias(chunks, gc=gc, gT=gT, b=b, INV=INV, Mqk=Mqk)
-        tap_plan.flush()
     has_gate, bf16 = GATE_IDS[gate] != 0, precision == "bf16"
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, TOKEN_TAPS, qn, chunks)
     # the token kernel's K blocks: 64 for pre-gated inputs (the forward's prepare 1.423 -> 1.405 ms at

@@ -40,7 +40,7 @@ from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob, reg_cap
 
-V_TAPS = ("dvcorr", "dMqk", "dL")
+V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
 K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
 DQKG_TAPS = V_TAPS + K_TAPS
 
@@ -57,13 +57,13 @@ def chunk_bwd_dqkg_v_kernel(
     dOS, dcS, dkr,   # [BT, H, K] fp32 out: dO S^T, dvcorr S^T, U dS⁺^T
     dgTs,            # [NC, H, K] fp32 out: rowsum_v(dS⁺ ⊙ S)
     dbv,             # [BT, H] fp32 out (K-block 0 only): rowsum(dvcorr ⊙ v)
-    t_dvcorr, t_dMqk, t_dL,  # tap buffers
+    t_dU, t_dvcorr, t_dMqk, t_dL,  # tap buffers
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
     c0,              # first chunk of this launch (common.chunk_launches)
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-    TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
+    TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     UNCOND: tl.constexpr = 0,    # the V-only products in every K-block, not under `if first` (see the host)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
@@ -118,6 +118,8 @@ def chunk_bwd_dqkg_v_kernel(
         if first:
             store_rn(dv + o_tv, b_b[:, None] * b_dvc, m_tv)
             m_pv = (o_t >= 0)[:, None] & m_v[None, :]
+            if TAP_DU and on:
+                tl.store(t_dU + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dU, mask=m_pv)
             if TAP_DVCORR and on:
                 tl.store(t_dvcorr + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dvc, mask=m_pv)
     tl.store(dOS + o_tk, b_dOS, mask=m_tk)
@@ -612,21 +614,9 @@ def _plan_args(tap_plan, chunks) -> dict:
     return dict(head_slot=tap_plan.head_slot, tap_lo=tap_plan.lo, tap_hi=tap_plan.hi, n_sel=tap_plan.n_sel)
 
 
-def dqkg_scratch(BT: int, H: int, K: int, chunks, device, tap_plan=None):
-    """The V pass's ``dMqk, dL`` [NC,H,C,C] and ``dkr`` [BT,H,K] (fp32), which the K pass reads. With a tap
-    plan that aliases them, their tap window joins its fill group "bwd" (filled by the backward state pass,
-    or by ``chunk_bwd_dqkg`` before its kernels)."""
-    NC, C = chunks.n_chunks, chunks.chunk_size
-    dMqk, dL = (torch.empty(NC, H, C, C, device=device, dtype=torch.float32) for _ in range(2))
-    dkr = torch.empty(BT, H, K, device=device, dtype=torch.float32)
-    if tap_plan is not None and NC:
-        tap_plan.alias(chunks, group="bwd", dMqk=dMqk, dL=dL, dkr=dkr)
-    return dMqk, dL, dkr
-
-
 def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bias, chunks, *, scale: float,
                    gate: str, lower_bound: float, precision: str = "fp32", tap_plan=None, out_dtypes=None,
-                   rq=None, rk=None, scratch=None):
+                   rq=None, rk=None):
     """Per-chunk backward. All tensors token-major on the flattened ``B*T`` axis; ``rq, rk``: the
     l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``).
 
@@ -635,8 +625,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
 
     Returns ``dqn, dkn`` [BT,H,K], ``dv`` [BT,H,V], ``dg`` [BT,H,K] (in ``out_dtypes``, default fp32),
     ``db_part`` [NK,BT,H] and, for the gates with parameters, ``dA_part, ddt_part`` [NC,H,K] (sum over
-    chunks, and K for dA_log), fp32. ``scratch``: the V pass's ``dMqk, dL, dkr`` from ``dqkg_scratch``
-    (their tap window filled by then), else made here.
+    chunks, and K for dA_log), fp32.
     """
     BT, H, K = qn.shape
     V = v.shape[-1]
@@ -655,19 +644,18 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     ddt_part = torch.empty(NC, H, K, **f32) if has_params else None
     if NC == 0:
         return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
-    if scratch is None:
-        scratch = dqkg_scratch(BT, H, K, chunks, dev, tap_plan)
-    dMqk, dL, dkr = scratch
-    dOS, dcS = (torch.empty(BT, H, K, **f32) for _ in range(2))
+    dMqk, dL = (torch.empty(NC, H, C, C, **f32) for _ in range(2))
+    dOS, dcS, dkr = (torch.empty(BT, H, K, **f32) for _ in range(3))
     dgTs = torch.empty(NC, H, K, **f32)
     dbv = torch.empty(BT, H, **f32)
+    if tap_plan is not None:
+        tap_plan.alias(chunks, dMqk=dMqk, dL=dL, dkr=dkr)
     taps = {name: tap_plan is not None and tap_plan.has(name) for name in DQKG_TAPS}
     bufs = {name: tap_plan.get(name) if taps[name] else dv for name in DQKG_TAPS}
-    # the tap plan's fill group "bwd" (STATE_FILL_TAPS' buffers, the scratch's tap window) is NaN-filled by
-    # the backward state pass before this; where that pass did not take it (a caller of this stage alone),
-    # here, before any kernel writes
+    # the tap plan's unfilled buffers (STATE_FILL_TAPS) are NaN-filled by the backward state pass before
+    # this; where that pass did not take them (a caller of this stage alone), here, before any kernel writes
     if tap_plan is not None:
-        tap_plan.fill_pending()
+        tap_plan.fill_unfilled()
     plan = _plan_args(tap_plan, chunks)
     DOT = dot_mode(precision)
     blocked = knob("DQKG_BLOCKED", 0 if DOT == 0 else 1)
@@ -727,8 +715,6 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     if chunks.n_chunks == 0:
         return dq, dk, dbeta
     tap = tap_plan is not None and tap_plan.has("db")
-    if tap:  # filled by the backward state pass; here if it did not run
-        tap_plan.fill_pending()
     # the l2norm backward over all of K at once up to K = 128, at 8 warps: each row read once
     bk = knob("FINISH_BK", block_size(K, hi=128))
     chunk_bwd_finish_kernel[(chunks.n_chunks, H)](

@@ -26,7 +26,6 @@ import triton.language as tl
 
 from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
                      tap_kernel_args)
-from .fill import REGION_ARGS, fill_piece, fill_rest, fill_step, state_pass_fill
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -46,7 +45,7 @@ def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr, F64: tl.constexpr
     return r
 
 
-@triton.jit(do_not_specialize=REGION_ARGS)
+@triton.jit
 def kda_fwd_recurrence_kernel(
     krT,             # [NC, H, K, BC] fp32 or bf16 (common.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
@@ -63,9 +62,6 @@ def kda_fwd_recurrence_kernel(
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
-    fill_base,       # with FILL: the first region to NaN-fill (fill.Fills.state_pass_args), and the regions:
-    fo0: tl.int64, fn0: tl.int64, fo1: tl.int64, fn1: tl.int64, fo2: tl.int64, fn2: tl.int64, fo3: tl.int64,
-    fn3: tl.int64, fill_per: tl.int64,
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -79,10 +75,6 @@ def kda_fwd_recurrence_kernel(
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
     F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
     STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
-    FILL: tl.constexpr = 0,      # blocks of FB elements of the program's fill piece NaN-filled per step (0: none)
-    FILL_NSEG: tl.constexpr = 1,  # regions to fill
-    FB: tl.constexpr = 512,
-    FILL_ALIGNED: tl.constexpr = 0,  # the fill's regions 16-byte aligned (fill.nan_block)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -110,12 +102,7 @@ def kda_fwd_recurrence_kernel(
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
-    if FILL:  # this program's slice of the fill's blocks, FILL blocks per step: stores that no step waits on
-        pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-        f_off, f_n, f_lo, f_hi = fill_piece(pid, fill_per, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, FILL_NSEG, FB)
     for i_c in range(c_lo, c_hi):
-        if FILL:
-            fill_step(fill_base, f_off, f_n, f_lo, f_hi, i_c - c_lo, FILL, FB, FILL_ALIGNED)
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
         m_t = o_t < n_valid
@@ -151,8 +138,6 @@ def kda_fwd_recurrence_kernel(
         b_gT = b_gT_next
 
     tl.store(ht + o_nh * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
-    if FILL:  # what a short chain's steps left of the slice
-        fill_rest(fill_base, f_off, f_n, f_lo, f_hi, c_hi - c_lo, FILL, FB, FILL_ALIGNED)
 
 
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
@@ -276,56 +261,40 @@ def fuse_out(precision: str) -> bool:
     return bool(knob("FWD_FUSE_OUT", int(precision == "bf16")))
 
 
-def state_outputs(BT: int, H: int, K: int, V: int, chunks, device, tap_plan=None):
-    """The state pass's ``S [NC,H,K,V]`` and ``U [BT,H,V]`` (fp32). With a tap plan that aliases them, their
-    tap window joins its fill group "now" (``chunk.kda_forward`` makes them before the prepare stage, whose
-    one fill launch then fills it too)."""
-    S = torch.empty(chunks.n_chunks, H, K, V, device=device, dtype=torch.float32)
-    U = torch.empty(BT, H, V, device=device, dtype=torch.float32)
-    if tap_plan is not None and chunks.n_chunks:
-        tap_plan.alias(chunks, S=S, U=U)
-    return S, U
-
-
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
-                       tap_plan=None, keep_state=True, SU=None):
+                       tap_plan=None, keep_state=True):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
     ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None). ``S`` and ``U`` hold the S and U taps
     when ``tap_plan`` aliases them. ``keep_state=False`` (a forward no backward will follow): where the
     pass forms ``o`` itself and no tap plan is given, ``S`` and ``U`` are neither allocated nor stored
-    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits. ``SU``: ``S`` and
-    ``U`` made by the caller (``state_outputs``, their tap window filled by then)."""
+    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits."""
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
     dev, f32 = w.device, torch.float32
     fused = qd is not None
     store_su = keep_state or not fused or tap_plan is not None
-    S, U = SU if SU is not None else state_outputs(BT, H, K, V, chunks, dev, tap_plan) if store_su else (None, None)
+    S = torch.empty(NC, H, K, V, device=dev, dtype=f32) if store_su else None
+    U = torch.empty(BT, H, V, device=dev, dtype=f32) if store_su else None
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
     if N == 0:
         return S, U, ht, o
     if tap_plan is not None:
-        tap_plan.flush()  # S and U's tap window, where the caller did not have it filled
-    # the tap plan's fill group "fwd" (the buffers of the output pass's and the backward state pass's taps):
-    # NaN-filled here, a few blocks a step, while each program's chain waits on its products
-    fills = tap_plan.take("fwd") if tap_plan is not None else None
+        tap_plan.alias(chunks, S=S, U=U)
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
     eo = 2 if mm_bf16 else 4
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
                                       C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0)
-    grid = state_grid(chunks, H, cdiv(V, BV))
-    fill = state_pass_fill(fills, grid[0] * grid[1] * grid[2], chunks.max_chunks, ht)
-    kda_fwd_recurrence_kernel[grid](
+    kda_fwd_recurrence_kernel[state_grid(chunks, H, cdiv(V, BV))](
         krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S if store_su else ht, U=U if store_su else ht,
         ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), **fill, **LAUNCH,
+        STORE_SU=int(store_su), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o
@@ -346,8 +315,6 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     if NC == 0:
         return o
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o, chunks)
-    if tap_plan is not None:  # its taps' buffers: NaN-filled by the state pass; here if it did not run
-        tap_plan.fill_pending("now", "fwd")
     BV = _block_v(K, V)
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);

@@ -19,7 +19,6 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
-from .fill import REGION_ARGS, fill_piece, fill_rest, fill_step, state_pass_fill
 from .tlmath import exp_, load_qk, mm, seq_span
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
@@ -79,7 +78,7 @@ def chunk_bwd_prep_kernel(
         tl.store(dU + o_tv, mm(tl.trans(b_Mqk), b_do, DOT), mask=m_tv)
 
 
-@triton.jit(do_not_specialize=REGION_ARGS)
+@triton.jit
 def recurrence_bwd_kernel(
     qd, kr, w,       # [BT, H, K] fp32 (from chunk_bwd_prep_kernel)
     do,              # [BT, H, V] any float dtype
@@ -92,24 +91,19 @@ def recurrence_bwd_kernel(
     seq_chunk_base,  # [N+1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
     tap_dS,          # [hi-lo, n_sel, K, V] fp32 tap buffer
-    tap_dU,          # [hi-lo, n_sel, C, V] fp32 tap buffer
     head_slot,       # [H] int32: tap slot of each head, or -1
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
     H, K, V,         # sizes
     n_seqs,          # N (DH0_SLOT)
-    fill_base,       # with FILL: the first region to NaN-fill (fill.Fills.state_pass_args), and the regions:
-    fo0: tl.int64, fn0: tl.int64, fo1: tl.int64, fn1: tl.int64, fo2: tl.int64, fn2: tl.int64, fo3: tl.int64,
-    fn3: tl.int64, fill_per: tl.int64,
+    fill, fill_n, fill_per,  # with FILL: a flat fp32 tensor of fill_n elements to NaN-fill, fill_per a program
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr, TAP_DU: tl.constexpr,
+    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
     F64: tl.constexpr = 0,       # 1: dS carried in float64, stored in fp32 (common.state_f64)
-    FILL: tl.constexpr = 0,      # blocks of FB elements of the program's fill piece NaN-filled per step (0: none)
-    FILL_NSEG: tl.constexpr = 1,  # regions to fill
+    FILL: tl.constexpr = 0,      # blocks of FB elements of `fill` NaN-filled per step (0: none)
     FB: tl.constexpr = 512,
-    FILL_ALIGNED: tl.constexpr = 0,  # the fill's regions 16-byte aligned (fill.nan_block)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     c0 = tl.load(seq_chunk_base + i_n)
@@ -136,18 +130,22 @@ def recurrence_bwd_kernel(
     m_tv = (o_t < n_last)[:, None] & m_v[None, :] & (o_t * 0 + c0 < c1)[:, None]
     b_dU0 = tl.load(dU + o_tv, mask=m_tv, other=0.)
     b_gT = tl.load(gT + (c_last * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c0 < c1), other=0.)
-    if TAP_DS or TAP_DU:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
+    if TAP_DS:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
         slot = tl.load(head_slot + i_h)
     n_steps = c1 - c0
     if DH0_SLOT:
         n_steps += 1
-    if FILL:  # this program's slice of the fill's blocks, FILL blocks per step: stores that no step waits on
+    if FILL:  # this program's slice of `fill`, FILL blocks per step: stores that no step waits on
         pid = (tl.program_id(2) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(0) + tl.program_id(0)
-        f_off, f_n, f_lo, f_hi = fill_piece(pid, fill_per, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, FILL_NSEG, FB)
+        f_lo = pid.to(tl.int64) * fill_per
+        f_hi = tl.minimum(f_lo + fill_per, fill_n)
+        nan = tl.full([FB], float("nan"), dtype=tl.float32)
     for i in range(n_steps):
         c = c1 - 1 - i
         if FILL:
-            fill_step(fill_base, f_off, f_n, f_lo, f_hi, i, FILL, FB, FILL_ALIGNED)
+            for j in tl.static_range(FILL):
+                o_f = f_lo + (i * FILL + j) * FB + tl.arange(0, FB)
+                tl.store(fill + o_f, nan, mask=o_f < f_hi)
         bos = bos0 + (c - c0).to(tl.int64) * C
         n = tl.minimum(eos - bos, C)
         if DH0_SLOT:
@@ -178,10 +176,6 @@ def recurrence_bwd_kernel(
                 - mm(tl.trans(b_w), b_dU, DOT).to(acc))
         tl.store(dU + o_tv, b_dU.to(tl.float32), mask=m_tv)
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
-        if TAP_DU:  # every row (padding rows hold 0: their dU0 and kr loaded as 0)
-            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
-                tl.store(tap_dU + ((c - tap_lo) * n_sel + slot).to(tl.int64) * C * V + o_t[:, None] * V + o_v[None, :],
-                         b_dU, mask=(o_t >= 0)[:, None] & m_v[None, :])
         if TAP_DS:
             if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
                 tl.store(tap_dS + ((c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32),
@@ -189,13 +183,16 @@ def recurrence_bwd_kernel(
     if STORE_DH0 and not DH0_SLOT:
         tl.store(dh0 + (i_n * H + i_h).to(tl.int64) * K * V + o_kv, b_dS.to(tl.float32), mask=m_kv)
     if FILL:  # what a short chain's steps left of the slice
-        fill_rest(fill_base, f_off, f_n, f_lo, f_hi, n_steps, FILL, FB, FILL_ALIGNED)
+        for o0 in range(f_lo + n_steps * FILL * FB, f_hi, FB):
+            o_f = o0 + tl.arange(0, FB)
+            tl.store(fill + o_f, nan, mask=o_f < f_hi)
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
-                   rq=None, rk=None, qd=None, w=None):
+                   tap_plan=None, rq=None, rk=None, qd=None, w=None):
     """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
-    (token-major, flattened B*T), which the reverse recurrence completes in place. ``rq, rk``: the
+    (token-major, flattened B*T). The
+    recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
     l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``). ``qd``, ``w``: the
     forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed."""
     BT, H, K = qn.shape
@@ -212,6 +209,8 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
     if chunks.n_chunks == 0:
         return qd, kr, w, dU
+    if tap_plan is not None:
+        tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
         Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
@@ -245,7 +244,10 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     BT, H, K = qd.shape
     V = do.shape[-1]
     dev = qd.device
-    store_dh0 = has_h0
+    # the dS tap aliased: read from dSn and dh0 (TapPlan.alias), so dh0 is stored without h0 too; for one
+    # sequence both are views of one tensor, dh0 first, which then holds the dS tap of every chunk in order.
+    alias_dS = tap_plan is not None and "dS" in tap_plan.aliased
+    store_dh0 = has_h0 or alias_dS
     N, NC = chunks.n_seqs, chunks.n_chunks
     # per_sm 6: the six-sequence varlen batch at H32 was fastest at 32 columns (768 programs), dense H16
     # and H32 at 16 (measured: docs/kernels.md)
@@ -256,7 +258,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     # extra step costs a little (measured: docs/kernels.md, Taps)
     dh0_slot = store_dh0 and bool(knob("RECB_DH0_SLOT", 1 if BV >= 32 else 0))
     ext = None
-    if dh0_slot:
+    if dh0_slot or (alias_dS and N == 1):
         ext = torch.empty(N + NC, H, K, V, device=dev, dtype=torch.float32)
         dh0, dSn = ext[:N], ext[N:]
     else:
@@ -264,30 +266,32 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
         dh0 = torch.empty(N, H, K, V, device=dev, dtype=torch.float32) if store_dh0 else None
     if N == 0:
         return dSn, dh0 if has_h0 else None
+    if alias_dS:
+        tap_plan.alias(chunks, dS=(dSn, dh0, ext if N == 1 else None))
     BK = block_size(K)
     stages = bwd_state_stages(N * H, K, V, chunks.chunk_size, BV, qd.element_size(), do.element_size(), dev)
-    taps = {n: tap_plan is not None and tap_plan.has(n) for n in ("dS", "dU")}
+    tap = tap_plan is not None and tap_plan.has("dS")
     dummy = dSn
     grid = state_grid(chunks, H, cdiv(V, BV))
-    if tap_plan is not None:
-        # the dS and dU taps' buffers: NaN-filled by the forward state pass; here if it did not run
-        tap_plan.fill_pending("now", "fwd")
-    # the tap plan's fill group "bwd" (the V and K passes' and the finish kernel's tap buffers, the V pass's
-    # tensors' tap window): NaN-filled here, a few blocks a step, while each program's chain waits on its
-    # products
-    fills = tap_plan.take("bwd") if tap_plan is not None else None
-    fill = state_pass_fill(fills, grid[0] * grid[1] * grid[2], chunks.max_chunks, dummy)
-    on = taps["dS"] or taps["dU"]
+    # the tap plan's unfilled buffers (the V and K passes' and the finish kernel's taps, STATE_FILL_TAPS):
+    # NaN-filled here, a few blocks a step, while each program's chain waits on its products
+    fill = tap_plan.take_unfilled() if tap_plan is not None else None
+    fb = 512
+    n_prog = grid[0] * grid[1] * grid[2]
+    fill_n = 0 if fill is None else fill.numel()
+    fill_per = cdiv(cdiv(fill_n, n_prog), fb) * fb
+    # blocks a step: a power of two (few compiled variants) with which the longest chain covers its slice
+    fill_blocks = 0 if fill is None else triton.next_power_of_2(cdiv(fill_per, fb * max(chunks.max_chunks, 1)))
     recurrence_bwd_kernel[grid](
         qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,
         dh0=dh0 if store_dh0 else dummy, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
         seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
-        tap_dS=tap_plan.get("dS") if taps["dS"] else dummy, tap_dU=tap_plan.get("dU") if taps["dU"] else dummy,
-        head_slot=tap_plan.head_slot if on else chunks.chunk_len, tap_lo=tap_plan.lo if on else 0,
-        tap_hi=tap_plan.hi if on else 0, n_sel=tap_plan.n_sel if on else 0,
-        H=H, K=K, V=V, n_seqs=N, C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=taps["dS"], TAP_DU=taps["dU"], DH0_SLOT=dh0_slot,
-        F64=state_f64(precision), **fill, **LAUNCH,
+        tap_dS=tap_plan.get("dS") if tap else dummy, head_slot=tap_plan.head_slot if tap else chunks.chunk_len,
+        tap_lo=tap_plan.lo if tap else 0, tap_hi=tap_plan.hi if tap else 0, n_sel=tap_plan.n_sel if tap else 0,
+        H=H, K=K, V=V, n_seqs=N, fill=dummy if fill is None else fill, fill_n=fill_n, fill_per=fill_per,
+        C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
+        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, F64=state_f64(precision),
+        FILL=fill_blocks, FB=fb, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:
         return dSn, None

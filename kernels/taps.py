@@ -112,42 +112,41 @@ def alloc_tap_buffers(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K:
                       device, dtype=None) -> dict:
     """NaN-filled buffers ``[n_sel_chunks, n_sel_heads, *per-chunk shape]`` for each selected tap (float32 by
     default)."""
-    bufs, parts = alloc_tap_parts(sel, n_chunks, n_heads, C, K, V, device, (), dtype)
-    if parts[0] is not None:
-        parts[0].fill_(float("nan"))
-    return bufs
+    return alloc_tap_buffers_grouped(sel, n_chunks, n_heads, C, K, V, device, (), dtype)[0]
 
 
-def alloc_tap_parts(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                    device, groups: tuple[tuple[str, ...], ...], dtype=None):
-    """The selected taps' buffers as views of flat tensors left unfilled, for the caller to NaN-fill before
-    any kernel writes them: part 0 holds the taps in none of ``groups``, part ``i`` those of ``groups[i -
-    1]``. Returns ``(buffers, parts)``, a part None when it holds no tap. Every view starts on a 256-byte
-    boundary."""
+def alloc_tap_buffers_grouped(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
+                              device, group: tuple[str, ...], dtype=None):
+    """As ``alloc_tap_buffers``, but the selected taps named in ``group`` are views of one flat tensor
+    left unfilled, for the caller to NaN-fill before any kernel writes them. Returns ``(buffers, flat)``,
+    ``flat`` None when no selected tap is in ``group``. The other buffers are views of a second flat
+    tensor, NaN-filled here by one fill rather than one per tap (each launch is host time the GPU can
+    wait on with taps on). Every view starts on a 256-byte boundary."""
     import torch
 
     dtype = torch.float32 if dtype is None else dtype
-    views, totals = _parts_layout(sel, n_chunks, n_heads, C, K, V, tuple(groups), dtype.itemsize)
-    held = {part for _, part, *_ in views}
-    parts = [torch.empty(n, dtype=dtype, device=device) if i in held else None for i, n in enumerate(totals)]
+    views, totals = _grouped_layout(sel, n_chunks, n_heads, C, K, V, tuple(group), dtype.itemsize)
+    filled = torch.full((totals[0],), float("nan"), dtype=dtype, device=device)
+    flat = torch.empty(totals[1], dtype=dtype, device=device) if totals[2] else None
+    parts = (filled, flat)
     bufs = {n: parts[part][off:off + size].view(shape) for n, part, off, size, shape in views}
-    return bufs, parts
+    return bufs, flat
 
 
 @functools.lru_cache(maxsize=64)
-def _parts_layout(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
-                  groups: tuple[tuple[str, ...], ...], itemsize: int):
-    """Where each selected tap lies in ``alloc_tap_parts``'s flat tensors: ``(views, totals)``, ``views`` a
-    tuple of ``(name, part, offset, numel, shape)`` and ``totals`` the elements of each part.
-    Plain integers, the same for every call of a shape: made once."""
+def _grouped_layout(sel: TapSelection, n_chunks: int, n_heads: int, C: int, K: int, V: int,
+                    group: tuple[str, ...], itemsize: int):
+    """Where each selected tap lies in ``alloc_tap_buffers_grouped``'s two flat tensors: ``(views, totals)``,
+    ``views`` a tuple of ``(name, part, offset, numel, shape)`` (part 0: filled here, 1: left to the caller)
+    and ``totals`` ``(elements of part 0, of part 1, whether any tap is in part 1)``. Plain integers, the
+    same for every call of a shape: made once."""
     lo, hi = sel.chunk_range(n_chunks)
     nh = len(sel.head_list(n_heads))
     align = 256 // itemsize
-    totals, views = [0] * (len(groups) + 1), []
+    totals, views = [0, 0], []
     for n in sel.names:
         shape = (hi - lo, nh, *REGISTRY[n].dims(C, K, V))
-        part = next((i + 1 for i, g in enumerate(groups) if n in g), 0)
-        size = _numel(shape)
+        part, size = int(n in group), _numel(shape)
         views.append((n, part, totals[part], size, shape))
         totals[part] += -(-size // align) * align
-    return tuple(views), tuple(totals)
+    return tuple(views), (totals[0], totals[1], any(n in group for n in sel.names))

@@ -33,10 +33,12 @@ def test_tap_window_span_and_density_match_its_rows(B, T, cu, C, lo, hi):
     """TapWindow.of's token span and ``dense`` (the window's rows lie as the registry's chunk rows) agree with
     the rows listed one by one: tail chunks, windows across sequences, one chunk, an empty window."""
     cu_t = torch.tensor(cu) if cu is not None else None
-    start, length = chunk_layout(B, T, cu_t, C)[5:]
-    win = TapWindow.of(lo, hi, C, start, length)
+    _, _, _, seq, t, start, length = chunk_layout(B, T, cu_t, C)
+    win = TapWindow.of(lo, hi, C, start, length, seq, t)
     span, dense = _window_by_rows(lo, hi, C, B, T, cu_t)
     assert win.token_span() == span and win.dense == dense
+    assert win.first.tolist() == [bool(t[c] == 0) for c in range(lo, hi)]
+    assert win.any_first == any(win.first.tolist())
 
 
 def test_dense_tap_plans_share_their_window_tables_only():

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 from conftest import DEVICE, gpu
 from kdadbg.cases import get_case, make_inputs, with_size
@@ -401,85 +399,30 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
 
 
-def test_tap_buffers_are_views_of_one_flat_tensor_per_fill_group():
-    """alloc_tap_parts: the taps in none of ``groups`` are views of part 0, those of group i views of part
-    i + 1, all left for the caller to fill; no two views overlap, each starts on a 256-byte boundary and
-    has its tap's shape. alloc_tap_buffers NaN-fills every buffer."""
-    from kdadbg_kernels.taps import REGISTRY, alloc_tap_buffers, alloc_tap_parts
+def test_tap_buffers_start_nan_in_two_flat_tensors():
+    """alloc_tap_buffers_grouped: the taps outside ``group`` are views of one flat tensor NaN-filled at
+    allocation (one fill), those in ``group`` views of another left for the caller to fill; no two views
+    overlap, each starts on a 256-byte boundary and has its tap's shape."""
+    from kdadbg_kernels.taps import REGISTRY, alloc_tap_buffers_grouped
 
     names = ("gc", "qd", "S", "U", "dkr", "dS", "dL")
     sel = TapSelection(names=names, chunks=(1, 4), heads=(0, 2))
     C, K, V = 16, 20, 24
-    groups = (("dkr", "dL"), ("S", "dS"))
-    bufs, parts = alloc_tap_parts(sel, 6, 3, C, K, V, "cpu", groups)
-    assert list(bufs) == list(names) and len(parts) == 3 and all(p is not None for p in parts)
+    bufs, flat = alloc_tap_buffers_grouped(sel, 6, 3, C, K, V, "cpu", ("dkr", "dL"))
+    assert list(bufs) == list(names) and flat is not None
     spans = {}
     for n, b in bufs.items():
         assert b.shape == (3, 2, *REGISTRY[n].dims(C, K, V)), n
-        owner = parts[next((i + 1 for i, g in enumerate(groups) if n in g), 0)]
+        owner = flat if n in ("dkr", "dL") else bufs["gc"]
         assert b.untyped_storage().data_ptr() == owner.untyped_storage().data_ptr(), n
         assert (b.data_ptr() - owner.untyped_storage().data_ptr()) % 256 == 0, n
         spans[n] = (b.data_ptr(), b.data_ptr() + b.numel() * b.element_size())
+        if n not in ("dkr", "dL"):
+            assert b.isnan().all(), n
     ordered = sorted(spans.values())
     assert all(a[1] <= b[0] for a, b in zip(ordered, ordered[1:]))
-    bufs, parts = alloc_tap_parts(sel, 6, 3, C, K, V, "cpu", (("dkr", "dL"), ("vcorr",)))
-    assert parts[2] is None
-    assert all(b.isnan().all() for b in alloc_tap_buffers(sel, 6, 3, C, K, V, "cpu").values())
-
-
-@triton.jit
-def _pieces_kernel(out, fill_base, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, fill_per, NSEG: tl.constexpr,
-                   FB: tl.constexpr):
-    from kdadbg_kernels.fill import fill_piece
-    pid = tl.program_id(0)
-    off, n, lo, hi = fill_piece(pid, fill_per, fo0, fn0, fo1, fn1, fo2, fn2, fo3, fn3, NSEG, FB)
-    tl.store(out + pid * 4 + tl.arange(0, 4), tl.where(tl.arange(0, 4) == 0, off, tl.where(
-        tl.arange(0, 4) == 1, n, tl.where(tl.arange(0, 4) == 2, lo, hi))))
-
-
-@pytest.mark.parametrize("fb", [16, 512])
-def test_one_fill_launch_fills_every_region_and_nothing_else(fb):
-    """fill.Fills: regions of several tensors (lengths that are and are not multiples of the block, a
-    window in the middle of a tensor) NaN-filled by ``nan_fill_kernel`` in one launch, a block a program
-    (under the interpreter, which takes the regions' offsets from the first as the GPU does), every element
-    of each region and no element beside them; and a state pass's pieces (``fill_piece``) cover every block
-    of every region once, none longer than its chain's steps fill."""
-    from kdadbg_kernels.fill import Fills, nan_fill_kernel
-
-    x, y, z = torch.ones(100), torch.ones(3, 40), torch.ones(7)
-    fills = Fills()
-    for r in (x[10:75], y.view(-1), z[1:]):
-        fills.add(r)
-    fills.add(z[:0])  # empty: left out
-    assert len(fills.regions) == 3 and fills.blocks(fb) == sum(-(-n // fb) for n in (65, 120, 6))
-    args = fills.args(1)
-    assert args["ALIGNED"] == 0 and args["NSEG"] == 3  # 65 elements
-    nan_fill_kernel[(fills.blocks(fb),)](**args, FB=fb)
-    inside = torch.zeros(100, dtype=torch.bool)
-    inside[10:75] = True
-    assert x[inside].isnan().all() and (x[~inside] == 1).all()
-    assert y.isnan().all() and (z[0] == 1) and z[1:].isnan().all()
-    with pytest.raises(ValueError, match="contiguous float32"):
-        fills.add(y.t())
-    big, FB = Fills(), 512  # the state passes' block
-    sizes = (16 * FB + 3, 5, 40 * FB, 2 * FB)
-    for n in sizes:
-        big.add(torch.empty(n))
-    for n_prog, steps in ((5, 3), (9, 1), (30, 2), (200, 4)):
-        a = big.state_pass_args(n_prog, steps)
-        assert a["FB"] == FB and a["FILL_NSEG"] == 4
-        out = torch.full((n_prog, 4), -1, dtype=torch.int64)
-        _pieces_kernel[(n_prog,)](out, **{k: a[k] for k in ("fill_base", "fo0", "fn0", "fo1", "fn1", "fo2", "fn2",
-                                                             "fo3", "fn3", "fill_per")}, NSEG=4, FB=FB)
-        covered = {}
-        for off, n, lo, hi in out.tolist():
-            for j in range(lo, hi):
-                covered[(off, j)] = covered.get((off, j), 0) + 1
-            assert hi - lo <= a["FILL"] * steps or hi <= lo, (n_prog, lo, hi)
-        want = {((r.data_ptr() - big.regions[0].data_ptr()) // 4, j) for r in big.regions
-                for j in range(-(-r.numel() // FB))}
-        assert set(covered) == want and set(covered.values()) == {1}, n_prog
-    assert big.state_pass_args(4, 1) is None and fills.state_pass_args(3, 1) is None  # programs <= regions
+    bufs, flat = alloc_tap_buffers_grouped(sel, 6, 3, C, K, V, "cpu", ())
+    assert flat is None and all(b.isnan().all() for b in bufs.values())
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16"])
@@ -570,54 +513,53 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     pytest.param(2, 20, None, (0, 6), id="dense_B2-tails"),
 ])
 def test_alias_nan_fills_the_window_and_reads_the_registry_layout(B, T, cu, window):
-    """Host side of the aliased taps, on tensors that stand for the kernels': ``alias`` puts the tap
-    window's part of each in a fill group, and its flush NaN-fills that and nothing else; ``buffers`` then
-    reads every tap row from the right token or chunk, with padding rows 0, checked element by element
-    against the spec's chunk numbering. dS and dU are stored, not aliased."""
+    """Host side of the aliased taps, on tensors that stand for the kernels': ``alias`` NaN-fills the tap
+    window's part of each and nothing else; ``buffers`` then reads every tap row from the right token,
+    chunk or (dS) the next chunk's dSn / the sequence's dh0, with padding rows 0, checked element by
+    element against the spec's chunk numbering."""
     C, H, K, V = 8, 2, 3, 2
     cu_t = None if cu is None else torch.tensor(cu)
     _, _, base, seq, t, start, length = chunk_layout(B, T, cu_t, C)
-    NC, BT = int(base[-1]), B * T
+    NC, N, BT = int(base[-1]), len(base) - 1, B * T
     chunks = KernelChunks.build(B, T, cu_t, C, "cpu")
-    plan = TapPlan.build(TapSelection(names=("gc", "b", "S", "dS", "dU", "qd")), NC, H, C, K, V, "cpu")
-    assert plan.aliased == ("gc", "b", "S") and all(plan.has(n) for n in ("qd", "dS", "dU"))
+    plan = TapPlan.build(TapSelection(names=("gc", "b", "S", "dS", "qd")), NC, H, C, K, V, "cpu")
+    assert plan.aliased == ("gc", "b", "S", "dS") and plan.has("qd")
     lo, hi = window
 
     def register():
         p = TapPlan.build(TapSelection(names=plan.aliased, chunks=window), NC, H, C, K, V, "cpu")
-        x = {"gc": torch.ones(BT, H, K), "b": torch.ones(BT, H), "S": torch.ones(NC, H, K, V)}
-        p.alias(chunks, gc=x["gc"], b=x["b"])
-        p.alias(chunks, group="bwd", S=x["S"])
+        x = {"gc": torch.ones(BT, H, K), "b": torch.ones(BT, H), "S": torch.ones(NC, H, K, V),
+             "dSn": torch.ones(NC, H, K, V), "dh0": torch.ones(N, H, K, V)}
+        p.alias(chunks, gc=x["gc"], b=x["b"], S=x["S"], dS=(x["dSn"], x["dh0"], None))
         return p, x
 
     plan, x = register()
-    assert not any(v.isnan().any() for v in x.values())  # not before the flush
-    plan.flush()
-    assert not x["S"].isnan().any() and plan.take("bwd") is not None and plan.pending == {}
-    plan, x = register()
-    plan.fill_pending()
     t0, t1 = int(start[lo]), int(start[hi - 1] + length[hi - 1])
-    for n, span in (("gc", (t0, t1)), ("b", (t0, t1)), ("S", (lo, hi))):
+    for n, span in (("gc", (t0, t1)), ("b", (t0, t1)), ("S", (lo, hi)), ("dSn", (max(lo - 1, 0), hi - 1)),
+                    ("dh0", (0, N))):
         inside = torch.zeros(x[n].shape[0], dtype=torch.bool)
         inside[span[0]:span[1]] = True
         assert x[n][inside].isnan().all() and not x[n][~inside].isnan().any(), n
     assert all(plan.buffers[n][i, :, :int(length[lo + i])].isnan().all() for n in ("gc", "b")
                for i in range(hi - lo))
-    assert plan.buffers["S"].isnan().all()
+    assert plan.buffers["S"].isnan().all() and plan.buffers["dS"].isnan().all()
 
     plan, x = register()
-    plan.fill_pending()
     for n, v in x.items():  # what the kernels would write: every element distinct
         v.copy_(torch.arange(v.numel(), dtype=torch.float32).view(v.shape) + 1000 * len(n))
     buf = plan.buffers
     for i, c in enumerate(range(lo, hi)):
         for h in range(H):
             assert torch.equal(buf["S"][i, h], x["S"][c, h])
+            dS = x["dh0"][int(seq[c]), h] if int(t[c]) == 0 else x["dSn"][c - 1, h]
+            assert torch.equal(buf["dS"][i, h], dS), (c, h)
             for r in range(C):
                 want_gc = x["gc"][int(start[c]) + r, h] if r < int(length[c]) else torch.zeros(K)
                 want_b = x["b"][int(start[c]) + r, h] if r < int(length[c]) else torch.tensor(0.)
                 assert torch.equal(buf["gc"][i, h, r], want_gc), (c, h, r)
                 assert torch.equal(buf["b"][i, h, r], want_b), (c, h, r)
+
+
 
 
 @pytest.mark.parametrize("name,precision", [("kimi_varlen", "bf16"), ("t63", "fp32")])

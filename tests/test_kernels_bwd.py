@@ -280,35 +280,35 @@ def test_taps_same_bits(name):
 
 @pytest.mark.parametrize("name, window", (("t65", (3, 5)), ("chunk32", (1, 3)), ("varlen_short", None), ("varlen", (2, 12))))
 def test_backward_tap_buffers_are_nan_filled_by_the_state_pass(name, window, monkeypatch):
-    """The backward passes' tap buffers (STATE_FILL_TAPS, one flat tensor: fill group "bwd") start as
-    garbage (1.0 here) and are NaN-filled by the backward state pass's programs, a few blocks a chain step,
-    the rest after their chains (varlen: chains of 1, 6 and 13 chunks): it takes the group, and with every head's slot
+    """The backward passes' tap buffers (STATE_FILL_TAPS, one flat tensor) start as garbage (1.0 here)
+    and are NaN-filled by the backward state pass's programs, a few blocks a chain step, the rest after
+    their chains (varlen: chains of 1, 6 and 13 chunks): it takes the tensor, and with every head's slot
     cleared, so that no kernel writes a tap, every element of them is NaN afterwards; with the slots,
     every buffer has the bits of the fill up front (TAPS_FILL_STATE=0)."""
     inputs, cfg, res, chunks, saved = reference_case(_case(name))
     B, T, H, K, V = inputs.shape
     sel = TapSelection(names=BWD_TAPS, chunks=window)
     takers = []
-    take = TapPlan.take
+    take = TapPlan.take_unfilled
 
-    def spy(self, group):
-        fills = take(self, group)
-        if fills is not None and group == "bwd":
+    def spy(self):
+        flat = take(self)
+        if flat is not None:
             takers.append(inspect.stack()[1].function)
-        return fills
+        return flat
 
-    monkeypatch.setattr(TapPlan, "take", spy)
+    monkeypatch.setattr(TapPlan, "take_unfilled", spy)
     plans = {}
     for mode in ("state", "state_no_slots", "up_front"):
         monkeypatch.setenv("KDADBG_TAPS_FILL_STATE", "0" if mode == "up_front" else "1")
         plan = TapPlan.build(sel, chunks.n_chunks, H, cfg.chunk_size, K, V, DEVICE)
-        assert ("bwd" in plan.pending) == (mode != "up_front")
-        for region in plan.pending["bwd"].regions if mode != "up_front" else ():
-            region.fill_(1.0)
+        assert (plan.unfilled is None) == (mode == "up_front")
+        if plan.unfilled is not None:
+            plan.unfilled.fill_(1.0)
         if mode == "state_no_slots":
             plan.head_slot.fill_(-1)
         run_bwd(saved, chunks, inputs, cfg, tap_plan=plan)
-        assert "bwd" not in plan.pending
+        assert plan.unfilled is None
         plans[mode] = plan._buffers
     assert takers == ["recurrence_bwd", "recurrence_bwd"]
     group = [n for n in plans["state"] if n in STATE_FILL_TAPS]  # the stored taps (not aliased) of the group
@@ -319,13 +319,15 @@ def test_backward_tap_buffers_are_nan_filled_by_the_state_pass(name, window, mon
 
 
 @pytest.mark.parametrize("name,precision", [("varlen_short", "fp32"), ("basic", "fp32"), ("no_state", "bf16")])
-def test_dh0_slot_keeps_the_bits(name, precision, monkeypatch):
+@pytest.mark.parametrize("alias", ("1", "0"))
+def test_dh0_slot_keeps_the_bits(name, precision, alias, monkeypatch):
     """RECB_DH0_SLOT=1 (dh0 stored by one more step of the reverse recurrence into the slot just before
     dSn) against the store after the loop: the same bits of every gradient, dh0 included, and of the dS
-    and dU taps the pass stores, where the extra step, at the previous sequence's last chunk, must store
-    no tap (varlen_short: every chunk starts a sequence)."""
+    tap, aliased (read from dSn and dh0) or stored by the kernel, where the extra step, at the previous
+    sequence's last chunk, must store no tap (varlen_short: every chunk starts a sequence)."""
     inputs, cfg, res, chunks, saved = reference_case(get_case(name))
     B, T, H, K, V = inputs.shape
+    monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
     runs = {}
     for slot in ("0", "1"):
         monkeypatch.setenv("KDADBG_RECB_DH0_SLOT", slot)

@@ -172,12 +172,11 @@ def test_loop_check_tells_a_waited_load_from_a_prefetch():
 def test_state_pass_steps_wait_on_no_load(taps):
     """Round 15: the state passes' steps waited on the chunk table and on gT/dU0 loads (2.2x fla's time
     for the backward pass on the H200); ``loop_check.py`` flags that code (it exits 1 on 1a36423). With
-    taps on, the backward's step loaded the head's tap slot (flagged on 6a900b7), and each fill block's
-    region from the fill table (flagged on 4ecd0a3). With taps on each state pass has a second loop, the NaN
-    fill a short chain's steps left (it loads nothing); each state pass's step keeps its pipelined tile
-    copies."""
+    taps on, the backward's step loaded the head's tap slot (flagged on 6a900b7). With taps on the backward
+    state pass has a second loop, the NaN fill a short chain's steps left (it loads nothing); each state
+    pass's step keeps its pipelined tile copies."""
     p = run_script("loop_check.py", *(["--taps"] if taps else []))
     assert p.returncode == 0 and "no state-pass step waits on a load" in p.stdout, p.stdout + p.stderr
     loops = [x for x in p.stdout.splitlines() if "loads waited on in the step:" in x]
-    assert len(loops) == (4 if taps else 2) and all(x.endswith(": none") for x in loops), p.stdout
+    assert len(loops) == (3 if taps else 2) and all(x.endswith(": none") for x in loops), p.stdout
     assert sum("tile copies=4" in x for x in loops) == 2, p.stdout

@@ -1,3 +1,4 @@
+# Ran at 3feb230 (its kernels as "new"; reverted after this call, docs/benchmarks.md "Issue 23's targets").
 # Round 50 call 1 (carry .out/kernels_old: `git archive 6afc77d kernels`, the kernels before this round):
 # the taps' NaN fills moved into the state passes (fill.py) and into one launch. The taps pairs (ours alone,
 # bench.py) at pre-gated H16 T16384 and lower-bound H32 T16384 with this round's kernels, 6afc77d's and this
