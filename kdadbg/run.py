@@ -132,19 +132,20 @@ def finite_or_none(x: float) -> float | None:
 TOKEN_ROWS = ("o", "dq", "dk", "dv", "dg", "dbeta")
 
 
-def nonfinite_chunks(outputs: dict, ref_outputs: dict, ct) -> tuple[set[int], bool]:
-    """Where the implementation's outputs hold NaN/Inf the reference does not: the chunks of those tokens (the
-    per-token outputs and gradients), and whether some are in a tensor no chunk locates (``ht``, ``dh0``, the
-    per-head gradients)."""
+def nonfinite_chunks(outputs: dict, ref_outputs: dict | None, ct) -> tuple[set[int], bool]:
+    """Where the implementation's outputs hold NaN/Inf the reference does not (``ref_outputs`` None: no reference
+    run, every NaN/Inf counts): the chunks of those tokens (the per-token outputs and gradients), and whether some
+    are in a tensor no chunk locates (``ht``, ``dh0``, the per-head gradients)."""
     idx, valid = ct.token_index()
     chunk_of = torch.full((int(idx.max()) + 1 if idx.numel() else 0,), -1, dtype=torch.long)
     chunk_of[idx[valid]] = torch.arange(ct.n_chunks)[:, None].expand_as(idx)[valid]
     chunks, elsewhere = set(), False
     for n, x in outputs.items():
-        if n not in ref_outputs:
+        if ref_outputs is not None and n not in ref_outputs:
             continue
-        r = ref_outputs[n].detach().cpu()
-        bad = ~torch.isfinite(x.detach().cpu().to(r.dtype)) & torch.isfinite(r)
+        bad = ~torch.isfinite(x.detach().cpu())
+        if ref_outputs is not None:
+            bad &= torch.isfinite(ref_outputs[n].detach().cpu())
         if not bool(bad.any()):
             continue
         if n in TOKEN_ROWS:
@@ -204,15 +205,16 @@ def block_exponents(inputs: KDAInputs, config: KDAConfig, ct) -> torch.Tensor:
     return -g.cumsum(2)
 
 
-def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, ref_outputs: dict,
+def decay_limit_note(inputs: KDAInputs, config: KDAConfig, ct, outputs: dict, ref_outputs: dict | None,
                      window: tuple[int, int] | None = None) -> str | None:
     """Where our kernels' outputs hold NaN/Inf the reference does not: whether a 16-row block's exponent
     ``a - gc_j`` (:func:`block_exponents`, for the activated gate as the kernels form it) passes float32's
     exp limit 88.72. If one does, the first (chunk, block, token, head, K column) past it and its value, the
     chunks holding such blocks, and the NaN/Inf of the other chunks of those sequences as inherited through
     the state; NaN/Inf elsewhere, or with no block past the limit, is said not to be explained by it (None
-    where ours has no NaN/Inf the reference lacks). ``window``: the global chunks ``[lo, hi)`` a seeded run
-    covered (``--chunks``): only their blocks can explain its NaN/Inf (the chunks before were the reference's)."""
+    where ours has no NaN/Inf the reference lacks; ``ref_outputs`` None: no reference run). ``window``: the
+    global chunks ``[lo, hi)`` a seeded run covered (``--chunks``): only their blocks can explain its NaN/Inf
+    (the chunks before were the reference's)."""
     from .noise import EXP_LIMIT_FP32
     from .render import id_ranges
 

@@ -167,7 +167,7 @@ def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict,
     dA_log 5 % off read "cannot be told apart" over the tensor, its head 0 beyond that head's reach), and one
     head's rounding allowance another's (adversarial trial: run failed a float32 sum diff carried in). ``formed``:
     the :func:`terms` of ``outputs["dg"]``, already formed."""
-    formed = formed or terms(outputs["dg"], inputs, config)
+    formed = terms(outputs["dg"], inputs, config) if formed is None else formed
     stored = storage_reach(outputs, inputs, config, formed).get(name)
     HV = outputs["dg"].shape[2]
     exact = reductions_of(outputs["dg"], inputs, config, formed)[name].reshape(HV, -1)
