@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan
+from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, udu_bf16
 from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
@@ -81,8 +81,9 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     qf, kf, gf, vf, dof = flat(q, K), flat(k, K), flat(g, K), flat(v, V), flat(do, V)
     betaf = beta.contiguous().view(BT, H)
     # qn, kn may be q, k themselves (no l2norm): the kernels read any float dtype, so no fp32 copy
-    # Mqk may be bf16 (prepare.mqk_bf16): the prep kernel rounds it to bf16 for its product in bf16 mode
-    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") or (f == "Mqk" and precision == "bf16")
+    # Mqk and U may be bf16 (prepare.mqk_bf16, common.udu_bf16): their readers round them to bf16 for their
+    # products in bf16 mode
+    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") or (f in ("Mqk", "U") and precision == "bf16")
           else getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
     rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
@@ -91,8 +92,11 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
                                    chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs,
                                    **fwd_ops)
+    # the completed dU in bf16 (common.udu_bf16), beside dU0's fp32: the V pass's MMAs read it so anyway
+    dU_out = torch.empty_like(dU, dtype=torch.bfloat16) if udu_bf16(precision) else None
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,
-                              tap_plan=tap_plan)
+                              tap_plan=tap_plan, dU_out=dU_out)
+    dU = dU if dU_out is None else dU_out
     f32 = torch.float32
     dtypes = {n: (x.dtype if grad_dtypes else f32) for n, x in (("dq", q), ("dk", k), ("dv", v), ("dg", g),
                                                                 ("dbeta", beta))}

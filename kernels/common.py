@@ -57,6 +57,17 @@ def fwd_lowp(precision: str) -> int:
     return lowp
 
 
+def udu_bf16(precision: str) -> bool:
+    """Whether the forward's ``U`` and the backward's completed ``dU`` [BT, H, V] are stored in bf16 (knob
+    ``UDU_BF16``, bf16 mode, default on). Their one reader, the backward V pass, uses them only as bf16 MMA
+    operands, rounded to nearest even (``dO U^T``, ``dvcorr U^T``, ``U dS⁺^T``; ``INV^T dU``), so storing the
+    rounded values keeps every bit (``MQK_BF16``'s reasoning) and halves the bytes the state passes write
+    and the V pass reads, in each of its K blocks. The state passes keep U and dU in fp32 in their
+    registers (``o``, the next state and ``dS`` use those); their taps are then stored from there, in fp32
+    (``TapPlan.own``): the forward state pass stores the U tap and the backward state pass the dU tap."""
+    return precision == "bf16" and bool(knob("UDU_BF16", 1))
+
+
 def to_device(host: torch.Tensor, device) -> torch.Tensor:
     """``host`` on ``device`` without waiting for the GPU: on CUDA from pinned memory (a pageable copy makes
     the host wait for the GPU's queued work, which left the host the bound of a taps-on call)."""
@@ -163,7 +174,7 @@ class FwdSaved:
     own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (prepare.qk_rowscale:
     qn = q * rq); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
     after activation; INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state
-    entering each chunk; U: [BT,H,V]. qd and w [BT,H,K]: the forward's operands of the state pass, kept
+    entering each chunk; U: [BT,H,V] (bf16 in bf16 mode: ``udu_bf16``). qd and w [BT,H,K]: the forward's operands of the state pass, kept
     for the backward's (``chunk.bwd_fwd_operands``), else None.
     """
 
@@ -184,8 +195,9 @@ class FwdSaved:
 
 # The taps of the backward's per-chunk passes and finish kernel (prepare_bwd.DQKG_TAPS and db), all written
 # after the backward state pass: their buffers, one flat tensor, are NaN-filled by that pass's programs, a
-# few blocks a chain step (recurrence_bwd_kernel's FILL), instead of by a fill of their own
-STATE_FILL_TAPS = ("dU", "dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
+# few blocks a chain step (recurrence_bwd_kernel's FILL), instead of by a fill of their own. Not dU, which
+# that pass stores itself (its buffer is filled before it runs)
+STATE_FILL_TAPS = ("dvcorr", "dMqk", "dL", "dkr", "dqd", "dkd", "dki", "dgT", "dgc", "db")
 
 # Taps that are tensors the kernels write whether taps are on or off: the forward's saved tensors and the
 # backward's intermediates, with the layout of each (``token``: [BT, H, *d]; ``chunk``: [NC, H, *shape];
@@ -276,7 +288,8 @@ class TapPlan:
 
     def own(self, name: str) -> None:
         """Tap ``name``, if aliased, gets a NaN-filled buffer of its own for a kernel to store instead: the
-        kernels' tensor holds a rounded copy of it (``Mqk`` in bf16, ``prepare.mqk_bf16``)."""
+        kernels' tensor holds a rounded copy of it (``Mqk``, ``U``, ``dU`` in bf16: ``prepare.mqk_bf16``,
+        ``udu_bf16``)."""
         if name not in self.aliased:
             return
         H, C, K, V = self.shape

@@ -21,7 +21,7 @@
 ``chunk_bwd_finish_kernel``, grid (NC, H): the L2-norm backward of q and k over full rows
 (in place on ``dq``/``dk``), the K-block sum of ``db`` and the beta sigmoid.
 
-Taps: dU, dvcorr, dMqk, dL in the V pass, dkr, dqd, dkd, dki, dgT, dgc in the K pass, db in the
+Taps: dvcorr, dMqk, dL in the V pass, dkr, dqd, dkd, dki, dgT, dgc in the K pass, db in the
 finish kernel. dqd, dkd, dki are their definitional values, so that no product meets an overflowed
 ``exp(−gc)``; where the true value exceeds fp32 (chunk 32/64 with strong gates) the tap is inf. In the
 bf16 modes ``dMqk ki`` and ``dL ki`` are the P loop's sums (the products the gradients use) times
@@ -40,7 +40,7 @@ from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob, reg_cap
 
-V_TAPS = ("dU", "dvcorr", "dMqk", "dL")
+V_TAPS = ("dvcorr", "dMqk", "dL")  # dU: the reverse state pass stores it (recurrence_bwd)
 K_TAPS = ("dkr", "dqd", "dkd", "dki", "dgT", "dgc")
 DQKG_TAPS = V_TAPS + K_TAPS
 
@@ -50,20 +50,20 @@ def chunk_bwd_dqkg_v_kernel(
     b,               # [BT, H] fp32
     INV,             # [NC, H, C, C] fp32
     S, dSn,          # [NC, H, K, V] fp32: state entering each chunk; dS arriving from the next chunk
-    U, dU,           # [BT, H, V] fp32
+    U, dU,           # [BT, H, V] fp32 or bf16 (common.udu_bf16): MMA operands only
     v, do,           # [BT, H, V] any float dtype
     dv,              # [BT, H, V] out (K-block 0 only; fp32 or the caller's dtype)
     dMqk, dL,        # [NC, H, C, C] fp32 out (K-block 0 only): tril(dO U^T), -stril(dvcorr U^T)
     dOS, dcS, dkr,   # [BT, H, K] fp32 out: dO S^T, dvcorr S^T, U dS⁺^T
     dgTs,            # [NC, H, K] fp32 out: rowsum_v(dS⁺ ⊙ S)
     dbv,             # [BT, H] fp32 out (K-block 0 only): rowsum(dvcorr ⊙ v)
-    t_dU, t_dvcorr, t_dMqk, t_dL,  # tap buffers
+    t_dvcorr, t_dMqk, t_dL,  # tap buffers
     head_slot, tap_lo, tap_hi, n_sel,  # tap plan
     chunk_start, chunk_len,  # [NC] int32
     c0,              # first chunk of this launch (common.chunk_launches)
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-    TAP_DU: tl.constexpr, TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
+    TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     UNCOND: tl.constexpr = 0,    # the V-only products in every K-block, not under `if first` (see the host)
 ):
     i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
@@ -118,8 +118,6 @@ def chunk_bwd_dqkg_v_kernel(
         if first:
             store_rn(dv + o_tv, b_b[:, None] * b_dvc, m_tv)
             m_pv = (o_t >= 0)[:, None] & m_v[None, :]
-            if TAP_DU and on:
-                tl.store(t_dU + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dU, mask=m_pv)
             if TAP_DVCORR and on:
                 tl.store(t_dvcorr + idx * C * V + o_t[:, None] * V + o_v[None, :], b_dvc, mask=m_pv)
     tl.store(dOS + o_tk, b_dOS, mask=m_tk)

@@ -3,7 +3,8 @@ output pass, parallel over chunks.
 
 State pass, grid (V-blocks, H, N), the longest sequences first (``common.state_grid``): S [K, BV]
 fp32 stays in registers; per chunk of the sequence, in order, it stores S (the state entering the
-chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S)), then ``S <- exp(gT) S + kr^T U`` with
+chunk), ``U = u - w S`` (= INV Diag(b) (v - kd S); in bf16 in bf16 mode, ``common.udu_bf16``, and then
+the U tap from its fp32 registers), then ``S <- exp(gT) S + kr^T U`` with
 ``kr = kn exp(gT - gc)`` (bounded by 1), read as ``krT`` [K, C] per chunk from the prepare (the MMA
 then needs no register transpose). The last S is ht.
 V-blocks of 16 to 64 columns (``tuning.state_block_v``: at most one program per SM): at V = 128, 8
@@ -14,8 +15,8 @@ In bf16 mode (``fuse_out``) the state pass also forms ``o = qd S + Mqk U`` chunk
 
 Output pass, grid (NC, H, V-groups): ``o = qd S + Mqk U`` with ``qd = scale qn exp(gc)``, formed once
 per program with ``Mqk`` and reused over its V blocks (by default one program per chunk and head); it also
-writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps. When the state pass formed ``o`` it runs
-over the tap window only and writes the taps alone.
+writes the ``S``, ``U`` and ``vcorr = Diag(b) (v - kd S)`` taps (``U``'s where the state pass does not). When
+the state pass formed ``o`` it runs over the tap window only and writes the taps alone.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import triton
 import triton.language as tl
 
 from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
-                     tap_kernel_args)
+                     tap_kernel_args, udu_bf16)
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -45,7 +46,7 @@ def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr, F64: tl.constexpr
     return r
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel"])
 def kda_fwd_recurrence_kernel(
     krT,             # [NC, H, K, BC] fp32 or bf16 (common.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
@@ -53,7 +54,7 @@ def kda_fwd_recurrence_kernel(
     u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v
     h0,              # [N, H, K, V] fp32 initial state (math layout), if HAS_H0
     S,               # out [NC, H, K, V] fp32: state entering each chunk (STORE_SU)
-    U,               # out [BT, H, V] fp32 (STORE_SU)
+    U,               # out [BT, H, V] fp32 or bf16 (common.udu_bf16; STORE_SU)
     ht,              # out [N, H, K, V] fp32: final state
     qd,              # [BT, H, K] scale qn exp(gc) (FUSE_OUT; bf16 in bf16 mode)
     Mqk,             # [NC, H, BC, BC] fp32 or bf16 (prepare.mqk_bf16; FUSE_OUT)
@@ -62,6 +63,9 @@ def kda_fwd_recurrence_kernel(
     chunk_len,       # [NC] int32
     seq_chunk_base,  # [N + 1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
+    t_U,             # [hi-lo, n_sel, BC, V] fp32 U tap buffer (TAP_U)
+    head_slot,       # [H] int32: tap slot of each head, or -1 (TAP_U)
+    tap_lo, tap_hi, n_sel,  # tap chunk range and number of tapped heads (TAP_U)
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -75,6 +79,7 @@ def kda_fwd_recurrence_kernel(
     FUSE_OUT: tl.constexpr = 0,  # 1: o formed here, chunk by chunk (the output pass then only writes taps)
     F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
     STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
+    TAP_U: tl.constexpr = 0,     # 1: the U tap stored here, in fp32 (U itself is bf16: common.udu_bf16)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -102,6 +107,8 @@ def kda_fwd_recurrence_kernel(
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
+    if TAP_U:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
+        slot = tl.load(head_slot + i_h)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
         n_valid = tl.minimum(eos - bos, BC)
@@ -126,7 +133,11 @@ def kda_fwd_recurrence_kernel(
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(acc)
         b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
         if STORE_SU:
-            tl.store(U + o_tv, b_U.to(tl.float32), mask=m_tv)
+            store_rn(U + o_tv, b_U.to(tl.float32), m_tv)
+        if TAP_U:  # padding rows: 0 (u and w are read as 0 there)
+            if (i_c >= tap_lo) & (i_c < tap_hi) & (slot >= 0):
+                tl.store(t_U + ((i_c - tap_lo) * n_sel + slot).to(tl.int64) * BC * V + o_t[:, None] * V + o_v[None, :],
+                         b_U.to(tl.float32), mask=(o_t >= 0)[:, None] & m_v[None, :])
         if FUSE_OUT:  # off the chain: S and U of this chunk are final here
             b_qd = tl.load(qd + o_tk, mask=m_tk, other=0)
             b_M = tl.load(Mqk + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :])
@@ -263,9 +274,10 @@ def fuse_out(precision: str) -> bool:
 
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
                        tap_plan=None, keep_state=True):
-    """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]``, ``ht [N,H,K,V]`` (fp32, math layout) and, given
-    ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else None). ``S`` and ``U`` hold the S and U taps
-    when ``tap_plan`` aliases them. ``keep_state=False`` (a forward no backward will follow): where the
+    """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]`` (fp32, bf16 in bf16 mode: ``common.udu_bf16``),
+    ``ht [N,H,K,V]`` (fp32, math layout) and, given ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else
+    None). ``S`` and ``U`` hold the S and U taps when ``tap_plan`` aliases them; with ``U`` in bf16 the U tap
+    has a buffer of its own, which this pass stores. ``keep_state=False`` (a forward no backward will follow): where the
     pass forms ``o`` itself and no tap plan is given, ``S`` and ``U`` are neither allocated nor stored
     (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits."""
     BT, H, K = w.shape
@@ -275,11 +287,15 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     fused = qd is not None
     store_su = keep_state or not fused or tap_plan is not None
     S = torch.empty(NC, H, K, V, device=dev, dtype=f32) if store_su else None
-    U = torch.empty(BT, H, V, device=dev, dtype=f32) if store_su else None
+    u_lowp = udu_bf16(precision)
+    U = torch.empty(BT, H, V, device=dev, dtype=torch.bfloat16 if u_lowp else f32) if store_su else None
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
+    if u_lowp and tap_plan is not None:
+        tap_plan.own("U")  # the tap keeps the fp32 values: stored from this pass's registers
     if N == 0:
         return S, U, ht, o
+    tap_u = u_lowp and tap_plan is not None and tap_plan.has("U")
     if tap_plan is not None:
         tap_plan.alias(chunks, S=S, U=U)
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
@@ -292,9 +308,12 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
+        t_U=tap_plan.get("U") if tap_u else ht, head_slot=tap_plan.head_slot if tap_u else chunks.chunk_len,
+        tap_lo=tap_plan.lo if tap_u else 0, tap_hi=tap_plan.hi if tap_u else 0,
+        n_sel=tap_plan.n_sel if tap_u else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o
@@ -314,7 +333,11 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         o = torch.empty(BT, H, V, device=qn.device, dtype=out_dtype)
     if NC == 0:
         return o
-    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, OUTPUT_TAPS, o, chunks)
+    # U in bf16 (common.udu_bf16): the state pass stored the U tap from its fp32 registers
+    names = OUTPUT_TAPS if U is None or U.dtype == torch.float32 else tuple(n for n in OUTPUT_TAPS if n != "U")
+    bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, names, o, chunks)
+    if len(names) < len(OUTPUT_TAPS):
+        bufs, present = [*bufs, o], {**present, "U": False}
     BV = _block_v(K, V)
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);

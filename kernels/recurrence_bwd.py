@@ -8,8 +8,9 @@ The state gradient obeys ``dS = exp(gT) ⊙ dS⁺ + qd^T dO − kd^T dv`` with
 - ``chunk_bwd_prep_kernel``, grid (NC, H), parallel: ``qd, kr, w`` [BT,H,K] and ``dU0 = Mqk^T dO``
   [BT,H,V] (written into the ``dU`` buffer);
 - ``recurrence_bwd_kernel``, grid (NV, H, N) (``common.state_grid``), sequential: per chunk it stores ``dS⁺`` (the
-  gradient arriving from the next chunk, read by the prepare backward), completes ``dU`` in place,
-  and steps ``dS``; after a sequence's chunk 0, ``dS`` is ``dh0``. Tap ``dS``.
+  gradient arriving from the next chunk, read by the prepare backward), completes ``dU`` (in place, or in
+  bf16 into a tensor of its own: ``common.udu_bf16``), and steps ``dS``; after a sequence's chunk 0, ``dS``
+  is ``dh0``. Taps ``dS`` and, with ``dU`` in bf16, ``dU`` (from its fp32 registers).
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid
-from .tlmath import exp_, load_qk, mm, seq_span
+from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid, udu_bf16
+from .tlmath import exp_, load_qk, mm, seq_span, store_rn
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
 
@@ -78,11 +79,12 @@ def chunk_bwd_prep_kernel(
         tl.store(dU + o_tv, mm(tl.trans(b_Mqk), b_do, DOT), mask=m_tv)
 
 
-@triton.jit
+@triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel"])
 def recurrence_bwd_kernel(
     qd, kr, w,       # [BT, H, K] fp32 (from chunk_bwd_prep_kernel)
     do,              # [BT, H, V] any float dtype
-    dU,              # [BT, H, V] fp32 in: Mqk^T dO; out: Mqk^T dO + kr dS⁺
+    dU,              # [BT, H, V] fp32 in: Mqk^T dO (dU0)
+    dUo,             # [BT, H, V] out, fp32 or bf16: Mqk^T dO + kr dS⁺ (dU itself, in place, where fp32)
     gT,              # [NC, H, K] fp32
     dht,             # [N, H, K, V] fp32 (math layout), read if USE_DHT
     dSn,             # [NC, H, K, V] fp32 out: dS⁺, the gradient arriving from the next chunk
@@ -91,13 +93,14 @@ def recurrence_bwd_kernel(
     seq_chunk_base,  # [N+1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
     tap_dS,          # [hi-lo, n_sel, K, V] fp32 tap buffer
+    tap_dU,          # [hi-lo, n_sel, C, V] fp32 tap buffer (TAP_DU)
     head_slot,       # [H] int32: tap slot of each head, or -1
     tap_lo, tap_hi, n_sel,   # tap chunk range and number of tapped heads
     H, K, V,         # sizes
     n_seqs,          # N (DH0_SLOT)
     fill, fill_n, fill_per,  # with FILL: a flat fp32 tensor of fill_n elements to NaN-fill, fill_per a program
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr,
+    USE_DHT: tl.constexpr, STORE_DH0: tl.constexpr, TAP_DS: tl.constexpr, TAP_DU: tl.constexpr,
     DH0_SLOT: tl.constexpr = 0,  # with STORE_DH0: dh0 lies just before dSn in one tensor, stored by one more
                                  # step of the loop, over no rows, into slot i_n - N (knob RECB_DH0_SLOT,
                                  # default 1 at BV >= 32)
@@ -130,7 +133,7 @@ def recurrence_bwd_kernel(
     m_tv = (o_t < n_last)[:, None] & m_v[None, :] & (o_t * 0 + c0 < c1)[:, None]
     b_dU0 = tl.load(dU + o_tv, mask=m_tv, other=0.)
     b_gT = tl.load(gT + (c_last * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c0 < c1), other=0.)
-    if TAP_DS:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
+    if TAP_DS or TAP_DU:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
         slot = tl.load(head_slot + i_h)
     n_steps = c1 - c0
     if DH0_SLOT:
@@ -174,7 +177,11 @@ def recurrence_bwd_kernel(
         b_dU = b_dU0 + mm(b_kr, b_dS.to(tl.float32), DOT)
         b_dS = (exp_(b_gT.to(acc), DOT == 0)[:, None] * b_dS + mm(tl.trans(b_qd), b_do, DOT).to(acc)
                 - mm(tl.trans(b_w), b_dU, DOT).to(acc))
-        tl.store(dU + o_tv, b_dU.to(tl.float32), mask=m_tv)
+        store_rn(dUo + o_tv, b_dU.to(tl.float32), m_tv)
+        if TAP_DU:  # padding rows: 0 (dU0 and kr are read as 0 there)
+            if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
+                tl.store(tap_dU + ((c - tap_lo) * n_sel + slot).to(tl.int64) * C * V + o_t[:, None] * V + o_v[None, :],
+                         b_dU.to(tl.float32), mask=(o_t >= 0)[:, None] & m_v[None, :])
         b_dU0, b_gT = b_dU0_prev, b_gT_prev
         if TAP_DS:
             if (c >= tap_lo) & (c < tap_hi) & (slot >= 0) & ((c >= c0) | (DH0_SLOT == 0)):
@@ -192,7 +199,8 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
                    tap_plan=None, rq=None, rk=None, qd=None, w=None):
     """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
     (token-major, flattened B*T). The
-    recurrence completes ``dU`` in place: it holds the dU tap when ``tap_plan`` aliases it. ``rq, rk``: the
+    recurrence completes ``dU`` in place (it then holds the dU tap when ``tap_plan`` aliases it), or in bf16
+    into a tensor of its own (``common.udu_bf16``), storing the dU tap itself. ``rq, rk``: the
     l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``). ``qd``, ``w``: the
     forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed."""
     BT, H, K = qn.shape
@@ -210,6 +218,8 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
     if chunks.n_chunks == 0:
         return qd, kr, w, dU
     if tap_plan is not None:
+        if udu_bf16(precision):
+            tap_plan.own("dU")  # the tap keeps the fp32 values: stored by the reverse state pass
         tap_plan.alias(chunks, dU=dU)
     chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
         qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
@@ -235,8 +245,11 @@ def bwd_state_stages(n_chains: int, K: int, V: int, C: int, BV: int, e: int, e_d
     return pipeline_stages("RECB_STAGES", want, per_stage, fixed, device)
 
 
-def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precision: str = "fp32", tap_plan=None):
-    """Run the reverse state recurrence. Completes ``dU`` in place.
+def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precision: str = "fp32", tap_plan=None,
+                   dU_out=None):
+    """Run the reverse state recurrence. Completes ``dU`` (``dU0`` on entry) in place, or into ``dU_out``
+    (``[BT,H,V]``, fp32 or bf16: ``common.udu_bf16``); with ``tap_plan``'s dU tap stored (not aliased),
+    stores that tap from its fp32 registers.
 
     Returns ``(dSn [NC,H,K,V], dh0 [N,H,K,V] or None)``; ``dSn[c]`` is the gradient arriving at
     chunk c from its successor (``dht`` for a sequence's last chunk).
@@ -271,6 +284,7 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     BK = block_size(K)
     stages = bwd_state_stages(N * H, K, V, chunks.chunk_size, BV, qd.element_size(), do.element_size(), dev)
     tap = tap_plan is not None and tap_plan.has("dS")
+    tap_du = tap_plan is not None and tap_plan.has("dU")
     dummy = dSn
     grid = state_grid(chunks, H, cdiv(V, BV))
     # the tap plan's unfilled buffers (the V and K passes' and the finish kernel's taps, STATE_FILL_TAPS):
@@ -283,14 +297,18 @@ def recurrence_bwd(qd, kr, w, do, dU, gT, dht, chunks, *, has_h0: bool, precisio
     # blocks a step: a power of two (few compiled variants) with which the longest chain covers its slice
     fill_blocks = 0 if fill is None else triton.next_power_of_2(cdiv(fill_per, fb * max(chunks.max_chunks, 1)))
     recurrence_bwd_kernel[grid](
-        qd=qd, kr=kr, w=w, do=do, dU=dU, gT=gT, dht=dht if dht is not None else dummy, dSn=dSn,
+        qd=qd, kr=kr, w=w, do=do, dU=dU, dUo=dU if dU_out is None else dU_out, gT=gT,
+        dht=dht if dht is not None else dummy, dSn=dSn,
         dh0=dh0 if store_dh0 else dummy, chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len,
         seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
-        tap_dS=tap_plan.get("dS") if tap else dummy, head_slot=tap_plan.head_slot if tap else chunks.chunk_len,
-        tap_lo=tap_plan.lo if tap else 0, tap_hi=tap_plan.hi if tap else 0, n_sel=tap_plan.n_sel if tap else 0,
+        tap_dS=tap_plan.get("dS") if tap else dummy, tap_dU=tap_plan.get("dU") if tap_du else dummy,
+        head_slot=tap_plan.head_slot if tap or tap_du else chunks.chunk_len,
+        tap_lo=tap_plan.lo if tap or tap_du else 0, tap_hi=tap_plan.hi if tap or tap_du else 0,
+        n_sel=tap_plan.n_sel if tap or tap_du else 0,
         H=H, K=K, V=V, n_seqs=N, fill=dummy if fill is None else fill, fill_n=fill_n, fill_per=fill_per,
         C=chunks.chunk_size, BK=BK, BV=BV, DOT=dot_mode(precision),
-        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, DH0_SLOT=dh0_slot, F64=state_f64(precision),
+        USE_DHT=dht is not None, STORE_DH0=store_dh0, TAP_DS=tap, TAP_DU=tap_du, DH0_SLOT=dh0_slot,
+        F64=state_f64(precision),
         FILL=fill_blocks, FB=fb, **LAUNCH,
         num_warps=knob("RECB_WARPS", 4), num_stages=stages)
     if not has_h0:

@@ -85,6 +85,10 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
+    "UDU_BF16": Knob("1", "bf16 mode: 1 stores U and the completed dU [BT, H, V] in bf16 (rounded to nearest "
+                          "even), the operand the V pass's MMAs round them to anyway: the same bits, half the "
+                          "bytes; their taps are then stored by the state passes from their fp32 registers "
+                          "(common.udu_bf16); 0: fp32", False),
     "PREP_UNROLL": Knob("the number of K blocks at PREP_WARPS' 8-warp launch (chunk 64, gate in the kernel, qn, kn "
                         "stored), else 0",
                         "forward token kernel: its two K-block loops unrolled by this factor (0: not unrolled), so "

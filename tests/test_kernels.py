@@ -322,8 +322,9 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
         monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
         runs[alias] = run_fb(inputs, cfg, precision, sel)
     (out_a, taps_a, plan_a), (out_s, taps_s, plan_s) = runs["1"], runs["0"]
-    # bf16 mode keeps Mqk in bf16 (prepare.mqk_bf16): its tap has a buffer of its own there
-    own = {"Mqk"} if precision == "bf16" else set()
+    # bf16 mode keeps Mqk, U and dU in bf16 (prepare.mqk_bf16, common.udu_bf16): their taps have buffers of
+    # their own there
+    own = {"Mqk", "U", "dU"} if precision == "bf16" else set()
     assert set(plan_a.aliased) == set(ALIAS_TAPS) - own and plan_s.aliased == ()
     assert not any(plan_a.has(n) for n in set(ALIAS_TAPS) - own) and all(plan_a.has(n) for n in own)
     for n, t in out_s.items():
@@ -397,6 +398,47 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
     runs = knob_runs(inputs, cfg, precision, "MQK_BF16", ("1", "0"), monkeypatch)
     assert runs["1"][2].has("Mqk") and "Mqk" in runs["0"][2].aliased
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
+
+
+@pytest.mark.parametrize("name,window,heads", [
+    ("chunk64_varlen", None, None), ("tail", None, None), ("varlen_short", (1, 3), (1,)), ("strong_gates", (2, 4), (0,)),
+])
+def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
+    """bf16 mode stores ``U`` and the completed ``dU`` in bf16 (knob UDU_BF16=1, the default): their one
+    reader, the backward V pass, rounds them to bf16 for its MMAs anyway, so every output, gradient and tap
+    has the bits of the run that stores them in fp32 (UDU_BF16=0), padding rows aside (zeroed in both). The
+    U and dU taps then have buffers of their own, stored by the state passes from their fp32 registers, over
+    the window and heads selected (a window past chunk 0 with one head: every other slot stays NaN)."""
+    precision = "bf16"
+    case = get_case(name)
+    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
+    dtypes = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("KDADBG_UDU_BF16", on)
+        dtypes[on] = forward_saved(inputs, cfg, precision).U.dtype
+    assert dtypes == {"1": torch.bfloat16, "0": torch.float32}
+    if window is None:
+        runs = knob_runs(inputs, cfg, precision, "UDU_BF16", ("1", "0"), monkeypatch)
+        assert runs["1"][2].has("U") and runs["1"][2].has("dU")
+        assert {"U", "dU"} <= set(runs["0"][2].aliased)
+        assert_same_bits(inputs, cfg, runs["1"], runs["0"])
+        return
+    sel = TapSelection(names=("U", "dU", "S", "dS", "dvcorr"), chunks=window, heads=heads)
+    runs = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("KDADBG_UDU_BF16", on)
+        runs[on] = run_fb(inputs, cfg, precision, sel)
+    (out_a, taps_a, plan_a), (out_b, taps_b, _) = runs["1"], runs["0"]
+    assert plan_a.has("U") and plan_a.has("dU") and plan_a.n_sel == 1
+    for n, t in out_b.items():
+        assert torch.equal(bits(t), bits(out_a[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_b) == list(sel.names)
+    for n in sel.names:
+        a, b = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_b))
+        assert a.shape[:2] == (window[1] - window[0], 1) and not a.isnan().any(), n
+        assert torch.equal(bits(a), bits(b)), n
 
 
 def test_tap_buffers_start_nan_in_two_flat_tensors():
