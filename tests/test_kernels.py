@@ -381,6 +381,21 @@ def test_backward_reading_the_forward_w_within_bf16_tolerances(name, monkeypatch
     check_all(run_op(inputs, cfg, "bf16"), run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
 
 
+def _two_heads(name):
+    """Case ``name``'s inputs and config at two heads at most."""
+    case = get_case(name)
+    return make_inputs(with_size(case, H=min(case.H, 2)))
+
+
+def _saved_dtypes(inputs, cfg, knob, field, monkeypatch):
+    """The dtype of ``FwdSaved.<field>`` after a bf16 training forward with ``KDADBG_<knob>`` 1 and 0."""
+    dtypes = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv(f"KDADBG_{knob}", on)
+        dtypes[on] = getattr(forward_saved(inputs, cfg, "bf16"), field).dtype
+    return dtypes
+
+
 @pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "tail", "strong_gates"])
 def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
     """bf16 mode stores ``Mqk`` in bf16 (knob MQK_BF16=1, the default): each reader rounds it to bf16 for
@@ -388,13 +403,8 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
     fp32 registers, not read from the bf16 tensor) has the bits of the run that stores it in fp32
     (MQK_BF16=0), padding rows aside (zeroed in both)."""
     precision = "bf16"
-    case = get_case(name)
-    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
-    dtypes = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("KDADBG_MQK_BF16", on)
-        dtypes[on] = forward_saved(inputs, cfg, precision).Mqk.dtype
-    assert dtypes == {"1": torch.bfloat16, "0": torch.float32}
+    inputs, cfg = _two_heads(name)
+    assert _saved_dtypes(inputs, cfg, "MQK_BF16", "Mqk", monkeypatch) == {"1": torch.bfloat16, "0": torch.float32}
     runs = knob_runs(inputs, cfg, precision, "MQK_BF16", ("1", "0"), monkeypatch)
     assert runs["1"][2].has("Mqk") and "Mqk" in runs["0"][2].aliased
     assert_same_bits(inputs, cfg, runs["1"], runs["0"])
@@ -407,16 +417,11 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
     """bf16 mode stores ``U`` and the completed ``dU`` in bf16 (knob UDU_BF16=1, the default): their one
     reader, the backward V pass, rounds them to bf16 for its MMAs anyway, so every output, gradient and tap
     has the bits of the run that stores them in fp32 (UDU_BF16=0), padding rows aside (zeroed in both). The
-    U and dU taps then have buffers of their own, stored by the state passes from their fp32 registers, over
-    the window and heads selected (a window past chunk 0 with one head: every other slot stays NaN)."""
+    U and dU taps then have buffers of their own, stored by the state passes from their fp32 registers: every
+    tap and every head, or a window past chunk 0 and one head (the state passes' tap condition)."""
     precision = "bf16"
-    case = get_case(name)
-    inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
-    dtypes = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("KDADBG_UDU_BF16", on)
-        dtypes[on] = forward_saved(inputs, cfg, precision).U.dtype
-    assert dtypes == {"1": torch.bfloat16, "0": torch.float32}
+    inputs, cfg = _two_heads(name)
+    assert _saved_dtypes(inputs, cfg, "UDU_BF16", "U", monkeypatch) == {"1": torch.bfloat16, "0": torch.float32}
     if window is None:
         runs = knob_runs(inputs, cfg, precision, "UDU_BF16", ("1", "0"), monkeypatch)
         assert runs["1"][2].has("U") and runs["1"][2].has("dU")
