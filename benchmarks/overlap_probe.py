@@ -35,7 +35,7 @@ def main(argv=None):
     from kdadbg_kernels.recurrence import kda_fwd_recurrence
     from kdadbg_kernels.recurrence_bwd import chunk_bwd_prep, recurrence_bwd
     from kdadbg_kernels.prepare_bwd import chunk_bwd_dqkg
-    from kdadbg_kernels.common import KernelChunks
+    from kdadbg_kernels.common import KernelChunks, udu_bf16
 
     def timed(fn, reps=a.reps):
         if a.device == "cpu":
@@ -102,15 +102,21 @@ def main(argv=None):
             print(f"  fwd: prepare {t_p:.3f} ms, state pass {t_r:.3f}, sum {t_p + t_r:.3f}, both on two streams "
                   f"{t_b:.3f} (hidden {t_p + t_r - t_b:.3f})", flush=True)
         dof = do.reshape(B * T, H, V).contiguous()
-        qd2, kr, w2, dU = chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, dof, chunks, scale=scale, precision="bf16",
-                                         rq=rq, rk=rk, qd=qd)
+        qd2, kr, w2, dU0 = chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, dof, chunks, scale=scale, precision="bf16",
+                                          rq=rq, rk=rk, qd=qd)
+        # the completed dU as the op stores it: bf16 beside dU0 (common.udu_bf16), or dU0 completed in place (a
+        # copy per call, so that every call starts from dU0)
+        dU = torch.empty_like(dU0, dtype=torch.bfloat16) if udu_bf16("bf16") else None
 
         def brec():
-            return recurrence_bwd(qd2, kr, w2, dof, dU.clone(), gT, None, chunks, has_h0=False, precision="bf16")
+            if dU is None:
+                return recurrence_bwd(qd2, kr, w2, dof, dU0.clone(), gT, None, chunks, has_h0=False, precision="bf16")
+            return recurrence_bwd(qd2, kr, w2, dof, dU0, gT, None, chunks, has_h0=False, precision="bf16", dU_out=dU)
         dSn, _ = brec()
 
         def vk():
-            return chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, dof, g, A_log, dt, chunks, scale=scale,
+            return chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU0 if dU is None else dU, v, dof, g, A_log, dt,
+                                  chunks, scale=scale,
                                   gate=gate, lower_bound=lower_bound, precision="bf16", rq=rq, rk=rk)
         t_s, t_vk, t_b = timed(brec), timed(vk), timed(both(brec, vk))
         if a.device == "cpu":

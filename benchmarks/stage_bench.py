@@ -40,7 +40,7 @@ def main(argv=None):
     from bench import MIXED6
     from peer_inputs import peer_inputs
 
-    from kdadbg_kernels.common import KernelChunks
+    from kdadbg_kernels.common import KernelChunks, udu_bf16
     from kdadbg_kernels.prepare import kda_fwd_prepare
     from kdadbg_kernels.prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
     from kdadbg_kernels.recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
@@ -80,11 +80,14 @@ def main(argv=None):
     def bprep():
         return chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, scale=scale, precision=p)
 
-    qd, krb, wb, dU = bprep()
+    qd, krb, wb, dU0 = bprep()
     stages["bwd_prep"] = bprep
+    # the completed dU as the op stores it: bf16 in bf16 mode (common.udu_bf16), else dU0's buffer in place
+    dU = torch.empty_like(dU0, dtype=torch.bfloat16) if udu_bf16(p) else dU0
 
     def brec():
-        return recurrence_bwd(qd, krb, wb, do, dU, gT, None, chunks, has_h0=False, precision=p)
+        return recurrence_bwd(qd, krb, wb, do, dU0, gT, None, chunks, has_h0=False, precision=p,
+                              dU_out=None if dU is dU0 else dU)
 
     dSn, _ = brec()
     stages["bwd_recurrence"] = brec
