@@ -174,8 +174,8 @@ class FwdSaved:
     own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (prepare.qk_rowscale:
     qn = q * rq); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
     after activation; INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state
-    entering each chunk; U: [BT,H,V] (bf16 in bf16 mode: ``udu_bf16``). qd and w [BT,H,K]: the forward's operands of the state pass, kept
-    for the backward's (``chunk.bwd_fwd_operands``), else None.
+    entering each chunk; U: [BT,H,V] (bf16 in bf16 mode: ``udu_bf16``). qd and w [BT,H,K]: the forward's
+    operands of the state pass, kept for the backward's (``chunk.bwd_fwd_operands``), else None.
     """
 
     qn: torch.Tensor

@@ -411,7 +411,8 @@ def test_mqk_in_bf16_keeps_every_bit(name, monkeypatch):
 
 
 @pytest.mark.parametrize("name,window,heads", [
-    ("chunk64_varlen", None, None), ("tail", None, None), ("varlen_short", (1, 3), (1,)), ("strong_gates", (2, 4), (0,)),
+    ("chunk64_varlen", None, None), ("tail", None, None), ("varlen_short", (1, 3), (1,)),
+    ("strong_gates", (2, 4), (0,)),
 ])
 def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
     """bf16 mode stores ``U`` and the completed ``dU`` in bf16 (knob UDU_BF16=1, the default): their one
