@@ -304,6 +304,23 @@ def assert_same_bits(inputs, cfg, run_a, run_b):
         assert torch.equal(bits(a), bits(s)), n
 
 
+def assert_same_selected_bits(inputs, cfg, run_a, run_b, names):
+    """Two ``run_fb`` results over a tap selection: every output and gradient the same bits, and each tap of
+    ``names`` too (padding rows zeroed in both), none NaN, shaped ``[hi-lo, n_sel, ...]`` by ``run_a``'s plan."""
+    (out_a, taps_a, plan_a), (out_b, taps_b, _) = run_a, run_b
+    assert set(out_a) == set(out_b) and out_a
+    for n, t in out_b.items():
+        assert torch.equal(bits(t), bits(out_a[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_b) == list(names)
+    for n in names:
+        a, b = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_b))
+        assert a.shape == b.shape and a.shape[:2] == (plan_a.hi - plan_a.lo, plan_a.n_sel), n
+        assert not a.isnan().any(), n
+        assert torch.equal(bits(a), bits(b)), n
+
+
 @pytest.mark.parametrize("name,precision,window,heads", [
     pytest.param("varlen_short", "fp32", None, None, id="varlen_short-every_chunk_a_sequence_start"),
     pytest.param("no_state", "bf16", (0, 3), None, id="no_state-bf16-dS0_from_dh0_without_h0"),
@@ -321,22 +338,13 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
     for alias in ("1", "0"):
         monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
         runs[alias] = run_fb(inputs, cfg, precision, sel)
-    (out_a, taps_a, plan_a), (out_s, taps_s, plan_s) = runs["1"], runs["0"]
+    plan_a, plan_s = runs["1"][2], runs["0"][2]
     # bf16 mode keeps Mqk, U and dU in bf16 (prepare.mqk_bf16, common.udu_bf16): their taps have buffers of
     # their own there
     own = {"Mqk", "U", "dU"} if precision == "bf16" else set()
     assert set(plan_a.aliased) == set(ALIAS_TAPS) - own and plan_s.aliased == ()
     assert not any(plan_a.has(n) for n in set(ALIAS_TAPS) - own) and all(plan_a.has(n) for n in own)
-    for n, t in out_s.items():
-        assert torch.equal(bits(t), bits(out_a[n])), n
-    B, T = inputs.q.shape[:2]
-    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
-    assert list(taps_a) == list(taps_s) == list(sel.names)
-    for n in sel.names:
-        a, s = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_s))
-        assert a.shape == s.shape and a.shape[:2] == (plan_a.hi - plan_a.lo, plan_a.n_sel), n
-        assert not a.isnan().any(), n
-        assert torch.equal(bits(a), bits(s)), n
+    assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
 
 
 @pytest.mark.parametrize("name", ["chunk64_varlen", "gate_softplus", "bf16", "tail"])
@@ -434,17 +442,9 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
     for on in ("1", "0"):
         monkeypatch.setenv("KDADBG_UDU_BF16", on)
         runs[on] = run_fb(inputs, cfg, precision, sel)
-    (out_a, taps_a, plan_a), (out_b, taps_b, _) = runs["1"], runs["0"]
-    assert plan_a.has("U") and plan_a.has("dU") and plan_a.n_sel == 1
-    for n, t in out_b.items():
-        assert torch.equal(bits(t), bits(out_a[n])), n
-    B, T = inputs.q.shape[:2]
-    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
-    assert list(taps_a) == list(taps_b) == list(sel.names)
-    for n in sel.names:
-        a, b = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_b))
-        assert a.shape[:2] == (window[1] - window[0], 1) and not a.isnan().any(), n
-        assert torch.equal(bits(a), bits(b)), n
+    plan_a = runs["1"][2]
+    assert plan_a.has("U") and plan_a.has("dU") and (plan_a.lo, plan_a.hi, plan_a.n_sel) == (*window, 1)
+    assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
 
 
 def test_tap_buffers_start_nan_in_two_flat_tensors():
