@@ -334,10 +334,9 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     if NC == 0:
         return o
     # U in bf16 (common.udu_bf16): the state pass stored the U tap from its fp32 registers
-    names = OUTPUT_TAPS if U is None or U.dtype == torch.float32 else tuple(n for n in OUTPUT_TAPS if n != "U")
+    names = tuple(n for n in OUTPUT_TAPS if n != "U" or U is None or U.dtype == torch.float32)
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, names, o, chunks)
-    if len(names) < len(OUTPUT_TAPS):
-        bufs, present = [*bufs, o], {**present, "U": False}
+    buf = dict(zip(names, bufs))
     BV = _block_v(K, V)
     # one program forms qd and Mqk once for all the V blocks, with one pipeline stage: 0.195 ms at H16
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
@@ -346,12 +345,12 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         if taps_only and not (taps and store):
             continue
-        on = {n: taps and present[n] for n in OUTPUT_TAPS}
-        t_S, t_vcorr, t_U = bufs
+        on = {n: taps and present.get(n, False) for n in OUTPUT_TAPS}
         kda_fwd_output_kernel[(c1 - c0, H, cdiv(cdiv(V, BV), NVB))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, v=v, b=b, Mqk=Mqk, S=S,
             U=U, o=o, chunk_start=chunks.chunk_start,
-            chunk_len=chunks.chunk_len, scale=float(scale), t_S=t_S, t_vcorr=t_vcorr, t_U=t_U, head_slot=slot,
+            chunk_len=chunks.chunk_len, scale=float(scale), t_S=buf["S"], t_vcorr=buf["vcorr"], t_U=buf.get("U", o),
+            head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
