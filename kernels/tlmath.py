@@ -237,7 +237,10 @@ def gate_act(b_g, b_dt, a_h, lower_bound, GATE: tl.constexpr, PRECISE: tl.conste
 def prefetch_l2(p):
     """Ask for the 128-byte line at each address of ``p`` to be brought into L2 (PTX ``prefetch.global.L2``):
     no value is read into registers and nothing waits, so a later load of those lines comes from L2 rather
-    than memory. The GPU only (inline PTX; under the interpreter nothing is done)."""
+    than memory. On the GPU inline PTX; under the interpreter, which has no cache, a load whose value is dropped,
+    so that the addresses are those of a load (``tests/bounds.py`` checks each lies inside a tensor)."""
     if not INTERPRET:
         tl.inline_asm_elementwise("prefetch.global.L2 [$1];\n\tmov.u32 $0, 0;", "=r,l", [p], dtype=tl.int32,
                                   is_pure=False, pack=1)
+    else:
+        tl.load(p)
