@@ -278,12 +278,13 @@ def forward_saved(inputs, cfg, precision):
                        A_log=x.A_log, dt_bias=x.dt_bias, cu_seqlens=x.cu_seqlens, precision=precision)[2]
 
 
-def knob_runs(inputs, cfg, precision, knob, values, monkeypatch):
-    """``run_fb`` with every tap on once per value of ``KDADBG_<knob>``: ``{value: (outputs, taps, plan)}``."""
+def knob_runs(inputs, cfg, precision, knob, values, monkeypatch, taps=None):
+    """``run_fb`` with the taps of ``taps`` (default every tap) once per value of ``KDADBG_<knob>``:
+    ``{value: (outputs, taps, plan)}``."""
     runs = {}
     for value in values:
         monkeypatch.setenv(f"KDADBG_{knob}", value)
-        runs[value] = run_fb(inputs, cfg, precision, TapSelection())
+        runs[value] = run_fb(inputs, cfg, precision, TapSelection() if taps is None else taps)
     return runs
 
 
@@ -334,10 +335,7 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
     past chunk 0), gathers (tail chunks, varlen), dS from dh0 at sequence starts, a head subset."""
     inputs, cfg = make_inputs(get_case(name))
     sel = TapSelection(chunks=window, heads=heads)
-    runs = {}
-    for alias in ("1", "0"):
-        monkeypatch.setenv("KDADBG_TAPS_ALIAS", alias)
-        runs[alias] = run_fb(inputs, cfg, precision, sel)
+    runs = knob_runs(inputs, cfg, precision, "TAPS_ALIAS", ("1", "0"), monkeypatch, sel)
     plan_a, plan_s = runs["1"][2], runs["0"][2]
     # bf16 mode keeps Mqk, U and dU in bf16 (prepare.mqk_bf16, common.udu_bf16): their taps have buffers of
     # their own there
@@ -438,10 +436,7 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
         assert_same_bits(inputs, cfg, runs["1"], runs["0"])
         return
     sel = TapSelection(names=("U", "dU", "S", "dS", "dvcorr"), chunks=window, heads=heads)
-    runs = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("KDADBG_UDU_BF16", on)
-        runs[on] = run_fb(inputs, cfg, precision, sel)
+    runs = knob_runs(inputs, cfg, precision, "UDU_BF16", ("1", "0"), monkeypatch, sel)
     plan_a = runs["1"][2]
     assert plan_a.has("U") and plan_a.has("dU") and (plan_a.lo, plan_a.hi, plan_a.n_sel) == (*window, 1)
     assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
