@@ -1,0 +1,4 @@
+# Round 53 call 3 (the same H100, warm): V blocks and sequence sets at H2 for RECB_DU0=1, and the compiled
+# recurrence_bwd_kernel variants' shared memory (Triton's cache metadata).
+cd .exp && . benchmarks/gpu_env.sh >/dev/null 2>&1; export TRITON_CACHE_DIR=/tmp/tc; b() { env "$@" timeout 40 python3 benchmarks/bench.py --json /tmp/q.json --budget-s 10 --commit exp --peers none --settings lower_bound --shapes $SH > /tmp/q.log 2>&1; echo "$SH $*: exit $? $(grep -E '^\[bench\]' /tmp/q.log | tail -1 | cut -c1-110)"; }; SH=varlen_mixed6_H2; b KDADBG_RECB_DU0=1 KDADBG_RECB_BV=64; b KDADBG_RECB_DU0=1 KDADBG_RECB_BV=32; b KDADBG_RECB_DU0=1 KDADBG_RECB_BV=16; b KDADBG_RECB_DU0=0 KDADBG_RECB_BV=16; SH=varlen_lens2600-1094-4096_H2; b KDADBG_RECB_DU0=1; SH=varlen_lens542-6126-1926_H2; b KDADBG_RECB_DU0=1
+# then each /tmp/tc/*/recurrence_bwd_kernel.json's shared, num_warps, num_stages ($OUT/meta.txt)

@@ -1,0 +1,3 @@
+# Round 53 call 4 (the same H100, warm): RECB_DU0=1 at H2 on single sequences, tails or none, and with V blocks
+# of 64 or one stage.
+cd .exp && . benchmarks/gpu_env.sh >/dev/null 2>&1; b() { env KDADBG_RECB_DU0=1 "$@" timeout 30 python3 benchmarks/bench.py --json /tmp/q.json --budget-s 8 --commit exp --peers none --settings lower_bound --shapes $SH > /tmp/q.log 2>&1; echo "$SH $*: exit $? $(grep -E '^\[bench\]' /tmp/q.log | tail -1 | cut -c1-90)"; }; for SH in varlen_lens1094_H2 varlen_lens1926_H2 varlen_lens4096-1094_H2 varlen_lens1094-4096_H2 varlen_lens64-1094_H2 varlen_lens1088-6_H2 varlen_lens70_H2 varlen_lens128-128-128_H2 varlen_lens640-640-640_H2; do b; done; SH=varlen_lens1094_H2; b KDADBG_RECB_BV=64; b KDADBG_RECB_STAGES=1
