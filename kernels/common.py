@@ -422,6 +422,20 @@ def chunk_launches(plan: TapPlan | None, n_chunks: int) -> list[tuple[int, int, 
     return [p for p in parts if p[1] > p[0]]
 
 
+def heads_first() -> bool:
+    """Whether the kernels parallel over chunks and heads launch heads first (knob ``HEADS_FIRST``, launch only:
+    the same bits; ``chunk_grid``)."""
+    return knob("HEADS_FIRST", 1) != 0
+
+
+def chunk_grid(n_chunks: int, H: int, nb: int = 1, *, first: bool, grid: tuple[int, ...]) -> tuple[int, ...]:
+    """The grid of a kernel parallel over ``n_chunks`` chunks, ``H`` heads and ``nb`` K or V blocks: with
+    ``first`` (``heads_first``) one axis of ``n_chunks * H * nb`` programs, the heads and blocks of a chunk
+    adjacent (``tlmath.chunk_head_block`` names a program's chunk, head and block); else ``grid``, the
+    kernel's own 2- or 3-D grid with the chunks adjacent."""
+    return (n_chunks * H * nb,) if first else grid
+
+
 def tap_kernel_args(plan: TapPlan | None, names: tuple[str, ...], dummy: torch.Tensor, chunks: KernelChunks):
     """Kernel arguments for one stage's taps: ``(buffers, head_slot, lo, hi, n_sel, store, present)``.
 

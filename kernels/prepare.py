@@ -23,9 +23,9 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, tap_kernel_args
+from .common import LAUNCH, chunk_grid, chunk_launches, fwd_lowp, heads_first, rowscale_mode, tap_kernel_args
 from .tuning import block_size, cdiv, knob, reg_cap
-from .tlmath import GATE_IDS, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
+from .tlmath import GATE_IDS, chunk_head_block, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
 
@@ -75,8 +75,12 @@ def kda_fwd_token_kernel(
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
     UNROLL: tl.constexpr = 0,    # >0: the K-block loops unrolled by this factor (knob PREP_UNROLL; same bits)
     AHEAD: tl.constexpr = 0,     # 1: q, k, g of the next K block loaded one step ahead (knob PREP_AHEAD; same bits)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
-    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
+    if HEADS_FIRST:
+        i_c, i_h, _ = chunk_head_block(c0, H, 1)
+    else:
+        i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
 
@@ -276,12 +280,16 @@ def kda_fwd_intra_solve_kernel(
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
     then ``INV = (I + L)^-1``: each diagonal block by forward substitution in exact fp32, and below the
     diagonal ``INV_sj = -INV_ss sum_{j <= m < s} L_sm INV_mj`` (block forward substitution)."""
-    i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
+    if HEADS_FIRST:
+        i_c, i_h, _ = chunk_head_block(c0, H, 1)
+    else:
+        i_c, i_h = tl.program_id(0) + c0, tl.program_id(1)
     NB: tl.constexpr = BC // 16
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
@@ -384,11 +392,15 @@ def kda_fwd_wu_kernel(
     BK: tl.constexpr,            # column block of both products
     BF16: tl.constexpr,
     RS: tl.constexpr = 0,        # kn from the raw k and the row scales (common.rowscale_mode)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
     """The WY products of one chunk, ``w = INV Diag(b) kd`` and ``u = INV Diag(b) v``, in one program (``INV``
     and ``b`` read once: the kernel 0.394 -> 0.350 ms against a program each, lower-bound H32 T16384,
     docs/gpu/round30/call1)."""
-    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    if HEADS_FIRST:
+        i_c, i_h, _ = chunk_head_block(0, H, 1)
+    else:
+        i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, BC)
@@ -535,9 +547,10 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # slower, 0.367 -> 0.402
     unroll = knob("PREP_UNROLL", cdiv(K, bk) if wide else 0)
     ahead = knob("PREP_AHEAD", 1 if wide else 0)
+    hf = heads_first()
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         on = {n: taps and present[n] for n in TOKEN_TAPS}
-        kda_fwd_token_kernel[(c1 - c0, H)](
+        kda_fwd_token_kernel[chunk_grid(c1 - c0, H, first=hf, grid=(c1 - c0, H))](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, krT=krT,
             qd=qn if qd is None else qd, b=b, gT=gT,
@@ -549,7 +562,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_LOWP=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
-            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, **LAUNCH,
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, HEADS_FIRST=hf, **LAUNCH,
             num_warps=warps,
             num_stages=knob("PREP_STAGES", 3),
             **reg_cap(knob("PREP_MAXNREG", 0)),
@@ -557,22 +570,22 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
-        kda_fwd_intra_solve_kernel[(c1 - c0, H)](
+        kda_fwd_intra_solve_kernel[chunk_grid(c1 - c0, H, first=hf, grid=(c1 - c0, H))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], RS=rowscale_mode(rs, qk_lowp), **LAUNCH,
+            TAP_MQK=taps and present["Mqk"], RS=rowscale_mode(rs, qk_lowp), HEADS_FIRST=hf, **LAUNCH,
             num_warps=knob("PREP_SOLVE_WARPS", 1),
             # 2 stages: the kernel 0.620 -> 0.522 ms against 3 (1: 0.602), lower-bound H32 T16384,
             # docs/gpu/round30/call9
             num_stages=knob("PREP_SOLVE_STAGES", 2),
         )
-    kda_fwd_wu_kernel[(NC, H)](
+    kda_fwd_wu_kernel[chunk_grid(NC, H, first=hf, grid=(NC, H))](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),
-        BF16=bf16, RS=rowscale_mode(rs, qk_lowp), **LAUNCH,
+        BF16=bf16, RS=rowscale_mode(rs, qk_lowp), HEADS_FIRST=hf, **LAUNCH,
         num_warps=knob("PREP_WU_WARPS", 4), num_stages=knob("PREP_WU_STAGES", 3),
     )
     return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk

@@ -35,8 +35,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, chunk_launches, dot_mode
-from .tlmath import (GATE_IDS, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt_, slot_index, store_rn,
+from .common import LAUNCH, chunk_grid, chunk_launches, dot_mode, heads_first
+from .tlmath import (GATE_IDS, chunk_head_block, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt_, slot_index, store_rn,
                      tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob, reg_cap
 
@@ -65,8 +65,12 @@ def chunk_bwd_dqkg_v_kernel(
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
     TAP_DVCORR: tl.constexpr, TAP_DMQK: tl.constexpr, TAP_DL: tl.constexpr,
     UNCOND: tl.constexpr = 0,    # the V-only products in every K-block, not under `if first` (see the host)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
-    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
+    if HEADS_FIRST:
+        i_c, i_h, i_k = chunk_head_block(c0, H, tl.cdiv(K, BK))
+    else:
+        i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     first = i_k == 0
@@ -371,8 +375,12 @@ def chunk_bwd_dqkg_kernel(
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
     LOOP_STAGES: tl.constexpr = 1,  # pipeline stages of the P and Q block loops (knob DQKG_LOOP_STAGES)
     PREFETCH: tl.constexpr = 0,  # 1: the rows read after the block loops asked into L2 first (DQKG_PREFETCH)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
-    i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
+    if HEADS_FIRST:
+        i_c, i_h, i_k = chunk_head_block(c0, H, tl.cdiv(K, BK))
+    else:
+        i_k, i_c, i_h = tl.program_id(0), tl.program_id(1) + c0, tl.program_id(2)
     ANY_TAP: tl.constexpr = TAP_DKR or TAP_DQD or TAP_DKD or TAP_DKI or TAP_DGT or TAP_DGC
     if ANY_TAP:  # the head's tap slot, loaded once: each tap's index is formed from it at its store
         slot = tl.load(head_slot + i_h)
@@ -581,8 +589,12 @@ def chunk_bwd_finish_kernel(
     TAP_DB: tl.constexpr,
     ONE: tl.constexpr,           # BK >= K: the l2norm backward reads each row once (l2norm_bwd_rows)
     PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
-    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    if HEADS_FIRST:
+        i_c, i_h, _ = chunk_head_block(0, H, 1)
+    else:
+        i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, C)
@@ -664,9 +676,13 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
     # the V pass's V tile: 64 columns in bf16 mode at chunk 64 (fewer, wider steps: 1.675 -> 1.585 ms at
     # H32 T16384 on the H200, though it spills), else up to 32 (fp32 mode's ieee products at 64 spill 15 KB)
     bv = knob("DQKGV_BV", block_size(V, hi=64 if DOT != 0 and C == 64 else 32))
+    # heads first (common.chunk_grid) for the V pass, not the K pass: at lower-bound H32 T16384 on an H100 the V
+    # pass 1.349 -> 1.332 ms, the K pass 2.940 -> 3.003 (pre-gated 2.672 -> 2.773; H64 T8192 2.970 -> 2.992;
+    # docs/gpu/round54/call2)
+    hf, hf_k = heads_first(), knob("DQKG_HEADS_FIRST", 0) != 0
     for c0, c1, in_window in chunk_launches(tap_plan, NC):
         on = {name: in_window and taps[name] for name in DQKG_TAPS}
-        chunk_bwd_dqkg_v_kernel[(cdiv(K, BK), c1 - c0, H)](
+        chunk_bwd_dqkg_v_kernel[chunk_grid(c1 - c0, H, cdiv(K, BK), first=hf, grid=(cdiv(K, BK), c1 - c0, H))](
             b=b, INV=INV, S=S, dSn=dSn, U=U, dU=dU, v=v, do=do, dv=dv, dMqk=dMqk, dL=dL, dOS=dOS, dcS=dcS,
             dkr=dkr, dgTs=dgTs, dbv=dbv, **{f"t_{n}": bufs[n] for n in V_TAPS}, **plan,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, c0=c0,
@@ -675,9 +691,9 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             # fp32 mode: on the H200 (Triton 3.6) the ieee products under `if first` in this pipelined loop
             # came out wrong (dq, dk, dg); computed in every K-block they are right. bf16 mode keeps the
             # cheaper form, which passes the same GPU checks.
-            UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), **LAUNCH,
+            UNCOND=knob("DQKGV_UNCOND", 1 if DOT == 0 else 0), HEADS_FIRST=hf, **LAUNCH,
             num_warps=knob("DQKGV_WARPS", 4 if C <= 16 else 8), num_stages=knob("DQKGV_STAGES", 3))
-        chunk_bwd_dqkg_kernel[(NK, c1 - c0, H)](
+        chunk_bwd_dqkg_kernel[chunk_grid(c1 - c0, H, NK, first=hf_k, grid=(NK, c1 - c0, H))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, dMqk=dMqk,
             dL=dL, dOS=dOS, dcS=dcS, dkr=dkr, dgTs=dgTs, dbv=dbv, g=g,
             A_log=A_log if has_params else dv, dt_bias=dt_bias if has_params else dv,
@@ -694,7 +710,7 @@ def chunk_bwd_dqkg(qn, kn, gc, gT, b, INV, S, dSn, U, dU, v, do, g, A_log, dt_bi
             SCAN=0 if K % BK3 else DOT, RS=rq is not None, LOOP_STAGES=loop_stages,
             # the rows read after the block loops asked into L2 at the start: the K pass 3.355 -> 3.265 ms
             # lower-bound, 3.561 -> 3.464 softplus at H32 T16384 (docs/gpu/round34/call4)
-            PREFETCH=knob("DQKG_PREFETCH", 1) if DOT != 0 else 0, **LAUNCH,
+            PREFETCH=knob("DQKG_PREFETCH", 1) if DOT != 0 else 0, HEADS_FIRST=hf_k, **LAUNCH,
             num_warps=knob("DQKG_WARPS", 4), num_stages=knob("DQKG_STAGES", 3),
             **reg_cap(knob("DQKG_MAXNREG", 0)))
     return dqn, dkn, dv, dg, db_part, dA_part, ddt_part
@@ -715,11 +731,12 @@ def chunk_bwd_finish(q, k, dqn, dkn, beta, db_part, chunks, *, qk_l2norm: bool, 
     tap = tap_plan is not None and tap_plan.has("db")
     # the l2norm backward over all of K at once up to K = 128, at 8 warps: each row read once
     bk = knob("FINISH_BK", block_size(K, hi=128))
-    chunk_bwd_finish_kernel[(chunks.n_chunks, H)](
+    hf = heads_first()
+    chunk_bwd_finish_kernel[chunk_grid(chunks.n_chunks, H, first=hf, grid=(chunks.n_chunks, H))](
         q=q, k=k, dqn=dqn, dkn=dkn, dq=dq, dk=dk, beta=beta, db_part=db_part, dbeta=dbeta,
         t_db=tap_plan.get("db") if tap else dbeta, **_plan_args(tap_plan, chunks), chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, BT=BT, H=H, K=K, NK=db_part.shape[0], C=chunks.chunk_size,
         BK=bk, L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, TAP_DB=tap, ONE=bk >= K,
-        PRECISE=precision == "fp32", **LAUNCH, num_warps=knob("FINISH_WARPS", 8),
+        PRECISE=precision == "fp32", HEADS_FIRST=hf, **LAUNCH, num_warps=knob("FINISH_WARPS", 8),
         num_stages=knob("FINISH_STAGES", 3))
     return dq, dk, dbeta

@@ -25,10 +25,10 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LAUNCH, chunk_launches, fwd_lowp, rowscale_mode, seq_order, state_f64, state_grid,
-                     tap_kernel_args, udu_bf16)
+from .common import (LAUNCH, chunk_grid, chunk_launches, fwd_lowp, heads_first, rowscale_mode, seq_order, state_f64,
+                     state_grid, tap_kernel_args, udu_bf16)
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
-from .tlmath import exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
+from .tlmath import chunk_head_block, exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
 OUTPUT_TAPS = ("S", "vcorr", "U")
 
@@ -184,8 +184,12 @@ def kda_fwd_output_kernel(
     TAP_S: tl.constexpr, TAP_VCORR: tl.constexpr, TAP_U: tl.constexpr,
     STORE_O: tl.constexpr = 1,   # 0: the state pass formed o (recurrence.fuse_out): taps only
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
-    i_c, i_h, i_vg = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
+    if HEADS_FIRST:
+        i_c, i_h, i_vg = chunk_head_block(c0, H, tl.cdiv(tl.cdiv(V, BV), NVB))
+    else:
+        i_c, i_h, i_vg = tl.program_id(0) + c0, tl.program_id(1), tl.program_id(2)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n_valid = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, BC)
@@ -342,11 +346,13 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     # T16384 against 0.243 for one program per 64 columns with three stages (each read qn, gc and Mqk);
     # two stages 0.211, three 0.308
     NVB = knob("OUT_NVB", cdiv(V, BV))
+    hf = heads_first()
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         if taps_only and not (taps and store):
             continue
         on = {n: taps and present.get(n, False) for n in OUTPUT_TAPS}
-        kda_fwd_output_kernel[(c1 - c0, H, cdiv(cdiv(V, BV), NVB))](
+        n_vg = cdiv(cdiv(V, BV), NVB)
+        kda_fwd_output_kernel[chunk_grid(c1 - c0, H, n_vg, first=hf, grid=(c1 - c0, H, n_vg))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, v=v, b=b, Mqk=Mqk, S=S,
             U=U, o=o, chunk_start=chunks.chunk_start,
             chunk_len=chunks.chunk_len, scale=float(scale), t_S=buf["S"], t_vcorr=buf["vcorr"], t_U=buf.get("U", o),
@@ -354,7 +360,7 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",
             STORE_TAPS=store and taps, TAP_S=on["S"], TAP_VCORR=on["vcorr"], TAP_U=on["U"],
-            STORE_O=not taps_only, RS=rowscale_mode(rq is not None, qk_lowp), **LAUNCH,
+            STORE_O=not taps_only, RS=rowscale_mode(rq is not None, qk_lowp), HEADS_FIRST=hf, **LAUNCH,
             num_warps=knob("OUT_WARPS", 8 if store and taps and C * block_size(K) > 4096 else 4),
             num_stages=knob("OUT_STAGES", 1),
         )

@@ -19,8 +19,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import LAUNCH, dot_mode, seq_order, state_f64, state_grid, udu_bf16
-from .tlmath import exp_, load_qk, mm, seq_span, store_rn
+from .common import LAUNCH, chunk_grid, dot_mode, heads_first, seq_order, state_f64, state_grid, udu_bf16
+from .tlmath import chunk_head_block, exp_, load_qk, mm, seq_span, store_rn
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
 
@@ -43,8 +43,12 @@ def chunk_bwd_prep_kernel(
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (prepare.qk_rowscale)
     STORE_QD: tl.constexpr = 1,  # 0: qd kept from the forward (chunk.bwd_fwd_operands), not formed
     STORE_W: tl.constexpr = 1,   # 0: w kept from the forward
+    HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
-    i_c, i_h = tl.program_id(0), tl.program_id(1)
+    if HEADS_FIRST:
+        i_c, i_h, _ = chunk_head_block(0, H, 1)
+    else:
+        i_c, i_h = tl.program_id(0), tl.program_id(1)
     bos = tl.load(chunk_start + i_c).to(tl.int64)
     n = tl.load(chunk_len + i_c)
     o_t = tl.arange(0, C)
@@ -221,12 +225,13 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
         if udu_bf16(precision):
             tap_plan.own("dU")  # the tap keeps the fp32 values: stored by the reverse state pass
         tap_plan.alias(chunks, dU=dU)
-    chunk_bwd_prep_kernel[(chunks.n_chunks, H)](
+    hf = heads_first()
+    chunk_bwd_prep_kernel[chunk_grid(chunks.n_chunks, H, first=hf, grid=(chunks.n_chunks, H))](
         qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
         Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=knob("BPREP_BK", block_size(K, hi=64)), BV=knob("BPREP_BV", block_size(V, hi=64)),
-        DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, **LAUNCH,
+        DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, HEADS_FIRST=hf, **LAUNCH,
         # 4 warps: the kernel 0.582 -> 0.452 ms against 8 at chunk 64 (lower-bound H32 T16384, the same bits:
         # docs/gpu/round30/call9)
         num_warps=knob("BPREP_WARPS", 4), num_stages=knob("BPREP_STAGES", 3))

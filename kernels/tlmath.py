@@ -244,3 +244,14 @@ def prefetch_l2(p):
                                   is_pure=False, pack=1)
     else:
         tl.load(p)
+
+
+@triton.jit
+def chunk_head_block(c0, H, NB):
+    """``(chunk, head, block)`` of a program of a kernel parallel over chunks, heads and ``NB`` blocks of K or
+    V (1: none) on a 1-D grid (``common.chunk_grid`` with ``heads_first``): program ``((chunk - c0) H + head)
+    NB + block``, so that the programs the GPU runs together are one chunk's heads and blocks, which read and
+    write neighbouring rows of the ``[BT, H, .]`` tensors, rather than one head's chunks, which are ``H`` rows
+    apart."""
+    p = tl.program_id(0)
+    return p // NB // H + c0, p // NB % H, p % NB

@@ -152,6 +152,13 @@ KNOBS: dict[str, Knob] = {
     "DQKG_LOOP_STAGES": Knob("with the block products (DQKG_BLOCKED): 3 at chunk 64, 2 at chunk 32; else 1",
                              "pipeline stages of the backward K pass's P and Q block loops (1: each block's "
                              "loads issued in its own step)", False),
+    "HEADS_FIRST": Knob("1", "1: the kernels parallel over chunks and heads (the forward's token, intra, w/u and "
+                             "output kernels; the backward precompute, V pass and finish kernel) run on a "
+                             "1-D grid with the heads (and K or V blocks) of one chunk adjacent, so that the "
+                             "programs running together read and write neighbouring rows of the [BT, H, .] "
+                             "tensors; 0: a (chunks, heads) grid, one head's chunks adjacent", False),
+    "DQKG_HEADS_FIRST": Knob("0", "backward K pass: 1 launches it heads first, as HEADS_FIRST the other kernels",
+                             False),
     "TAPS_ALIAS": Knob("1", "1: taps that are the kernels' own tensors are read from them; 0: stored "
                             "again into tap buffers", False),
     "TAPS_FILL_STATE": Knob("1", "1: the backward state pass's programs NaN-fill the tap buffers of the passes "
