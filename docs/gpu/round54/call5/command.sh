@@ -1,5 +1,6 @@
 # Round 54 call 5 (.peer in carry; COMMIT=<sha> bash docs/gpu/round54/call5/command.sh): issue 23's benchmark
-# at this round's kernels (heads first): the three settings against fla at the 10 shapes, the taps pairs; call 3 again on a fresh machine, for how far fla and the taps pairs move between calls.
+# at this round's kernels (heads first): the three settings against fla at the 10 shapes, the taps pairs; call 3
+# again, for how far fla's times and the taps pairs move between calls.
 export PYTHONUNBUFFERED=1
 W=$OUT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
