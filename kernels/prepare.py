@@ -258,80 +258,6 @@ def _store_lower(p, b00, b10, b11, b20, b21, b22, b30, b31, b32, b33, NB: tl.con
         store_rn(p + 48 * BC + 48 + o_b, b33, None)
 
 
-@triton.jit
-def _kd_rows(kn, rk, gc, b, bos, n_valid, i_h, o_k, H: tl.constexpr, K: tl.constexpr, NB: tl.constexpr,
-             PRECISE: tl.constexpr, RS: tl.constexpr):
-    """``Diag(b) kd`` (``kd = kn exp(gc)``) of the chunk's 16-row blocks, one K block, formed as
-    ``kda_fwd_wu_kernel`` forms it (0 on padding rows; blocks past ``NB`` are block 0 again, unused)."""
-    x0 = _kd_block(kn, rk, gc, b, bos, 0, n_valid, i_h, o_k, H, K, PRECISE, RS)
-    x1, x2, x3 = x0, x0, x0
-    if NB >= 2:
-        x1 = _kd_block(kn, rk, gc, b, bos, 1, n_valid, i_h, o_k, H, K, PRECISE, RS)
-    if NB >= 4:
-        x2 = _kd_block(kn, rk, gc, b, bos, 2, n_valid, i_h, o_k, H, K, PRECISE, RS)
-        x3 = _kd_block(kn, rk, gc, b, bos, 3, n_valid, i_h, o_k, H, K, PRECISE, RS)
-    return x0, x1, x2, x3
-
-
-@triton.jit
-def _kd_block(kn, rk, gc, b, bos, i_s, n_valid, i_h, o_k, H: tl.constexpr, K: tl.constexpr, PRECISE: tl.constexpr,
-              RS: tl.constexpr):
-    o_r = i_s * 16 + tl.arange(0, 16)
-    m_r = o_r < n_valid
-    m = m_r[:, None] & (o_k < K)[None, :]
-    p = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
-    b_b = tl.load(b + (bos + o_r) * H + i_h, mask=m_r, other=0)
-    b_kd = load_qk(kn, p, m, rk, (bos + o_r) * H + i_h, m_r, RS) * exp_(tl.load(gc + p, mask=m, other=0), PRECISE)
-    return b_kd * b_b[:, None]
-
-
-@triton.jit
-def _v_rows(v, b, bos, n_valid, i_h, o_v, H: tl.constexpr, V: tl.constexpr, NB: tl.constexpr):
-    """``Diag(b) v`` of the chunk's 16-row blocks, one V block (as ``_kd_rows``)."""
-    x0 = _v_block(v, b, bos, 0, n_valid, i_h, o_v, H, V)
-    x1, x2, x3 = x0, x0, x0
-    if NB >= 2:
-        x1 = _v_block(v, b, bos, 1, n_valid, i_h, o_v, H, V)
-    if NB >= 4:
-        x2 = _v_block(v, b, bos, 2, n_valid, i_h, o_v, H, V)
-        x3 = _v_block(v, b, bos, 3, n_valid, i_h, o_v, H, V)
-    return x0, x1, x2, x3
-
-
-@triton.jit
-def _v_block(v, b, bos, i_s, n_valid, i_h, o_v, H: tl.constexpr, V: tl.constexpr):
-    o_r = i_s * 16 + tl.arange(0, 16)
-    m_r = o_r < n_valid
-    b_b = tl.load(b + (bos + o_r) * H + i_h, mask=m_r, other=0)
-    b_v = tl.load(v + ((bos + o_r)[:, None] * H + i_h) * V + o_v[None, :], mask=m_r[:, None] & (o_v < V)[None, :],
-                  other=0).to(tl.float32)
-    return b_v * b_b[:, None]
-
-
-@triton.jit
-def _store_wy(y, x0, x1, x2, x3, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, bos, n_valid, i_h, o_c,
-              H: tl.constexpr, W: tl.constexpr, NB: tl.constexpr, BF16: tl.constexpr):
-    """Stores ``INV x`` ([BC, BK] columns ``o_c`` of a ``[BT, H, W]`` output) from ``INV``'s 16-row blocks:
-    row block s is ``sum_{j <= s} INV_sj x_j``, chained in j's order through the MMA's accumulator, the
-    order the one [BC, BC] product of ``kda_fwd_wu_kernel`` sums in."""
-    _store_rows(y, mm_tf32(A00, x0, BF16), bos, 0, n_valid, i_h, o_c, H, W)
-    if NB >= 2:
-        _store_rows(y, mm_tf32(A11, x1, BF16, mm_tf32(A10, x0, BF16)), bos, 1, n_valid, i_h, o_c, H, W)
-    if NB >= 4:
-        _store_rows(y, mm_tf32(A22, x2, BF16, mm_tf32(A21, x1, BF16, mm_tf32(A20, x0, BF16))), bos, 2, n_valid,
-                    i_h, o_c, H, W)
-        _store_rows(y, mm_tf32(A33, x3, BF16, mm_tf32(A32, x2, BF16, mm_tf32(A31, x1, BF16,
-                                                                            mm_tf32(A30, x0, BF16)))),
-                    bos, 3, n_valid, i_h, o_c, H, W)
-
-
-@triton.jit
-def _store_rows(y, b_y, bos, i_s, n_valid, i_h, o_c, H: tl.constexpr, W: tl.constexpr):
-    o_r = i_s * 16 + tl.arange(0, 16)
-    store_rn(y + ((bos + o_r)[:, None] * H + i_h) * W + o_c[None, :], b_y,
-             (o_r < n_valid)[:, None] & (o_c < W)[None, :])
-
-
 @triton.jit(do_not_specialize=["tap_lo", "tap_hi", "n_sel", "c0"])
 def kda_fwd_intra_solve_kernel(
     qn,              # [BT, H, K]: queries after l2norm (or the raw queries; with RS the raw ones times rq)
@@ -341,7 +267,6 @@ def kda_fwd_intra_solve_kernel(
     b,               # [BT, H] fp32
     INV,             # out [NC, H, BC, BC] fp32: (I + L)^-1 (identity on padding)
     Mqk,             # out [NC, H, BC, BC] fp32 (bf16 with mqk_bf16): tril(qd ki^T) (0 on padding)
-    v, w, u,         # FUSE_WU: [BT, H, V] value; out w [BT, H, K], u [BT, H, V] as kda_fwd_wu_kernel's
     chunk_start,     # [NC] int32
     chunk_len,       # [NC] int32
     scale,
@@ -355,8 +280,6 @@ def kda_fwd_intra_solve_kernel(
     BF16: tl.constexpr,          # tensor-core dot operands (fast mode) instead of ieee fp32
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
-    FUSE_WU: tl.constexpr = 0,   # 1: w and u formed here from INV's blocks in registers (no w/u kernel)
-    V: tl.constexpr = 0,         # FUSE_WU: value width
     HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
@@ -443,19 +366,6 @@ def kda_fwd_intra_solve_kernel(
         A31 = -mm_tf32(A33, mm_tf32(L31, A11, BF16) + mm_tf32(L32, A21, BF16), BF16)
         A30 = -mm_tf32(A33, mm_tf32(L30, A00, BF16) + mm_tf32(L31, A10, BF16) + mm_tf32(L32, A20, BF16), BF16)
     _store_lower(INV + o_m, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, NB, BC)
-    if FUSE_WU:
-        # w = INV Diag(b) kd, u = INV Diag(b) v by 16-row blocks: the rows of kn and gc this program has just
-        # read come from L2 rather than memory, INV is not read back
-        for i_k in range(tl.cdiv(K, BK)):
-            o_k = i_k * BK + tl.arange(0, BK)
-            x0, x1, x2, x3 = _kd_rows(kn, rk, gc, b, bos, n_valid, i_h, o_k, H, K, NB, BF16 == 0, RS)
-            _store_wy(w, x0, x1, x2, x3, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, bos, n_valid, i_h, o_k,
-                      H, K, NB, BF16)
-        for i_v in range(tl.cdiv(V, BK)):
-            o_v = i_v * BK + tl.arange(0, BK)
-            x0, x1, x2, x3 = _v_rows(v, b, bos, n_valid, i_h, o_v, H, V, NB)
-            _store_wy(u, x0, x1, x2, x3, A00, A10, A11, A20, A21, A22, A30, A31, A32, A33, bos, n_valid, i_h, o_v,
-                      H, V, NB, BF16)
     if tapped:
         if TAP_L:
             _store_lower(t_L + o_tap, L00, L10, L11, L20, L21, L22, L30, L31, L32, L33, NB, BC)
@@ -659,12 +569,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         )
     (t_L, t_inv, t_M), slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, ("L", "INV", "Mqk"), qn,
                                                                              chunks)
-    # bf16 mode: w and u formed by the intra kernel from INV's blocks in its registers, in its 16-row blocks
-    fuse_wu = knob("FWD_FUSE_WU", 1 if bf16 else 0) != 0
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[chunk_grid(c1 - c0, H, first=hf, grid=(c1 - c0, H))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
-            v=v, w=w, u=u, V=V, FUSE_WU=fuse_wu,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
@@ -675,8 +582,6 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             # docs/gpu/round30/call9
             num_stages=knob("PREP_SOLVE_STAGES", 2),
         )
-    if fuse_wu:
-        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
     kda_fwd_wu_kernel[chunk_grid(NC, H, first=hf, grid=(NC, H))](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),

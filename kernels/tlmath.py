@@ -81,18 +81,17 @@ def mm_operand(a, BF16: tl.constexpr):
 
 
 @triton.jit
-def mm_tf32(a, b, BF16: tl.constexpr, acc=None):
+def mm_tf32(a, b, BF16: tl.constexpr):
     """a @ b with fp32 accumulation: tf32 operands (fast mode: one MMA, 10 mantissa bits) or ieee fp32.
     The backward uses it for the gate-sensitive intra-chunk products, whose errors the reverse cumsum
-    of dgc would otherwise expose (as fla does). ``acc``: added in the MMA's accumulator (``tl.dot``'s
-    ``acc``), so that a product over K blocks chained this way sums as one product over all of K does."""
+    of dgc would otherwise expose (as fla does)."""
     if BF16:
         if INTERPRET:
-            return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), acc, input_precision="ieee")
+            return tl.dot(truncate_mantissa(a, 13), truncate_mantissa(b, 13), input_precision="ieee")
         else:
-            return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="tf32")
+            return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="tf32")
     else:
-        return tl.dot(a.to(tl.float32), b.to(tl.float32), acc, input_precision="ieee")
+        return tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
 
 
 @triton.jit

@@ -85,10 +85,6 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
-    "FWD_FUSE_WU": Knob("1 in bf16 mode, 0 in fp32 mode",
-                        "1: the forward intra kernel also forms w and u (the w/u kernel's products) from INV's "
-                        "16-row blocks in its registers, each row block's sum chained in the order of the w/u "
-                        "kernel's one product; 0: the w/u kernel", True),
     "UDU_BF16": Knob("1", "bf16 mode: 1 stores U and the completed dU [BT, H, V] in bf16 (rounded to nearest "
                           "even), the operand the V pass's MMAs round them to anyway: the same bits, half the "
                           "bytes; their taps are then stored by the state passes from their fp32 registers "
