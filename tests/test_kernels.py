@@ -627,12 +627,31 @@ def test_finish_kernel_one_pass_and_two_passes_agree(name, precision, monkeypatc
             assert torch.equal(bits(one[n]), bits(two[n])), n
 
 
+@pytest.mark.parametrize("name,precision,size", [("kimi_varlen", "bf16", dict(K=48)), ("t63", "fp32", dict(H=2))])
+def test_heads_first_launch_keeps_every_bit(name, precision, size, monkeypatch):
+    """The kernels parallel over chunks and heads on one axis of programs, a chunk's heads (and K or V blocks)
+    adjacent (``HEADS_FIRST``, the default; the K pass with ``DQKG_HEADS_FIRST=1``), against their
+    ``(chunks, heads)`` grids: every output, gradient and tap the same bits, over a tap window that splits the
+    launches (the window's launch starts at chunk 2), so each program finds the chunk, head and block it
+    stands for. On the CPU too: a program computes the same products wherever it sits in the grid. The
+    varlen case at K = 48 gives the V and K passes two K blocks; ``t63`` in fp32 mode runs the output pass."""
+    inputs, cfg = make_inputs(with_size(get_case(name), **size))
+    assert inputs.q.shape[2] >= 2
+    sel = TapSelection(chunks=(2, 4))
+    base = run_fb(inputs, cfg, precision, sel)
+    for knob_name, value in (("HEADS_FIRST", "0"), ("DQKG_HEADS_FIRST", "1")):
+        with monkeypatch.context() as mp:
+            mp.setenv(f"KDADBG_{knob_name}", value)
+            assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))
+
+
 @gpu
 @pytest.mark.parametrize("name,precision", [("kimi_c64", "bf16"), ("chunk64_varlen", "bf16"), ("t63", "fp32")])
 def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision, monkeypatch):
     """Launch-only knobs of the forward token, intra and w/u kernels (pipeline stages), of the backward
     precompute (warps, stages, K and V blocks of products over the chunk's rows alone), of the backward
-    state pass and the finish kernel (stages), each against the default:
+    state pass and the finish kernel (stages), the launch order (``HEADS_FIRST``, ``DQKG_HEADS_FIRST``),
+    each against the default:
     every output, gradient and tap has the same bits. GPU only: the interpreter ignores warps and stages,
     and NumPy's BLAS rounds a product differently with its width (``kernels/tuning.py``)."""
     inputs, cfg = make_inputs(get_case(name))
@@ -643,7 +662,7 @@ def test_launch_only_knobs_of_the_prepare_kernels_keep_every_bit(name, precision
                              ("PREP_WU_STAGES", "1"), ("PREP_WU_STAGES", "2"), ("BPREP_STAGES", "1"),
                              ("BPREP_STAGES", "2"), ("FINISH_STAGES", "1"), ("RECB_STAGES", "3"),
                              ("RECB_STAGES", "1"), ("PREP_AHEAD", "1"), ("PREP_UNROLL", "8"),
-                             ("DQKG_PREFETCH", "0")):
+                             ("DQKG_PREFETCH", "0"), ("HEADS_FIRST", "0"), ("DQKG_HEADS_FIRST", "1")):
         with monkeypatch.context() as mp:
             mp.setenv(f"KDADBG_{knob_name}", value)
             assert_same_bits(inputs, cfg, base, run_fb(inputs, cfg, precision, sel))
