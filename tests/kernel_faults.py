@@ -49,7 +49,8 @@ class Fault:
     tap: str                          # the first tap it makes wrong
 
 
-_V_PASS_LAUNCH = "        chunk_bwd_dqkg_v_kernel[(cdiv(K, BK), c1 - c0, H)](\n"
+_V_PASS_LAUNCH = ("        chunk_bwd_dqkg_v_kernel[chunk_grid(c1 - c0, H, cdiv(K, BK), first=hf, grid=(cdiv(K, BK), c1 - c0, "
+                  "H))](\n")
 
 FAULTS: dict[str, Fault] = {
     "dL_sign": Fault("prepare_bwd", "chunk_bwd_dqkg", True, (
