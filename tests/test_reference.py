@@ -255,6 +255,23 @@ def test_run_that_cannot_fit_is_refused_up_front(monkeypatch):
         run_reference(inputs, cfg)
 
 
+def test_free_gpu_memory_counts_this_process_cached_memory(monkeypatch):
+    """On CUDA the memory check's free figure is the driver's free memory plus what torch's caching allocator
+    holds for this process unused (reserved, not allocated), never less than the driver's: a run after other
+    work in the same process (a training loop, the GPU tests in one pytest-xdist worker) is not refused for
+    memory its own cache would serve. The torch.cuda calls stubbed: no GPU needed."""
+    from kdadbg import memory
+
+    GiB = 2**30
+    monkeypatch.setattr(torch.cuda, "mem_get_info", lambda *a: (2 * GiB, 80 * GiB))
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 41 * GiB)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 3 * GiB)
+    assert memory.free_bytes("cuda") == 40 * GiB
+    monkeypatch.setattr(torch.cuda, "memory_reserved", lambda *a: 0)
+    monkeypatch.setattr(torch.cuda, "memory_allocated", lambda *a: 0)
+    assert memory.free_bytes("cuda") == 2 * GiB
+
+
 def test_the_memory_estimate_holds_the_measured_peaks_at_every_chunk_size(monkeypatch):
     """User trial, round 40: the guard's single factor over the taps (fitted at chunk 16) put T 8192, H 8,
     K = V = 128 at 3.21 GiB at chunk 64, where 4.9 GiB of RSS was measured. The estimate is now taps and
