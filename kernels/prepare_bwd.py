@@ -36,8 +36,8 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_grid, chunk_launches, dot_mode, heads_first
-from .tlmath import (GATE_IDS, chunk_head_block, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt_, slot_index, store_rn,
-                     tap_index, truncate_mantissa)
+from .tlmath import (GATE_IDS, chunk_head_block, div_, exp_, load_qk, log_, mm, prefetch_l2, rsqrt_, slot_index,
+                     store_rn, tap_index, truncate_mantissa)
 from .tuning import block_size, cdiv, knob, reg_cap
 
 V_TAPS = ("dvcorr", "dMqk", "dL")  # dU: the reverse state pass stores it (recurrence_bwd)
