@@ -125,7 +125,7 @@ def kda_fwd_recurrence_kernel(
                                other=0).to(acc)
 
         if STORE_SU:
-            tl.store(S + o_ch * K * V + o_kv, b_S.to(tl.float32), mask=m_kv)
+            store_rn(S + o_ch * K * V + o_kv, b_S.to(tl.float32), m_kv)
         if U_AHEAD:
             b_U = b_u
             b_u = b_u_next
@@ -290,7 +290,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     dev, f32 = w.device, torch.float32
     fused = qd is not None
     store_su = keep_state or not fused or tap_plan is not None
-    S = torch.empty(NC, H, K, V, device=dev, dtype=f32) if store_su else None
+    S = torch.empty(NC, H, K, V, device=dev, dtype=torch.bfloat16 if precision == "bf16" and knob("S_BF16", 0) else f32) if store_su else None
     u_lowp = udu_bf16(precision)
     U = torch.empty(BT, H, V, device=dev, dtype=torch.bfloat16 if u_lowp else f32) if store_su else None
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
