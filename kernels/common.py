@@ -68,6 +68,18 @@ def udu_bf16(precision: str) -> bool:
     return precision == "bf16" and bool(knob("UDU_BF16", 1))
 
 
+def s_bf16(precision: str) -> bool:
+    """Whether the forward's per-chunk states ``S`` [NC, H, K, V] are stored in bf16 (knob ``S_BF16``, bf16
+    mode, default on), rounded to nearest even, as fla stores its ``h``. At K = V = 128 and chunk 64 they are
+    8 bytes per element of a [BT, H, K] tensor in fp32, more than any other tensor the forward writes. Their
+    readers: the backward V pass's ``dO S^T`` and ``dvcorr S^T`` (bf16 MMA operands: the same bits either
+    way) and its ``dgTs = rowsum_v(dS⁺ ⊙ S)``, which reads the rounded values: ``dg``, ``dA_log`` and
+    ``ddt_bias`` move, by a rounding of ``S`` (2^-9 relative) in one of the terms of ``dgT``. The state pass
+    keeps ``S`` in fp32 in its registers (the next state, ``U`` and ``o`` use that), and stores the S tap
+    from there, in fp32 (``TapPlan.own``)."""
+    return precision == "bf16" and bool(knob("S_BF16", 1))
+
+
 def to_device(host: torch.Tensor, device) -> torch.Tensor:
     """``host`` on ``device`` without waiting for the GPU: on CUDA from pinned memory (a pageable copy makes
     the host wait for the GPU's queued work, which left the host the bound of a taps-on call)."""
@@ -174,7 +186,7 @@ class FwdSaved:
     own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (prepare.qk_rowscale:
     qn = q * rq); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
     after activation; INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state
-    entering each chunk; U: [BT,H,V] (bf16 in bf16 mode: ``udu_bf16``). qd and w [BT,H,K]: the forward's
+    entering each chunk (bf16 in bf16 mode: ``s_bf16``); U: [BT,H,V] (bf16 in bf16 mode: ``udu_bf16``). qd and w [BT,H,K]: the forward's
     operands of the state pass, kept for the backward's (``chunk.bwd_fwd_operands``), else None.
     """
 

@@ -49,7 +49,7 @@ DQKG_TAPS = V_TAPS + K_TAPS
 def chunk_bwd_dqkg_v_kernel(
     b,               # [BT, H] fp32
     INV,             # [NC, H, C, C] fp32
-    S, dSn,          # [NC, H, K, V] fp32: state entering each chunk; dS arriving from the next chunk
+    S, dSn,          # [NC, H, K, V]: state entering each chunk (fp32, bf16: common.s_bf16); dS arriving (fp32)
     U, dU,           # [BT, H, V] fp32 or bf16 (common.udu_bf16): MMA operands only
     v, do,           # [BT, H, V] any float dtype
     dv,              # [BT, H, V] out (K-block 0 only; fp32 or the caller's dtype)
@@ -109,7 +109,7 @@ def chunk_bwd_dqkg_v_kernel(
         b_dOS += mm(b_do, tl.trans(b_S), DOT)
         b_dcS += mm(b_dvc, tl.trans(b_S), DOT)
         b_dkr += mm(b_U, tl.trans(b_dSp), DOT)
-        b_dgTs += tl.sum(b_dSp * b_S, axis=1)
+        b_dgTs += tl.sum(b_dSp * b_S.to(tl.float32), axis=1)
         if UNCOND:
             b_dMqk += mm(b_do, tl.trans(b_U), DOT)
             b_dL += mm(b_dvc, tl.trans(b_U), DOT)

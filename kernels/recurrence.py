@@ -25,8 +25,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LAUNCH, chunk_grid, chunk_launches, fwd_lowp, heads_first, rowscale_mode, seq_order, state_f64,
-                     state_grid, tap_kernel_args, udu_bf16)
+from .common import (LAUNCH, chunk_grid, chunk_launches, fwd_lowp, heads_first, rowscale_mode, s_bf16, seq_order,
+                     state_f64, state_grid, tap_kernel_args, udu_bf16)
 from .tuning import block_size, cdiv, knob, pipeline_stages, state_block_v, state_tile_cap
 from .tlmath import chunk_head_block, exp_, load_qk, mm, mm_operand, mm_tf32, seq_span, store_rn
 
@@ -53,7 +53,7 @@ def kda_fwd_recurrence_kernel(
     w,               # [BT, H, K] fp32 or bf16: INV Diag(b) kd
     u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v
     h0,              # [N, H, K, V] fp32 initial state (math layout), if HAS_H0
-    S,               # out [NC, H, K, V] fp32: state entering each chunk (STORE_SU)
+    S,               # out [NC, H, K, V] fp32 or bf16 (common.s_bf16): state entering each chunk (STORE_SU)
     U,               # out [BT, H, V] fp32 or bf16 (common.udu_bf16; STORE_SU)
     ht,              # out [N, H, K, V] fp32: final state
     qd,              # [BT, H, K] scale qn exp(gc) (FUSE_OUT; bf16 in bf16 mode)
@@ -64,8 +64,9 @@ def kda_fwd_recurrence_kernel(
     seq_chunk_base,  # [N + 1] int32
     seq_order,       # [N] int32: sequences in launch order (common.state_grid)
     t_U,             # [hi-lo, n_sel, BC, V] fp32 U tap buffer (TAP_U)
-    head_slot,       # [H] int32: tap slot of each head, or -1 (TAP_U)
-    tap_lo, tap_hi, n_sel,  # tap chunk range and number of tapped heads (TAP_U)
+    t_S,             # [hi-lo, n_sel, K, V] fp32 S tap buffer (TAP_S)
+    head_slot,       # [H] int32: tap slot of each head, or -1 (TAP_U, TAP_S)
+    tap_lo, tap_hi, n_sel,  # tap chunk range and number of tapped heads (TAP_U, TAP_S)
     H: tl.constexpr,
     K: tl.constexpr,
     V: tl.constexpr,
@@ -80,6 +81,7 @@ def kda_fwd_recurrence_kernel(
     F64: tl.constexpr = 0,       # 1: the state and U carried in float64, stored in fp32 (knob STATE_F64)
     STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
     TAP_U: tl.constexpr = 0,     # 1: the U tap stored here, in fp32 (U itself is bf16: common.udu_bf16)
+    TAP_S: tl.constexpr = 0,     # 1: the S tap stored here, in fp32 (S itself is bf16: common.s_bf16)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -107,7 +109,7 @@ def kda_fwd_recurrence_kernel(
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
-    if TAP_U:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
+    if TAP_U or TAP_S:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
         slot = tl.load(head_slot + i_h)
     for i_c in range(c_lo, c_hi):
         bos = bos0 + (i_c - c_lo).to(tl.int64) * BC
@@ -126,6 +128,10 @@ def kda_fwd_recurrence_kernel(
 
         if STORE_SU:
             store_rn(S + o_ch * K * V + o_kv, b_S.to(tl.float32), m_kv)
+        if TAP_S:
+            if (i_c >= tap_lo) & (i_c < tap_hi) & (slot >= 0):
+                tl.store(t_S + ((i_c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_S.to(tl.float32),
+                         mask=m_kv)
         if U_AHEAD:
             b_U = b_u
             b_u = b_u_next
@@ -160,7 +166,7 @@ def kda_fwd_output_kernel(
     v,               # [BT, H, V] value (vcorr tap only)
     b,               # [BT, H] fp32 (vcorr tap only)
     Mqk,             # [NC, H, BC, BC] fp32
-    S,               # [NC, H, K, V] fp32: state entering each chunk
+    S,               # [NC, H, K, V] fp32 or bf16 (common.s_bf16): state entering each chunk
     U,               # [BT, H, V] fp32
     o,               # out [BT, H, V] (fp32, or the caller's output dtype: rounded to nearest)
     chunk_start,     # [NC] int32
@@ -290,16 +296,20 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     dev, f32 = w.device, torch.float32
     fused = qd is not None
     store_su = keep_state or not fused or tap_plan is not None
-    S = torch.empty(NC, H, K, V, device=dev, dtype=torch.bfloat16 if precision == "bf16" and knob("S_BF16", 0) else f32) if store_su else None
+    s_lowp = s_bf16(precision)
+    S = torch.empty(NC, H, K, V, device=dev, dtype=torch.bfloat16 if s_lowp else f32) if store_su else None
     u_lowp = udu_bf16(precision)
     U = torch.empty(BT, H, V, device=dev, dtype=torch.bfloat16 if u_lowp else f32) if store_su else None
     ht = torch.empty(N, H, K, V, device=dev, dtype=f32)
     o = torch.empty(BT, H, V, device=dev, dtype=out_dtype) if fused else None
-    if u_lowp and tap_plan is not None:
-        tap_plan.own("U")  # the tap keeps the fp32 values: stored from this pass's registers
+    for name, lowp in (("U", u_lowp), ("S", s_lowp)):
+        if lowp and tap_plan is not None:
+            tap_plan.own(name)  # the tap keeps the fp32 values: stored from this pass's registers
     if N == 0:
         return S, U, ht, o
     tap_u = u_lowp and tap_plan is not None and tap_plan.has("U")
+    tap_s = s_lowp and tap_plan is not None and tap_plan.has("S")
+    tapped = tap_u or tap_s
     if tap_plan is not None:
         tap_plan.alias(chunks, S=S, U=U)
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
@@ -312,12 +322,13 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
-        t_U=tap_plan.get("U") if tap_u else ht, head_slot=tap_plan.head_slot if tap_u else chunks.chunk_len,
-        tap_lo=tap_plan.lo if tap_u else 0, tap_hi=tap_plan.hi if tap_u else 0,
-        n_sel=tap_plan.n_sel if tap_u else 0,
+        t_U=tap_plan.get("U") if tap_u else ht, t_S=tap_plan.get("S") if tap_s else ht,
+        head_slot=tap_plan.head_slot if tapped else chunks.chunk_len,
+        tap_lo=tap_plan.lo if tapped else 0, tap_hi=tap_plan.hi if tapped else 0,
+        n_sel=tap_plan.n_sel if tapped else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), TAP_U=int(tap_u), **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o
@@ -337,8 +348,9 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         o = torch.empty(BT, H, V, device=qn.device, dtype=out_dtype)
     if NC == 0:
         return o
-    # U in bf16 (common.udu_bf16): the state pass stored the U tap from its fp32 registers
-    names = tuple(n for n in OUTPUT_TAPS if n != "U" or U is None or U.dtype == torch.float32)
+    # U, S in bf16 (common.udu_bf16, common.s_bf16): the state pass stored their taps from its fp32 registers
+    names = tuple(n for n in OUTPUT_TAPS if n == "vcorr" or {"U": U, "S": S}[n] is None
+                  or {"U": U, "S": S}[n].dtype == torch.float32)
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, names, o, chunks)
     buf = dict(zip(names, bufs))
     BV = _block_v(K, V)
@@ -355,7 +367,7 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
         kda_fwd_output_kernel[chunk_grid(c1 - c0, H, n_vg, first=hf, grid=(c1 - c0, H, n_vg))](
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, v=v, b=b, Mqk=Mqk, S=S,
             U=U, o=o, chunk_start=chunks.chunk_start,
-            chunk_len=chunks.chunk_len, scale=float(scale), t_S=buf["S"], t_vcorr=buf["vcorr"], t_U=buf.get("U", o),
+            chunk_len=chunks.chunk_len, scale=float(scale), t_S=buf.get("S", o), t_vcorr=buf["vcorr"], t_U=buf.get("U", o),
             head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
             H=H, K=K, V=V, BC=C, BK=block_size(K), BV=BV, NVB=NVB, BF16=precision == "bf16",

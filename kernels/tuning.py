@@ -85,7 +85,9 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
-    "S_BF16": Knob("0", "experiment", True),
+    "S_BF16": Knob("1", "bf16 mode: 1 stores the forward's per-chunk states S [NC, H, K, V] in bf16 (rounded to "
+                   "nearest; the S tap from the state pass's fp32 registers); the backward's rowsum(dS+ * S) then "
+                   "reads the rounded S (common.s_bf16)", True),
     "UDU_BF16": Knob("1", "bf16 mode: 1 stores U and the completed dU [BT, H, V] in bf16 (rounded to nearest "
                           "even), the operand the V pass's MMAs round them to anyway: the same bits, half the "
                           "bytes; their taps are then stored by the state passes from their fp32 registers "

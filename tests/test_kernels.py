@@ -337,9 +337,9 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
     sel = TapSelection(chunks=window, heads=heads)
     runs = knob_runs(inputs, cfg, precision, "TAPS_ALIAS", ("1", "0"), monkeypatch, sel)
     plan_a, plan_s = runs["1"][2], runs["0"][2]
-    # bf16 mode keeps Mqk, U and dU in bf16 (prepare.mqk_bf16, common.udu_bf16): their taps have buffers of
-    # their own there
-    own = {"Mqk", "U", "dU"} if precision == "bf16" else set()
+    # bf16 mode keeps Mqk, U, dU and S in bf16 (prepare.mqk_bf16, common.udu_bf16, common.s_bf16): their taps
+    # have buffers of their own there
+    own = {"Mqk", "U", "dU", "S"} if precision == "bf16" else set()
     assert set(plan_a.aliased) == set(ALIAS_TAPS) - own and plan_s.aliased == ()
     assert not any(plan_a.has(n) for n in set(ALIAS_TAPS) - own) and all(plan_a.has(n) for n in own)
     assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
@@ -440,6 +440,54 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
     plan_a = runs["1"][2]
     assert plan_a.has("U") and plan_a.has("dU") and (plan_a.lo, plan_a.hi, plan_a.n_sel) == (*window, 1)
     assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
+
+
+GATE_GRADIENTS = ("dg", "dA_log", "ddt_bias")
+
+
+@pytest.mark.parametrize("name,window,heads", [
+    ("chunk64_varlen", None, None), ("tail", None, None), ("gate_softplus", (1, 3), (1,)),
+])
+def test_s_in_bf16_moves_only_the_gate_gradients(name, window, heads, monkeypatch):
+    """bf16 mode stores the per-chunk states ``S`` in bf16 (knob S_BF16=1, the default, ``common.s_bf16``).
+    The backward V pass reads them as bf16 MMA operands (the same bits as from fp32) and in ``dgTs =
+    rowsum(dS⁺ ⊙ S)``, which sees the rounding: against S_BF16=0, every output, gradient and tap has the same
+    bits (padding rows zeroed in both) except ``dg``, ``dA_log``, ``ddt_bias`` and the ``dgT`` tap, which
+    differ (in these cases) by a relative RMS below 1e-2: a rounding of S (2^-9 relative) in one term of
+    ``dgT``; an S stored wrong or not at all would move them by O(1). The S tap keeps its fp32 bits: the
+    state pass stores it from its registers (every tap and head, or a window past chunk 0 and one head)."""
+    precision = "bf16"
+    inputs, cfg = _two_heads(name)
+    assert _saved_dtypes(inputs, cfg, "S_BF16", "S", monkeypatch) == {"1": torch.bfloat16, "0": torch.float32}
+    sel = None if window is None else TapSelection(names=("S", "U", "dS", "dgT", "dkr"), chunks=window,
+                                                     heads=heads)
+    runs = knob_runs(inputs, cfg, precision, "S_BF16", ("1", "0"), monkeypatch, sel)
+    (out_a, taps_a, plan_a), (out_b, taps_b, plan_b) = runs["1"], runs["0"]
+    assert plan_a.has("S") and "S" in plan_b.aliased
+    if window is not None:
+        assert (plan_a.lo, plan_a.hi, plan_a.n_sel) == (*window, 1)
+    assert set(out_a) == set(out_b) and len(out_a) >= 7
+    moved = []
+    for n, t in out_b.items():
+        if n in GATE_GRADIENTS:
+            rel = float((out_a[n].double() - t.double()).norm() / t.double().norm())
+            assert rel < 1e-2, (n, rel)
+            if rel > 0:
+                moved.append(n)
+        else:
+            assert torch.equal(bits(t), bits(out_a[n])), n
+    assert moved == list(GATE_GRADIENTS), moved  # dgTs read the rounded S: the test saw the knob act
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_b) and "S" in taps_a and len(taps_a) >= (5 if window else 20)
+    for n in taps_a:
+        a, b = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_b))
+        assert a.numel() and not a.isnan().any(), n
+        if n == "dgT":
+            rel = float((a.double() - b.double()).norm() / b.double().norm())
+            assert 0 < rel < 1e-2, rel
+        else:
+            assert torch.equal(bits(a), bits(b)), n
 
 
 def test_tap_buffers_start_nan_in_two_flat_tensors():
