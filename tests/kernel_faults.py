@@ -85,11 +85,11 @@ FAULTS: dict[str, Fault] = {
          "    f_qd = tl.where(m_tk, scale * load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, F_RS) * f_E, 0.)\n"
          "    f_kd = tl.where(m_tk, load_qk(kn, o_tk, m_tk, rk, (bos + o_t) * H + i_h, m_t, F_RS) * f_E, 0.)\n"
          "    for i_v in range(tl.cdiv(V, BV)):\n"),
-        ("        b_dgTs += tl.sum(b_dSp * b_S, axis=1)\n",
-         "        b_dgTs += tl.sum(b_dSp * b_S, axis=1)\n"
+        ("        b_dgTs += tl.sum(b_dSp * b_S.to(tl.float32), axis=1)\n",
+         "        b_dgTs += tl.sum(b_dSp * b_S.to(tl.float32), axis=1)\n"
          "        f_dS = (tl.exp(f_gT)[:, None] * b_dSp + mm(tl.trans(f_qd), b_do, DOT)\n"
          "                - mm(tl.trans(f_kd), b_b[:, None] * b_dvc, DOT))\n"
-         "        b_dgTs += tl.where(i_c == CHUNK, tl.sum((f_dS - b_dSp) * b_S, axis=1), 0.)\n"),
+         "        b_dgTs += tl.where(i_c == CHUNK, tl.sum((f_dS - b_dSp) * b_S.to(tl.float32), axis=1), 0.)\n"),
         (_V_PASS_LAUNCH, _V_PASS_LAUNCH + "            gc=gc, qn=qn, kn=kn, rq=b if rq is None else rq,\n"
                                           "            rk=b if rk is None else rk, gT=gT, scale=scale, F_RS=rq is not None,\n"),
     ), "dgT"),

@@ -250,7 +250,7 @@ def test_dA_log_carried_in_from_dg_is_not_a_failure_but_a_wrong_sum_is():
     assert d.failed and d.carried is None and res.verdict == "fail"
 
 
-def test_a_sum_of_a_bf16_dg_that_cannot_be_checked_is_judged_head_by_head_and_by_its_floor():
+def test_a_sum_of_a_bf16_dg_that_cannot_be_checked_is_judged_head_by_head_and_by_its_floor(monkeypatch):
     """A dA_log summed from the wider dg an implementation held, dg returned in bf16 (fla's kernels, our op on bf16
     inputs, a bf16 capture): head by head, within how far rounding that dg can move its sum (its reach), the sum
     can be shown neither right nor wrong: a line and ``sum_not_checkable`` split its error; beyond a
@@ -270,6 +270,9 @@ def test_a_sum_of_a_bf16_dg_that_cannot_be_checked_is_judged_head_by_head_and_by
         render_run(console, res)
         return " ".join(console.export_text().split())
 
+    # the bits this test was built on (head 1 of the correct op within its bar): with S in bf16 (common.s_bf16)
+    # the interpreter's head 1 lies over it, its sum not checkable, as test_diff's H100 branch shows
+    monkeypatch.setenv("KDADBG_S_BF16", "0")
     inputs, cfg = make_inputs(get_case("kimi"), seed=0)
     res = check(inputs, cfg, impl=_Bf16Dg(0.0, 1.05))      # head 1's sum 5 % off, its reach 0.175: the floor's
     d = {t.name: t for t in res.tensors}["dA_log"]
