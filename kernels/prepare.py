@@ -459,6 +459,20 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
+def rowscale_bf16(precision: str, qk_l2norm: bool) -> bool:
+    """Whether bf16 mode keeps the l2norm as row scales in every forward, training included (knob
+    ``ROWSCALE_BF16``, default on; with l2norm): the token kernel writes ``rq, rk`` [BT, H] instead of the
+    fp16 ``qn, kn`` [BT, H, K] (``qk_lowp_mode``), and each later reader forms ``qn = q * rq`` from the raw
+    q, k and rounds it as the token kernel would have (``tlmath.load_qk``, ``common.rowscale_mode``): an fp32
+    product and one rounding to fp16, the same values as stored ones, so every output, gradient and tap keeps
+    its bits. The backward's precompute forms them once more and stores them for the K pass (which spilled
+    forming them itself, ``qk_rowscale``): the 4 bytes an element of the two stores move from the
+    forward's token kernel, the largest of its writes after ``gc`` (``docs/kernels.md``), to the backward.
+    ``ROWSCALE_BF16=0``: the token kernel stores ``qn, kn`` (``INFER_ROWSCALE`` then decides for a forward
+    with no backward below chunk 64)."""
+    return precision == "bf16" and qk_l2norm and bool(knob("ROWSCALE_BF16", 1))
+
+
 def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> bool:
     """Whether a forward with no backward to follow keeps the l2norm as row scales in bf16 mode (knob
     ``INFER_ROWSCALE``, default on; with l2norm, no taps, chunks below 64): the token kernel then writes
@@ -505,7 +519,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     qk_lowp = qk_lowp_mode(precision, qk_l2norm)
     qk_dtype = {0: f32, 1: torch.bfloat16, 2: torch.float16}[qk_lowp]
     infer = not keep_state and tap_plan is None
-    rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm, C))
+    rs = qk_rowscale(precision, qk_l2norm) or rowscale_bf16(precision, qk_l2norm) \
+        or (infer and rowscale_for_inference(precision, qk_l2norm, C))
     store_qk = qk_l2norm and not rs
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
@@ -533,12 +548,13 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # the token kernel's K blocks: 64 for pre-gated inputs (the forward's prepare 1.423 -> 1.405 ms at
     # H32 T16384 against 32); 32 with the gate or l2norm in the kernel (its registers: 0.815 -> 0.642 ms
     # with the softplus gate, 0.682 -> 0.631 lower-bound, H32 T16384); for the WY products blocks of 32
-    # (with w and u in bf16): 1.423 -> 1.323 against 64. At chunk 64 with the gate in the kernel and fp32
-    # qn, kn stored (bf16 mode's l2norm; the inference forward too, which keeps the training forward's
-    # bits there: rowscale_for_inference), blocks of 16 at 8 warps (the token kernel at H32 T16384:
-    # lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671 against each K block of 32 in a program of
-    # its own at 8 warps; 32 at 16 warps 0.946 and 0.688, docs/gpu/round30/call2)
-    wide = has_gate and store_qk and C == 64
+    # (with w and u in bf16): 1.423 -> 1.323 against 64. At chunk 64 with the gate and the l2norm in the
+    # kernel (bf16 mode, or fp32 mode storing qn, kn: QK_ROWSCALE=0), blocks of 16 at 8 warps (measured with
+    # qn, kn stored, the token kernel at H32 T16384: lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671
+    # against each K block of 32 in a program of its own at 8 warps; 32 at 16 warps 0.946 and 0.688,
+    # docs/gpu/round30/call2). The row sums add per K block, so the block also keeps rq, rk's bits across
+    # the row-scale choices (rowscale_bf16)
+    wide = has_gate and qk_l2norm and C == 64 and not qk_rowscale(precision, qk_l2norm)
     bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
     warps = knob("PREP_WARPS", 8 if wide else 4)
     # at that launch its K-block loops unrolled, each step loading the next block's q, k, g before its own

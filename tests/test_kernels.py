@@ -442,6 +442,26 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
     assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
 
 
+@pytest.mark.parametrize("name", ["kimi_c64", "chunk64_varlen", "gate_softplus", "kimi", "tail"])
+def test_row_scales_in_bf16_keep_every_bit(name, monkeypatch):
+    """bf16 mode with l2norm keeps the l2norm as row scales in training too (knob ROWSCALE_BF16=1, the
+    default, ``prepare.rowscale_bf16``): the forward saves ``rq, rk`` and the raw q, k, every later reader rounds
+    ``q * rq`` to fp16 as the token kernel does, and the backward's precompute stores the rounded ``qn, kn``
+    for the K pass. Every output, gradient and tap has the bits of the run whose token kernel stores ``qn, kn``
+    (ROWSCALE_BF16=0), padding rows aside (zeroed in both): chunk 64 with the gate in the kernel (the token
+    kernel's blocks of 16), varlen, the softplus gate, chunk 16, a tail chunk."""
+    inputs, cfg = _two_heads(name)
+    assert cfg.qk_l2norm, name
+    saved = {}
+    for on in ("1", "0"):
+        monkeypatch.setenv("KDADBG_ROWSCALE_BF16", on)
+        s = forward_saved(inputs, cfg, "bf16")
+        saved[on] = (s.rq is not None, s.rk is not None, s.qn.dtype)
+    assert saved == {"1": (True, True, inputs.q.dtype), "0": (False, False, torch.float16)}, saved
+    runs = knob_runs(inputs, cfg, "bf16", "ROWSCALE_BF16", ("1", "0"), monkeypatch)
+    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
+
+
 GATE_GRADIENTS = ("dg", "dA_log", "ddt_bias")
 
 
@@ -537,9 +557,11 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward below chunk
     64 keeps row scales instead of qn, kn, each reader rounding q * rq to fp16 as the token kernel does
     (INFER_ROWSCALE, default 1; 0 stores qn, kn: the same bits either way), at chunk 64 it stores them,
-    with the training forward's token launch."""
+    with the training forward's token launch: that is with ROWSCALE_BF16=0; by default (1) every bf16 forward
+    keeps the row scales, training included, with the same bits (the last part)."""
     import kdadbg_kernels.chunk as chunk_mod
 
+    monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "0")
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     x = inputs.to(DEVICE)
@@ -566,6 +588,7 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
                          state_v_first=cfg.state_layout == "vk", precision=precision, taps=taps, **extra)
 
     o_t, ht_t = call(True)
+    o_t0, ht_t0 = o_t, ht_t
     with torch.no_grad():
         o_n, ht_n = call(True)
     o_d, ht_d = call(False)
@@ -595,6 +618,16 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
             o_n, ht_n = call(True)
         assert scales[-2:] == [False, rs]
         assert torch.equal(bits(o_n.float()), bits(o_t.detach().float())) and torch.equal(bits(ht_n), bits(ht_t.detach()))
+        monkeypatch.delenv("KDADBG_PREP_QK_LOWP")
+        monkeypatch.delenv("KDADBG_ROWSCALE_BF16")   # the default: row scales in training and inference alike
+        scales.clear()
+        o_r, ht_r = call(True)
+        with torch.no_grad():
+            o_n, ht_n = call(True)
+        assert scales == [True, True]
+        for o, ht in ((o_r, ht_r), (o_n, ht_n)):
+            assert torch.equal(bits(o.detach().float()), bits(o_t0.detach().float()))
+            assert torch.equal(bits(ht.detach()), bits(ht_t0.detach()))
 
 
 @pytest.mark.parametrize("B,T,cu,window", [
