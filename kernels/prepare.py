@@ -461,7 +461,8 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
 
 def rowscale_bf16(precision: str, qk_l2norm: bool) -> bool:
     """Whether bf16 mode keeps the l2norm as row scales in every forward, training included (knob
-    ``ROWSCALE_BF16``, default on; with l2norm): the token kernel writes ``rq, rk`` [BT, H] instead of the
+    ``ROWSCALE_BF16``, with l2norm; off by default until a GPU has timed it: round 55 got no GPU, and on sm_90
+    the intra kernel's stack grows from 72 to 120 bytes with it, ``benchmarks/kernel_resources.py``): the token kernel writes ``rq, rk`` [BT, H] instead of the
     fp16 ``qn, kn`` [BT, H, K] (``qk_lowp_mode``), and each later reader forms ``qn = q * rq`` from the raw
     q, k and rounds it as the token kernel would have (``tlmath.load_qk``, ``common.rowscale_mode``): an fp32
     product and one rounding to fp16, the same values as stored ones, so every output, gradient and tap keeps
@@ -470,7 +471,7 @@ def rowscale_bf16(precision: str, qk_l2norm: bool) -> bool:
     forward's token kernel, the largest of its writes after ``gc`` (``docs/kernels.md``), to the backward.
     ``ROWSCALE_BF16=0``: the token kernel stores ``qn, kn`` (``INFER_ROWSCALE`` then decides for a forward
     with no backward below chunk 64)."""
-    return precision == "bf16" and qk_l2norm and bool(knob("ROWSCALE_BF16", 1))
+    return precision == "bf16" and qk_l2norm and bool(knob("ROWSCALE_BF16", 0))
 
 
 def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> bool:

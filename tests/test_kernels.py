@@ -14,7 +14,7 @@ from kdadbg.tolerances import TOLERANCES
 from kdadbg_kernels import TapSelection, chunk_kda
 from kdadbg.tapsfile import zero_padding
 from kdadbg_kernels.chunk import kda_forward, kda_forward_backward
-from kdadbg_kernels.common import ALIAS_TAPS, KernelChunks, TapPlan, chunk_layout
+from kdadbg_kernels.common import ALIAS_TAPS, KernelChunks, TapPlan, chunk_layout, s_bf16
 
 CASES = ("basic", "varlen_kv", "gate_none", "gate_softplus", "raw", "no_state", "chunk32", "chunk64_varlen", "gva",
          "gva_varlen")
@@ -339,7 +339,7 @@ def test_aliased_taps_have_the_bits_of_the_stored_taps(name, precision, window, 
     plan_a, plan_s = runs["1"][2], runs["0"][2]
     # bf16 mode keeps Mqk, U, dU and S in bf16 (prepare.mqk_bf16, common.udu_bf16, common.s_bf16): their taps
     # have buffers of their own there
-    own = {"Mqk", "U", "dU", "S"} if precision == "bf16" else set()
+    own = ({"Mqk", "U", "dU"} | ({"S"} if s_bf16(precision) else set())) if precision == "bf16" else set()
     assert set(plan_a.aliased) == set(ALIAS_TAPS) - own and plan_s.aliased == ()
     assert not any(plan_a.has(n) for n in set(ALIAS_TAPS) - own) and all(plan_a.has(n) for n in own)
     assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
@@ -444,8 +444,8 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
 
 @pytest.mark.parametrize("name", ["kimi_c64", "chunk64_varlen", "gate_softplus", "kimi", "tail"])
 def test_row_scales_in_bf16_keep_every_bit(name, monkeypatch):
-    """bf16 mode with l2norm keeps the l2norm as row scales in training too (knob ROWSCALE_BF16=1, the
-    default, ``prepare.rowscale_bf16``): the forward saves ``rq, rk`` and the raw q, k, every later reader rounds
+    """bf16 mode with l2norm keeps the l2norm as row scales in training too (knob ROWSCALE_BF16=1,
+    ``prepare.rowscale_bf16``): the forward saves ``rq, rk`` and the raw q, k, every later reader rounds
     ``q * rq`` to fp16 as the token kernel does, and the backward's precompute stores the rounded ``qn, kn``
     for the K pass. Every output, gradient and tap has the bits of the run whose token kernel stores ``qn, kn``
     (ROWSCALE_BF16=0), padding rows aside (zeroed in both): chunk 64 with the gate in the kernel (the token
@@ -469,7 +469,7 @@ GATE_GRADIENTS = ("dg", "dA_log", "ddt_bias")
     ("chunk64_varlen", None, None), ("tail", None, None), ("gate_softplus", (1, 3), (1,)),
 ])
 def test_s_in_bf16_moves_only_the_gate_gradients(name, window, heads, monkeypatch):
-    """bf16 mode stores the per-chunk states ``S`` in bf16 (knob S_BF16=1, the default, ``common.s_bf16``).
+    """bf16 mode stores the per-chunk states ``S`` in bf16 (knob S_BF16=1, ``common.s_bf16``).
     The backward V pass reads them as bf16 MMA operands (the same bits as from fp32) and in ``dgTs =
     rowsum(dS⁺ ⊙ S)``, which sees the rounding: against S_BF16=0, every output, gradient and tap has the same
     bits (padding rows zeroed in both) except ``dg``, ``dA_log``, ``ddt_bias`` and the ``dgT`` tap, which
@@ -557,8 +557,8 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward below chunk
     64 keeps row scales instead of qn, kn, each reader rounding q * rq to fp16 as the token kernel does
     (INFER_ROWSCALE, default 1; 0 stores qn, kn: the same bits either way), at chunk 64 it stores them,
-    with the training forward's token launch: that is with ROWSCALE_BF16=0; by default (1) every bf16 forward
-    keeps the row scales, training included, with the same bits (the last part)."""
+    with the training forward's token launch: that is with ROWSCALE_BF16=0 (the default); with 1 every bf16
+    forward keeps the row scales, training included, with the same bits (the last part)."""
     import kdadbg_kernels.chunk as chunk_mod
 
     monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "0")
@@ -619,7 +619,7 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
         assert scales[-2:] == [False, rs]
         assert torch.equal(bits(o_n.float()), bits(o_t.detach().float())) and torch.equal(bits(ht_n), bits(ht_t.detach()))
         monkeypatch.delenv("KDADBG_PREP_QK_LOWP")
-        monkeypatch.delenv("KDADBG_ROWSCALE_BF16")   # the default: row scales in training and inference alike
+        monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "1")   # row scales in training and inference alike
         scales.clear()
         o_r, ht_r = call(True)
         with torch.no_grad():

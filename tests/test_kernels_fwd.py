@@ -304,8 +304,8 @@ def test_normalised_qk_stored_in_low_precision(precision, name, mode, dtype, mon
     (1), the fp32 values of PREP_QK_LOWP=0 rounded to nearest once (every later use reads the rounded
     values), and o, ht and the taps that use them stay within bf16 mode's tolerances; fp32 mode keeps the
     l2norm's fp32 values (as row scales, prepare.qk_rowscale) and every bit either way. Stored, that is:
-    ROWSCALE_BF16=0. By default bf16 mode keeps row scales (prepare.rowscale_bf16), each reader rounding as
-    the mode says: o and ht then have the stored run's bits, in each mode."""
+    ROWSCALE_BF16=0 (the default). With 1 bf16 mode keeps row scales (prepare.rowscale_bf16), each reader
+    rounding as the mode says: o and ht then have the stored run's bits, in each mode."""
     inputs, cfg = make_inputs(small(name))
     assert cfg.qk_l2norm
     monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "0")
@@ -324,7 +324,7 @@ def test_normalised_qk_stored_in_low_precision(precision, name, mode, dtype, mon
         assert saved.rq is not None and saved.qn.dtype == inputs.q.dtype and base[2].rq is not None
         assert torch.equal(o, base[0]) and torch.equal(ht, base[1])
     check_outputs_and_taps(inputs, cfg, precision, ("qd", "kd", "kr", "Mqk", "INV"))
-    monkeypatch.delenv("KDADBG_ROWSCALE_BF16")
+    monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "1")
     o_r, ht_r, saved_r, *_ = run_fwd(inputs, cfg, precision)
     assert saved_r.rq is not None and saved_r.qn.dtype == inputs.q.dtype
     assert torch.equal(o_r, o) and torch.equal(ht_r, ht)
