@@ -1,5 +1,5 @@
 # Round 55 call 2 (.peer in carry; COMMIT=<sha> LIMIT=<seconds the device grants> bash docs/gpu/round55/call2/command.sh):
-# issue 23's benchmark at COMMIT's kernels (S stored in bf16): the three settings against fla at the 10 shapes in
+# issue 23's benchmark at COMMIT's kernels (after call 1 has decided S_BF16 and ROWSCALE_BF16): the three settings against fla at the 10 shapes in
 # round 51 call 2's priority order for as long as LIMIT allows (bench.py's wall budget LIMIT - 90 s; the JSON
 # is rewritten after every run), the taps pairs.
 export PYTHONUNBUFFERED=1
