@@ -82,9 +82,9 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
     qf, kf, gf, vf, dof = flat(q, K), flat(k, K), flat(g, K), flat(v, V), flat(do, V)
     betaf = beta.contiguous().view(BT, H)
     # qn, kn may be q, k themselves (no l2norm): the kernels read any float dtype, so no fp32 copy
-    # Mqk and U may be bf16 (prepare.mqk_bf16, common.udu_bf16): their readers round them to bf16 for their
-    # products in bf16 mode
-    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") or (f in ("Mqk", "U") and precision == "bf16")
+    # Mqk, U and S may be bf16 (prepare.mqk_bf16, common.udu_bf16, common.s_bf16): their readers take them as
+    # they are in bf16 mode (a conversion to fp32 here took 0.415 ms at H32 T16384: docs/gpu/round55/call3)
+    sv = {f: getattr(saved, f).contiguous() if f in ("qn", "kn") or (f in ("Mqk", "U", "S") and precision == "bf16")
           else getattr(saved, f).float().contiguous() for f in ("qn", "kn", "gc", "gT", "b", "INV", "Mqk", "S", "U")}
     rs = {f: None if getattr(saved, f) is None else getattr(saved, f).float().contiguous() for f in ("rq", "rk")}
 
