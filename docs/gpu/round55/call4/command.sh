@@ -9,6 +9,6 @@ timeout 60 python3 benchmarks/kernel_profile.py --H 32 --T 16384 --settings lowe
     --iters 3 --json $W/profile_H32.json > $W/profile_H32.log 2>&1
 echo "profile exit $? at $SECONDS s"
 grep -A26 "kernel time per call (ms) by setting" $W/profile_H32.log | cut -c1-200
-timeout $((100 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels.py -k "s_in_bf16" \
+timeout $((100 - SECONDS)) python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels.py -k "test_s_in_bf16" \
     > $W/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; tail -3 $W/tests.log | cut -c1-300
