@@ -70,15 +70,16 @@ def udu_bf16(precision: str) -> bool:
 
 def s_bf16(precision: str) -> bool:
     """Whether the forward's per-chunk states ``S`` [NC, H, K, V] are stored in bf16 (knob ``S_BF16``, bf16
-    mode; off by default until a GPU has timed it: round 55 got no GPU), rounded to nearest even, as fla stores
-    its ``h``. At K = V = 128 and chunk 64 they are
+    mode, default on), rounded to nearest even, as fla stores its ``h``. On an H100 at lower-bound H32 T16384
+    (one process, ``docs/gpu/round55/call3``) the forward's state pass took 0.598 -> 0.502 ms and the forward
+    2.024 -> 1.922 ms of kernel time. At K = V = 128 and chunk 64 they are
     8 bytes per element of a [BT, H, K] tensor in fp32, more than any other tensor the forward writes. Their
     readers: the backward V pass's ``dO S^T`` and ``dvcorr S^T`` (bf16 MMA operands: the same bits either
     way) and its ``dgTs = rowsum_v(dS⁺ ⊙ S)``, which reads the rounded values: ``dg``, ``dA_log`` and
     ``ddt_bias`` move, by a rounding of ``S`` (2^-9 relative) in one of the terms of ``dgT``. The state pass
     keeps ``S`` in fp32 in its registers (the next state, ``U`` and ``o`` use that), and stores the S tap
     from there, in fp32 (``TapPlan.own``)."""
-    return precision == "bf16" and bool(knob("S_BF16", 0))
+    return precision == "bf16" and bool(knob("S_BF16", 1))
 
 
 def to_device(host: torch.Tensor, device) -> torch.Tensor:

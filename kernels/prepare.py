@@ -461,12 +461,15 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
 
 def rowscale_bf16(precision: str, qk_l2norm: bool) -> bool:
     """Whether bf16 mode keeps the l2norm as row scales in every forward, training included (knob
-    ``ROWSCALE_BF16``, with l2norm; off by default until a GPU has timed it: round 55 got no GPU, and on sm_90
-    the intra kernel's stack grows from 72 to 120 bytes with it, ``benchmarks/kernel_resources.py``): the token kernel writes ``rq, rk`` [BT, H] instead of the
+    ``ROWSCALE_BF16``, with l2norm; off by default: on an H100 at lower-bound H32 T16384 it took the token kernel
+    0.561 -> 0.475 ms but the intra kernel 0.487 -> 0.515 (its sm_90 stack 72 -> 120 bytes) and the backward's
+    precompute 0.447 -> 0.626, forward 2.024 -> 1.976 ms, forward + backward 7.820 -> 7.915,
+    ``docs/gpu/round55/call3``; and on CUDA the ``L`` tap moved while every output kept its bits,
+    ``docs/gpu/round55/call1s/bits_tests.log``): the token kernel writes ``rq, rk`` [BT, H] instead of the
     fp16 ``qn, kn`` [BT, H, K] (``qk_lowp_mode``), and each later reader forms ``qn = q * rq`` from the raw
     q, k and rounds it as the token kernel would have (``tlmath.load_qk``, ``common.rowscale_mode``): an fp32
-    product and one rounding to fp16, the same values as stored ones, so every output, gradient and tap keeps
-    its bits. The backward's precompute forms them once more and stores them for the K pass (which spilled
+    product and one rounding to fp16, the same values as stored ones, so every output and gradient keeps its
+    bits (on the CPU every tap too; on CUDA the intra kernel's ``L`` tap moved). The backward's precompute forms them once more and stores them for the K pass (which spilled
     forming them itself, ``qk_rowscale``): the 4 bytes an element of the two stores move from the
     forward's token kernel, the largest of its writes after ``gc`` (``docs/kernels.md``), to the backward.
     ``ROWSCALE_BF16=0``: the token kernel stores ``qn, kn`` (``INFER_ROWSCALE`` then decides for a forward

@@ -76,10 +76,10 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "ROWSCALE_BF16": Knob("0 (not yet timed on a GPU)", "bf16 mode with l2norm: 1 keeps the l2norm as row scales rq, rk in every forward, "
+    "ROWSCALE_BF16": Knob("0", "bf16 mode with l2norm: 1 keeps the l2norm as row scales rq, rk in every forward, "
                                "training included, each reader rounding q * rq as the token kernel does; the "
                                "backward's precompute stores qn, kn for the K pass (prepare.rowscale_bf16); 0: the "
-                               "token kernel stores qn, kn", False),
+                               "token kernel stores qn, kn (on CUDA the L tap moves)", True),
     "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to follow and "
                                 "no taps: 1 keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 "
                                 "mode, each reader rounding q * rq as the token kernel does "
@@ -89,7 +89,7 @@ KNOBS: dict[str, Knob] = {
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
                           "intra kernel's fp32 registers instead of read from Mqk (prepare.mqk_bf16); 0: fp32",
                      False),
-    "S_BF16": Knob("0 (not yet timed on a GPU)", "bf16 mode: 1 stores the forward's per-chunk states S [NC, H, K, V] in bf16 (rounded to "
+    "S_BF16": Knob("1", "bf16 mode: 1 stores the forward's per-chunk states S [NC, H, K, V] in bf16 (rounded to "
                    "nearest; the S tap from the state pass's fp32 registers); the backward's rowsum(dS+ * S) then "
                    "reads the rounded S (common.s_bf16)", True),
     "UDU_BF16": Knob("1", "bf16 mode: 1 stores U and the completed dU [BT, H, V] in bf16 (rounded to nearest "
