@@ -349,8 +349,8 @@ def kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, *, scale, precision, tap
     if NC == 0:
         return o
     # U, S in bf16 (common.udu_bf16, common.s_bf16): the state pass stored their taps from its fp32 registers
-    names = tuple(n for n in OUTPUT_TAPS if n == "vcorr" or {"U": U, "S": S}[n] is None
-                  or {"U": U, "S": S}[n].dtype == torch.float32)
+    kept = {"U": U, "S": S}
+    names = tuple(n for n in OUTPUT_TAPS if kept.get(n) is None or kept[n].dtype == torch.float32)
     bufs, slot, lo, hi, n_sel, store, present = tap_kernel_args(tap_plan, names, o, chunks)
     buf = dict(zip(names, bufs))
     BV = _block_v(K, V)
