@@ -31,7 +31,7 @@ def main(argv=None):
     import torch
     from peer_inputs import SETTINGS, setting_inputs
     from kdadbg.capturing import call_config
-    from kdadbg_kernels.prepare import kda_fwd_prepare, qk_lowp_mode
+    from kdadbg_kernels.prepare import kda_fwd_prepare
     from kdadbg_kernels.recurrence import kda_fwd_recurrence
     from kdadbg_kernels.recurrence_bwd import chunk_bwd_prep, recurrence_bwd
     from kdadbg_kernels.prepare_bwd import chunk_bwd_dqkg
@@ -102,11 +102,8 @@ def main(argv=None):
             print(f"  fwd: prepare {t_p:.3f} ms, state pass {t_r:.3f}, sum {t_p + t_r:.3f}, both on two streams "
                   f"{t_b:.3f} (hidden {t_p + t_r - t_b:.3f})", flush=True)
         dof = do.reshape(B * T, H, V).contiguous()
-        qd2, kr, w2, dU0, qn_k, kn_k = chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, dof, chunks, scale=scale,
-                                                      precision="bf16", rq=rq, rk=rk,
-                                                      qk_lowp=qk_lowp_mode("bf16", cfg.qk_l2norm), store_qk=True, qd=qd)
-        if qn_k is not None:  # the row scales (prepare.rowscale_bf16): the K pass reads the qn, kn formed here
-            qn, kn, rq, rk = qn_k, kn_k, None, None
+        qd2, kr, w2, dU0 = chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, dof, chunks, scale=scale, precision="bf16",
+                                          rq=rq, rk=rk, qd=qd)
         # the completed dU as the op stores it: bf16 beside dU0 (common.udu_bf16), or dU0 completed in place (a
         # copy per call, so that every call starts from dU0)
         dU = torch.empty_like(dU0, dtype=torch.bfloat16) if udu_bf16("bf16") else None

@@ -80,7 +80,7 @@ def main(argv=None):
     def bprep():
         return chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, scale=scale, precision=p)
 
-    qd, krb, wb, dU0, _, _ = bprep()  # pre-gated: no row scales, no qn, kn formed
+    qd, krb, wb, dU0 = bprep()
     stages["bwd_prep"] = bprep
     # the completed dU as the op stores it: bf16 in bf16 mode (common.udu_bf16), else dU0's buffer in place
     dU = torch.empty_like(dU0, dtype=torch.bfloat16) if udu_bf16(p) else dU0

@@ -14,7 +14,6 @@ from __future__ import annotations
 import torch
 
 from .common import PRECISIONS, FwdSaved, KernelChunks, TapPlan, udu_bf16
-from .prepare import qk_lowp_mode
 from .prepare_bwd import chunk_bwd_dqkg, chunk_bwd_finish
 from .recurrence_bwd import chunk_bwd_prep, recurrence_bwd
 
@@ -90,14 +89,9 @@ def kda_backward(saved: FwdSaved, chunks: KernelChunks, q, k, v, g, beta, do, dh
 
     # the forward's qd (and w) where it kept them (chunk.bwd_fwd_operands)
     fwd_ops = {f: getattr(saved, f).contiguous() for f in ("qd", "w") if getattr(saved, f) is not None}
-    # bf16 mode with the l2norm's row scales (prepare.rowscale_bf16): the precompute forms qn, kn as the
-    # forward's kernels did and stores them for the K pass, which spills when it forms them itself
-    qk_lowp = qk_lowp_mode(precision, qk_l2norm)
-    qd, kr, w, dU, qn_k, kn_k = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"],
-                                               dof, chunks, scale=scale, precision=precision, tap_plan=tap_plan,
-                                               **rs, qk_lowp=qk_lowp, store_qk=precision == "bf16", **fwd_ops)
-    if qn_k is not None:
-        sv["qn"], sv["kn"], rs = qn_k, kn_k, {"rq": None, "rk": None}
+    qd, kr, w, dU = chunk_bwd_prep(sv["qn"], sv["kn"], sv["gc"], sv["gT"], sv["b"], sv["INV"], sv["Mqk"], dof,
+                                   chunks, scale=scale, precision=precision, tap_plan=tap_plan, **rs,
+                                   **fwd_ops)
     # the completed dU in bf16 (common.udu_bf16), beside dU0's fp32: the V pass's MMAs read it so anyway
     dU_out = torch.empty_like(dU, dtype=torch.bfloat16) if udu_bf16(precision) else None
     dSn, dh0 = recurrence_bwd(qd, kr, w, dof, dU, sv["gT"], dht, chunks, has_h0=has_h0, precision=precision,

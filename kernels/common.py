@@ -185,8 +185,8 @@ class FwdSaved:
     """What the forward keeps for the backward (float32, gates natural-log, math layout).
 
     qn, kn: [BT,H,K] after l2norm, fp32 (fp16 in bf16 mode: prepare.qk_lowp_mode), or the raw q, k themselves in their
-    own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (prepare.qk_rowscale,
-    prepare.rowscale_bf16: qn = q * rq, rounded to fp16 in bf16 mode); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
+    own dtype: without l2norm, and with the l2norm's row scales rq, rk [BT,H] fp32 (fp32 mode:
+    prepare.qk_rowscale, qn = q * rq); gc: [BT,H,K] within-chunk inclusive cumsum of the activated gate; gT: [NC,H,K]; b: [BT,H]
     after activation; INV, Mqk: [NC,H,C,C] (padding rows/cols: INV identity, Mqk 0); S: [NC,H,K,V] state
     entering each chunk (bf16 in bf16 mode: ``s_bf16``); U: [BT,H,V] (bf16 in bf16 mode: ``udu_bf16``). qd and w [BT,H,K]: the forward's
     operands of the state pass, kept for the backward's (``chunk.bwd_fwd_operands``), else None.

@@ -459,38 +459,25 @@ def qk_rowscale(precision: str, qk_l2norm: bool) -> bool:
     return qk_l2norm and precision == "fp32" and bool(knob("QK_ROWSCALE", 1))
 
 
-def rowscale_bf16(precision: str, qk_l2norm: bool) -> bool:
-    """Whether bf16 mode keeps the l2norm as row scales in every forward, training included (knob
-    ``ROWSCALE_BF16``, with l2norm; off by default: on an H100 at lower-bound H32 T16384 it took the token kernel
-    0.561 -> 0.475 ms but the intra kernel 0.487 -> 0.515 (its sm_90 stack 72 -> 120 bytes) and the backward's
-    precompute 0.447 -> 0.626, forward 2.024 -> 1.976 ms, forward + backward 7.820 -> 7.915,
-    ``docs/gpu/round55/call3``; and on CUDA the ``L`` tap moved while every output kept its bits,
-    ``docs/gpu/round55/call1s/bits_tests.log``): the token kernel writes ``rq, rk`` [BT, H] instead of the
-    fp16 ``qn, kn`` [BT, H, K] (``qk_lowp_mode``), and each later reader forms ``qn = q * rq`` from the raw
-    q, k and rounds it as the token kernel would have (``tlmath.load_qk``, ``common.rowscale_mode``): an fp32
-    product and one rounding to fp16, the same values as stored ones, so every output and gradient keeps its
-    bits (on the CPU every tap too; on CUDA the intra kernel's ``L`` tap moved). The backward's precompute forms them once more and stores them for the K pass (which spilled
-    forming them itself, ``qk_rowscale``): the 4 bytes an element of the two stores move from the
-    forward's token kernel, the largest of its writes after ``gc`` (``docs/kernels.md``), to the backward.
-    ``ROWSCALE_BF16=0``: the token kernel stores ``qn, kn`` (``INFER_ROWSCALE`` then decides for a forward
-    with no backward below chunk 64)."""
-    return precision == "bf16" and qk_l2norm and bool(knob("ROWSCALE_BF16", 0))
-
-
 def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> bool:
     """Whether a forward with no backward to follow keeps the l2norm as row scales in bf16 mode (knob
-    ``INFER_ROWSCALE``, default on; with l2norm, no taps, chunks below 64): the token kernel then writes
-    ``rq, rk`` [BT, H] instead of two ``[BT, H, K]`` tensors, and the intra and WY kernels form ``qn = q *
-    rq`` from the raw q, k and round it as the token kernel does (``tlmath.load_qk``,
-    ``common.rowscale_mode``): the same bits of ``o`` and the final state as the training forward. Not at
-    chunk 64: there, with bf16 inputs and fp32 ``qn, kn``, ``o`` and the final state moved on the H200 (6 of
-    16384 and 96 of 2048 elements, case ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``), so the
-    inference forward stores ``qn, kn`` and takes the training forward's token launch. Not in training,
-    where the backward's K pass reads ``qn, kn`` (with row scales it spilled, ``qk_rowscale``). With fp16
-    ``qn, kn`` stored instead (``qk_lowp_mode``; ``INFER_ROWSCALE=0``) the inference forward at chunk 16 took
-    1.582 ms at lower-bound H64 T8192 against 1.497 with row scales, in one process
-    (``docs/gpu/round34/call1``)."""
-    return precision == "bf16" and qk_l2norm and chunk_size < 64 and bool(knob("INFER_ROWSCALE", 1))
+    ``INFER_ROWSCALE``, default on; with l2norm and no taps): the token kernel then writes ``rq, rk`` [BT, H]
+    instead of the two ``[BT, H, K]`` tensors ``qn, kn``, and the intra, w/u and output kernels form ``qn = q *
+    rq`` from the raw q, k and round it as the token kernel does (``tlmath.load_qk``, ``common.rowscale_mode``),
+    in the same launch (at chunk 64 with the gate in the kernel its K blocks of 16, over which the row sums
+    add): the same bits of ``o`` and the final state as the training forward, whose backward's K pass reads
+    the stored ``qn, kn`` (it spilled forming them itself, ``qk_rowscale``). At chunk 64 only where they are
+    rounded (fp16 or bf16, ``qk_lowp_mode``): the rounding of the product is what keeps it out of a fused
+    multiply-add; with fp32 ``qn, kn`` at chunk 64, ``o`` and the final state moved on the H200 (6 of 16384
+    and 96 of 2048 elements, case ``kimi_c64``, ``docs/gpu/round28/call3/probe.log``). Kept as row scales in
+    training too, the forward at lower-bound H32 T16384 took 2.024 -> 1.976 ms on an H100 (token kernel
+    0.561 -> 0.475, intra 0.487 -> 0.515) and every output kept its bits on CUDA, but the backward then formed
+    and stored ``qn, kn`` for its K pass (its precompute 0.447 -> 0.626 ms, forward + backward 7.820 -> 7.915;
+    ``docs/gpu/round55/call3``, ``call1s``): not kept. With ``qn, kn`` stored instead (``INFER_ROWSCALE=0``)
+    the inference forward at chunk 16 took 1.582 ms at lower-bound H64 T8192 against 1.497 with row scales,
+    in one process (``docs/gpu/round34/call1``)."""
+    return precision == "bf16" and qk_l2norm and (chunk_size < 64 or qk_lowp_mode(precision, qk_l2norm) != 0) \
+        and bool(knob("INFER_ROWSCALE", 1))
 
 
 def mqk_bf16(precision: str) -> bool:
@@ -511,7 +498,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     scaled by ``rq, rk``); ``krT [NC,H,K,C]; b [BT,H]; u [BT,H,V]; gT [NC,H,K]; INV, Mqk [NC,H,C,C]``;
     ``qd [BT,H,K]`` (``scale qn exp(gc)``, bf16 in bf16 mode) when ``store_qd``, else None; ``rq, rk
     [BT,H]`` fp32 with ``qk_rowscale``, else None. ``keep_state=False`` (no backward follows) without
-    ``tap_plan``: with l2norm below chunk 64 the row scales replace them in bf16 mode too
+    ``tap_plan``: with l2norm the row scales replace them in bf16 mode too
     (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
     ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
     operand with the reduction axis contiguous, as the MMAs need.
@@ -523,8 +510,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     qk_lowp = qk_lowp_mode(precision, qk_l2norm)
     qk_dtype = {0: f32, 1: torch.bfloat16, 2: torch.float16}[qk_lowp]
     infer = not keep_state and tap_plan is None
-    rs = qk_rowscale(precision, qk_l2norm) or rowscale_bf16(precision, qk_l2norm) \
-        or (infer and rowscale_for_inference(precision, qk_l2norm, C))
+    rs = qk_rowscale(precision, qk_l2norm) or (infer and rowscale_for_inference(precision, qk_l2norm, C))
     store_qk = qk_l2norm and not rs
     qn, kn = (torch.empty(BT, H, K, device=dev, dtype=qk_dtype) for _ in range(2)) if store_qk else (q, k)
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
@@ -556,8 +542,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     # kernel (bf16 mode, or fp32 mode storing qn, kn: QK_ROWSCALE=0), blocks of 16 at 8 warps (measured with
     # qn, kn stored, the token kernel at H32 T16384: lower-bound 0.700 -> 0.665 ms, softplus 0.768 -> 0.671
     # against each K block of 32 in a program of its own at 8 warps; 32 at 16 warps 0.946 and 0.688,
-    # docs/gpu/round30/call2). The row sums add per K block, so the block also keeps rq, rk's bits across
-    # the row-scale choices (rowscale_bf16)
+    # docs/gpu/round30/call2). The row sums add per K block, so the block also keeps rq, rk's bits in the
+    # inference forward's row scales (rowscale_for_inference)
     wide = has_gate and qk_l2norm and C == 64 and not qk_rowscale(precision, qk_l2norm)
     bk = knob("PREP_BK", block_size(K, 16 if wide else 32 if has_gate or qk_l2norm else 64))
     warps = knob("PREP_WARPS", 8 if wide else 4)

@@ -19,8 +19,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .common import (LAUNCH, chunk_grid, dot_mode, heads_first, rowscale_mode, seq_order, state_f64, state_grid,
-                     udu_bf16)
+from .common import LAUNCH, chunk_grid, dot_mode, heads_first, seq_order, state_f64, state_grid, udu_bf16
 from .tlmath import chunk_head_block, exp_, load_qk, mm, seq_span, store_rn
 from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residency, state_block_v
 
@@ -29,7 +28,6 @@ from .tuning import block_size, cdiv, knob, pipeline_stages, stages_for_residenc
 def chunk_bwd_prep_kernel(
     qn, kn,          # [BT, H, K] fp32: normalised q, k (with RS: the raw q, k, times rq, rk)
     rq, rk,          # [BT, H] fp32 row scales (RS)
-    qn_out, kn_out,  # [BT, H, K] out (STORE_QK): qn, kn as formed from the row scales, for the K pass
     gc,              # [BT, H, K] fp32: within-chunk inclusive cumsum of the log-decay
     gT,              # [NC, H, K] fp32: chunk total log-decay
     b,               # [BT, H] fp32: write strength
@@ -42,8 +40,7 @@ def chunk_bwd_prep_kernel(
     scale,           # query scale
     H, K, V,         # sizes
     C: tl.constexpr, BK: tl.constexpr, BV: tl.constexpr, DOT: tl.constexpr,
-    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
-    STORE_QK: tl.constexpr = 0,  # 1 (with RS): qn, kn stored, rounded as the token kernel rounds them
+    RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (fp32 mode: prepare.qk_rowscale)
     STORE_QD: tl.constexpr = 1,  # 0: qd kept from the forward (chunk.bwd_fwd_operands), not formed
     STORE_W: tl.constexpr = 1,   # 0: w kept from the forward
     HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
@@ -73,13 +70,9 @@ def chunk_bwd_prep_kernel(
         if STORE_W:
             b_w = mm(b_INV, b_kn * b_E * b_b[:, None], DOT)
             tl.store(w + o_tk, b_w, mask=m_tk)
-        if STORE_QD or STORE_QK:
-            b_qn = load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, RS)
         if STORE_QD:
+            b_qn = load_qk(qn, o_tk, m_tk, rq, (bos + o_t) * H + i_h, m_t, RS)
             tl.store(qd + o_tk, scale * b_qn * b_E, mask=m_tk)
-        if STORE_QK:
-            tl.store(qn_out + o_tk, b_qn, mask=m_tk)
-            tl.store(kn_out + o_tk, b_kn, mask=m_tk)
         tl.store(kr + o_tk, b_kn * exp_(b_gT[None, :] - b_gc, DOT == 0), mask=m_tk)
     b_Mqk = tl.load(Mqk + o_cc, mask=m_tt, other=0.)
     for i_v in range(tl.cdiv(V, BV)):
@@ -207,17 +200,13 @@ def recurrence_bwd_kernel(
 
 
 def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, precision: str = "fp32",
-                   tap_plan=None, rq=None, rk=None, qk_lowp=0, store_qk=False, qd=None, w=None):
+                   tap_plan=None, rq=None, rk=None, qd=None, w=None):
     """``qd, kr, w`` [BT,H,K] (bf16 on the GPU's bf16 mode, else fp32) and ``dU0 = Mqk^T dO`` [BT,H,V] fp32
     (token-major, flattened B*T). The
     recurrence completes ``dU`` in place (it then holds the dU tap when ``tap_plan`` aliases it), or in bf16
     into a tensor of its own (``common.udu_bf16``), storing the dU tap itself. ``rq, rk``: the
-    l2norm's row scales when ``qn, kn`` are the raw q, k (``prepare.qk_rowscale``, ``prepare.rowscale_bf16``),
-    ``qk_lowp`` the token kernel's rounding (``prepare.qk_lowp_mode``). ``qd``, ``w``: the forward's
-    (``chunk.bwd_fwd_operands``), returned as they are and not formed. ``store_qk`` (with ``rq, rk``): also
-    returns ``qn, kn`` [BT,H,K] as the forward's kernels formed them from the row scales, in the dtype the
-    token kernel would have stored them in (fp16, bf16 or fp32 by ``qk_lowp``), for the K pass; else
-    ``None, None``."""
+    l2norm's row scales when ``qn, kn`` are the raw q, k (fp32 mode: ``prepare.qk_rowscale``). ``qd``, ``w``: the
+    forward's (``chunk.bwd_fwd_operands``), returned as they are and not formed."""
     BT, H, K = qn.shape
     V = do.shape[-1]
     C = chunks.chunk_size
@@ -230,29 +219,23 @@ def chunk_bwd_prep(qn, kn, gc, gT, b, INV, Mqk, do, chunks, *, scale: float, pre
 
     qd, kr, w = new() if store_qd else qd, new(), new() if store_w else w
     dU = torch.empty(BT, H, V, device=qn.device, dtype=torch.float32)
-    store_qk = store_qk and rq is not None
-    qk_dtype = {0: torch.float32, 1: torch.bfloat16, 2: torch.float16}[qk_lowp]
-    qn_out, kn_out = (torch.empty(BT, H, K, device=qn.device, dtype=qk_dtype) for _ in range(2)) if store_qk \
-        else (None, None)
     if chunks.n_chunks == 0:
-        return qd, kr, w, dU, qn_out, kn_out
+        return qd, kr, w, dU
     if tap_plan is not None:
         if udu_bf16(precision):
             tap_plan.own("dU")  # the tap keeps the fp32 values: stored by the reverse state pass
         tap_plan.alias(chunks, dU=dU)
     hf = heads_first()
     chunk_bwd_prep_kernel[chunk_grid(chunks.n_chunks, H, first=hf, grid=(chunks.n_chunks, H))](
-        qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk,
-        qn_out=kr if qn_out is None else qn_out, kn_out=kr if kn_out is None else kn_out, gc=gc, gT=gT, b=b,
-        INV=INV, Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
+        qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, gT=gT, b=b, INV=INV,
+        Mqk=Mqk, do=do, qd=qd, kr=kr, w=w, dU=dU,
         chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=scale, H=H, K=K, V=V,
         C=C, BK=knob("BPREP_BK", block_size(K, hi=64)), BV=knob("BPREP_BV", block_size(V, hi=64)),
-        DOT=dot_mode(precision), RS=rowscale_mode(rq is not None, qk_lowp), STORE_QK=store_qk, STORE_QD=store_qd,
-        STORE_W=store_w, HEADS_FIRST=hf, **LAUNCH,
+        DOT=dot_mode(precision), RS=rq is not None, STORE_QD=store_qd, STORE_W=store_w, HEADS_FIRST=hf, **LAUNCH,
         # 4 warps: the kernel 0.582 -> 0.452 ms against 8 at chunk 64 (lower-bound H32 T16384, the same bits:
         # docs/gpu/round30/call9)
         num_warps=knob("BPREP_WARPS", 4), num_stages=knob("BPREP_STAGES", 3))
-    return qd, kr, w, dU, qn_out, kn_out
+    return qd, kr, w, dU
 
 
 def bwd_state_stages(n_chains: int, K: int, V: int, C: int, BV: int, e: int, e_do: int, device) -> int:

@@ -76,12 +76,8 @@ KNOBS: dict[str, Knob] = {
     "QK_ROWSCALE": Knob("1", "fp32 mode with l2norm: 1 keeps the l2norm as row scales rq, rk [BT, H]; every "
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
-    "ROWSCALE_BF16": Knob("0", "bf16 mode with l2norm: 1 keeps the l2norm as row scales rq, rk in every forward, "
-                               "training included, each reader rounding q * rq as the token kernel does; the "
-                               "backward's precompute stores qn, kn for the K pass (prepare.rowscale_bf16); 0: the "
-                               "token kernel stores qn, kn (on CUDA the L tap moves)", True),
-    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm below chunk 64, a forward with no backward to follow and "
-                                "no taps: 1 keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 "
+    "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm (at chunk 64 with qn, kn rounded: PREP_QK_LOWP 1 or 2), a "
+                                "forward with no backward to follow and no taps: 1 keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 "
                                 "mode, each reader rounding q * rq as the token kernel does "
                                 "(prepare.rowscale_for_inference); 0: qn, kn stored as in training", False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "

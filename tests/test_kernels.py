@@ -442,31 +442,6 @@ def test_u_and_du_in_bf16_keep_every_bit(name, window, heads, monkeypatch):
     assert_same_selected_bits(inputs, cfg, runs["1"], runs["0"], sel.names)
 
 
-@pytest.mark.parametrize("name", ["kimi_c64", "chunk64_varlen", "gate_softplus", "kimi", "tail"])
-def test_row_scales_in_bf16_keep_every_bit(name, monkeypatch):
-    """bf16 mode with l2norm keeps the l2norm as row scales in training too (knob ROWSCALE_BF16=1,
-    ``prepare.rowscale_bf16``): the forward saves ``rq, rk`` and the raw q, k, every later reader rounds
-    ``q * rq`` to fp16 as the token kernel does, and the backward's precompute stores the rounded ``qn, kn``
-    for the K pass. Every output, gradient and tap (on CUDA every tap but ``L``) has the bits of the run whose
-    token kernel stores ``qn, kn`` (ROWSCALE_BF16=0), padding rows aside (zeroed in both): chunk 64 with the gate in the kernel (the token
-    kernel's blocks of 16), varlen, the softplus gate, chunk 16, a tail chunk."""
-    inputs, cfg = _two_heads(name)
-    assert cfg.qk_l2norm, name
-    saved = {}
-    for on in ("1", "0"):
-        monkeypatch.setenv("KDADBG_ROWSCALE_BF16", on)
-        s = forward_saved(inputs, cfg, "bf16")
-        saved[on] = (s.rq is not None, s.rk is not None, s.qn.dtype)
-    assert saved == {"1": (True, True, inputs.q.dtype), "0": (False, False, torch.float16)}, saved
-    if DEVICE == "cuda":  # the intra kernel's L tap moved on an H100 (docs/gpu/round55/call1s/bits_tests.log)
-        sel = TapSelection(names=tuple(n for n in TapSelection().names if n != "L"))
-        assert_same_selected_bits(inputs, cfg, *knob_runs(inputs, cfg, "bf16", "ROWSCALE_BF16", ("1", "0"),
-                                                          monkeypatch, sel).values(), sel.names)
-        return
-    runs = knob_runs(inputs, cfg, "bf16", "ROWSCALE_BF16", ("1", "0"), monkeypatch)
-    assert_same_bits(inputs, cfg, runs["1"], runs["0"])
-
-
 GATE_GRADIENTS = ("dg", "dA_log", "ddt_bias")
 
 
@@ -559,14 +534,12 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     """chunk_kda without a backward to follow (under torch.no_grad, or no input requiring grad) runs the
     forward with keep_state=False: o and the final state have the bits of the training forward; in bf16
     mode (the state pass forms o) the per-chunk S and U are then not stored, in fp32 mode (the output pass
-    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward below chunk
-    64 keeps row scales instead of qn, kn, each reader rounding q * rq to fp16 as the token kernel does
-    (INFER_ROWSCALE, default 1; 0 stores qn, kn: the same bits either way), at chunk 64 it stores them,
-    with the training forward's token launch: that is with ROWSCALE_BF16=0 (the default); with 1 every bf16
-    forward keeps the row scales, training included, with the same bits (the last part)."""
+    reads them) they are; with taps they always are. With l2norm bf16 mode's inference forward keeps row
+    scales instead of qn, kn, each reader rounding q * rq to fp16 (bf16 with PREP_QK_LOWP=1) as the token
+    kernel does (INFER_ROWSCALE, default 1; 0 stores qn, kn: the same bits either way), chunk 64 included
+    (the training forward's token launch); the training forward stores them (its backward reads them)."""
     import kdadbg_kernels.chunk as chunk_mod
 
-    monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "0")
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2)))
     x = inputs.to(DEVICE)
@@ -593,7 +566,6 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
                          state_v_first=cfg.state_layout == "vk", precision=precision, taps=taps, **extra)
 
     o_t, ht_t = call(True)
-    o_t0, ht_t0 = o_t, ht_t
     with torch.no_grad():
         o_n, ht_n = call(True)
     o_d, ht_d = call(False)
@@ -603,10 +575,9 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
     monkeypatch.delenv("KDADBG_INFER_ROWSCALE")
     stored = precision == "fp32"
     assert kept == [(True, True, True)] + [(False, stored, stored)] * 3
-    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward and below
-    # chunk 64 (prepare.rowscale_for_inference)
-    rs = stored or cfg.chunk_size < 64
-    assert cfg.qk_l2norm and scales == [stored, rs, rs, stored]
+    # row scales for q, k: fp32 mode always (QK_ROWSCALE), bf16 mode only without a backward
+    # (prepare.rowscale_for_inference)
+    assert cfg.qk_l2norm and scales == [stored, True, True, stored]
     for o, ht in ((o_n, ht_n), (o_d, ht_d), (o_q, ht_q)):
         assert not o.requires_grad and o.numel() and ht.numel()
         assert torch.equal(bits(o.float()), bits(o_t.detach().float()))
@@ -621,18 +592,14 @@ def test_inference_forward_keeps_the_bits_and_not_the_state(name, precision, mon
         o_t, ht_t = call(True)
         with torch.no_grad():
             o_n, ht_n = call(True)
-        assert scales[-2:] == [False, rs]
+        assert scales[-2:] == [False, True]
         assert torch.equal(bits(o_n.float()), bits(o_t.detach().float())) and torch.equal(bits(ht_n), bits(ht_t.detach()))
-        monkeypatch.delenv("KDADBG_PREP_QK_LOWP")
-        monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "1")   # row scales in training and inference alike
-        scales.clear()
-        o_r, ht_r = call(True)
-        with torch.no_grad():
-            o_n, ht_n = call(True)
-        assert scales == [True, True]
-        for o, ht in ((o_r, ht_r), (o_n, ht_n)):
-            assert torch.equal(bits(o.detach().float()), bits(o_t0.detach().float()))
-            assert torch.equal(bits(ht.detach()), bits(ht_t0.detach()))
+        if cfg.chunk_size == 64:  # fp32 qn, kn (PREP_QK_LOWP=0): stored at chunk 64 (the product unrounded)
+            monkeypatch.setenv("KDADBG_PREP_QK_LOWP", "0")
+            scales.clear()
+            with torch.no_grad():
+                o_n, ht_n = call(True)
+            assert scales == [False]
 
 
 @pytest.mark.parametrize("B,T,cu,window", [

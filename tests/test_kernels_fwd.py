@@ -45,8 +45,9 @@ def n_chunks(inputs: KDAInputs, C: int) -> int:
     return int(chunk_layout(B, T, inputs.cu_seqlens, C)[2][-1])
 
 
-def run_fwd(inputs: KDAInputs, cfg, precision="fp32", taps: TapSelection | None = None):
-    """kda_forward on a dump's tensors; ``ht`` returned in the dump's state layout."""
+def run_fwd(inputs: KDAInputs, cfg, precision="fp32", taps: TapSelection | None = None, keep_state=True):
+    """kda_forward on a dump's tensors; ``ht`` returned in the dump's state layout. ``keep_state=False``: the
+    inference forward (no backward to follow)."""
     inputs = inputs.to(DEVICE)
     B, T, H, K, V = inputs.shape
     h0 = inputs.h0
@@ -59,7 +60,7 @@ def run_fwd(inputs: KDAInputs, cfg, precision="fp32", taps: TapSelection | None 
         inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, scale=cfg.scale, chunk_size=cfg.chunk_size,
         gate=cfg.gate, lower_bound=cfg.lower_bound, qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid,
         A_log=inputs.A_log, dt_bias=inputs.dt_bias, h0=h0, cu_seqlens=inputs.cu_seqlens, precision=precision,
-        tap_plan=plan)
+        tap_plan=plan, keep_state=keep_state)
     if cfg.state_layout == "vk":
         ht = ht.transpose(-1, -2)
     return o, ht, saved, chunks, plan
@@ -303,12 +304,11 @@ def test_normalised_qk_stored_in_low_precision(precision, name, mode, dtype, mon
     """PREP_QK_LOWP: in bf16 mode with l2norm, qn and kn are stored in fp16 (by default and with 2) or bf16
     (1), the fp32 values of PREP_QK_LOWP=0 rounded to nearest once (every later use reads the rounded
     values), and o, ht and the taps that use them stay within bf16 mode's tolerances; fp32 mode keeps the
-    l2norm's fp32 values (as row scales, prepare.qk_rowscale) and every bit either way. Stored, that is:
-    ROWSCALE_BF16=0 (the default). With 1 bf16 mode keeps row scales (prepare.rowscale_bf16), each reader
-    rounding as the mode says: o and ht then have the stored run's bits, in each mode."""
+    l2norm's fp32 values (as row scales, prepare.qk_rowscale) and every bit either way. bf16 mode's inference
+    forward keeps row scales instead (prepare.rowscale_for_inference), each reader rounding as the mode says:
+    o and ht then have the training forward's bits, in each mode."""
     inputs, cfg = make_inputs(small(name))
     assert cfg.qk_l2norm
-    monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "0")
     monkeypatch.setenv("KDADBG_PREP_QK_LOWP", "0")
     base = run_fwd(inputs, cfg, precision)
     monkeypatch.delenv("KDADBG_PREP_QK_LOWP")
@@ -324,7 +324,6 @@ def test_normalised_qk_stored_in_low_precision(precision, name, mode, dtype, mon
         assert saved.rq is not None and saved.qn.dtype == inputs.q.dtype and base[2].rq is not None
         assert torch.equal(o, base[0]) and torch.equal(ht, base[1])
     check_outputs_and_taps(inputs, cfg, precision, ("qd", "kd", "kr", "Mqk", "INV"))
-    monkeypatch.setenv("KDADBG_ROWSCALE_BF16", "1")
-    o_r, ht_r, saved_r, *_ = run_fwd(inputs, cfg, precision)
+    o_r, ht_r, saved_r, *_ = run_fwd(inputs, cfg, precision, keep_state=False)
     assert saved_r.rq is not None and saved_r.qn.dtype == inputs.q.dtype
     assert torch.equal(o_r, o) and torch.equal(ht_r, ht)
