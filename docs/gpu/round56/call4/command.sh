@@ -1,12 +1,12 @@
 # Round 56 call 4 (.peer in carry; COMMIT=<sha> LIMIT=<seconds> bash docs/gpu/round56/call4/command.sh): the
 # inference forward keeps the l2norm as row scales at chunk 64 too (prepare.rowscale_for_inference): its CUDA
-# bits tests while upstream FlashKDA builds (on the CPUs), then the lower-bound setting at the 10 shapes of
-# issue 23, ours (training and inference forward, INFER_ROWSCALE=0 beside) against FlashKDA in one process,
-# most asked-for shapes first, under a budget.
+# bits tests while upstream FlashKDA builds (on the CPUs); then issue 23's benchmark: the three settings
+# against fla at the 10 shapes, the lower-bound setting against FlashKDA too (ours' training and inference
+# forwards, INFER_ROWSCALE=0 beside), the taps pairs, most asked-for shapes first, under a budget.
 export PYTHONUNBUFFERED=1
 W=$OUT
 LIMIT=${LIMIT:-560}
-. benchmarks/gpu_env.sh
+. benchmarks/gpu_env.sh fla
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
 timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1 &
 bpid=$!
@@ -17,8 +17,9 @@ wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_bui
 tail -1 $W/flashkda_build.log > .peer/fk_env.sh
 . .peer/fk_env.sh
 timeout $((LIMIT - SECONDS - 15)) python3 benchmarks/bench.py --json $W/benchmarks.json --budget-s $((LIMIT - SECONDS - 60)) \
-    --commit $COMMIT --peers flashkda --settings lower_bound --ab-settings lower_bound --ab KDADBG_INFER_ROWSCALE=0 \
-    --taps-at --shapes dense_H64_T8192 dense_H32_T16384 dense_H16_T16384 varlen_mixed6_H32 dense_H16_T8192 \
+    --commit $COMMIT --peers fla,flashkda --settings lower_bound,softplus,pregated --ab-settings lower_bound \
+    --ab KDADBG_INFER_ROWSCALE=0 --taps-at lower_bound:dense_H32_T16384 pregated:dense_H16_T16384 \
+    --shapes dense_H64_T8192 dense_H32_T16384 dense_H16_T16384 varlen_mixed6_H32 dense_H16_T8192 \
     dense_H32_T8192 dense_H64_T16384 dense_H16_T65536 dense_H32_T65536 dense_H64_T65536 > $W/bench.log 2>&1
 echo "bench exit $? at $SECONDS s"
-grep -E "^\[bench\]" $W/bench.log | cut -c1-400 | tail -14
+grep -E "^\[bench\]" $W/bench.log | cut -c1-330 | tail -34
