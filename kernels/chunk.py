@@ -159,7 +159,7 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
         out_dtype: dtype of ``o``, rounded to nearest in the kernel (the autograd op asks for v's).
         keep_state: False when no backward will follow: then, where the state pass forms ``o`` (bf16 mode)
             and without ``tap_plan``, the per-chunk ``S`` and ``U`` are not stored (``FwdSaved.S``, ``U`` None),
-            nor, with l2norm below chunk 64, ``qn, kn`` (row scales instead:
+            nor, with l2norm in bf16 mode, ``qn, kn`` (row scales instead:
             ``prepare.rowscale_for_inference``).
 
     Returns:
