@@ -474,8 +474,9 @@ def rowscale_for_inference(precision: str, qk_l2norm: bool, chunk_size: int) -> 
     0.561 -> 0.475, intra 0.487 -> 0.515) and every output kept its bits on CUDA, but the backward then formed
     and stored ``qn, kn`` for its K pass (its precompute 0.447 -> 0.626 ms, forward + backward 7.820 -> 7.915;
     ``docs/gpu/round55/call3``, ``call1s``): not kept. With ``qn, kn`` stored instead (``INFER_ROWSCALE=0``)
-    the inference forward at chunk 16 took 1.582 ms at lower-bound H64 T8192 against 1.497 with row scales,
-    in one process (``docs/gpu/round34/call1``)."""
+    the inference forward at lower-bound H64 T8192 took 1.803 ms at chunk 64 against 1.792 with row scales,
+    1.672 against 1.572 at chunk 16, and at H32 T65536 7.461 against 7.193 at chunk 64, in one process on an
+    H100 (``docs/gpu/round56/call4``, whose CUDA tests of these bits passed)."""
     return precision == "bf16" and qk_l2norm and (chunk_size < 64 or qk_lowp_mode(precision, qk_l2norm) != 0) \
         and bool(knob("INFER_ROWSCALE", 1))
 
