@@ -14,7 +14,7 @@ Library entry points (the CLI is a thin shell over them):
 def _kernels_beside() -> None:
     """In a source checkout (``kernels/`` beside this package), ``kdadbg_kernels`` is that folder: imported
     from another tree it would be another copy's kernels (an editable install of one checkout, this one on
-    ``PYTHONPATH``: user trial, round 41, a clone testing the installed tree's kernels unawares). An
+    ``PYTHONPATH``: a user trial, a clone testing the installed tree's kernels unawares). An
     installed wheel has no such folder and keeps its own ``kdadbg_kernels``."""
     import importlib.util
     import sys

@@ -159,7 +159,7 @@ def run_captured(command: list[str], out, *, targets: list[str] | None = None, c
                 out.rmdir()
             raise KdadbgError(f"capture: cannot run {command[0]!r} ({e.strerror or e})") from None
         # SIGTERM (timeout, a scheduler) goes on to the command, and capture waits for it as for Ctrl-C, so that
-        # its summary is printed and this temporary folder removed (it ended kdadbg alone: user trial, round 45)
+        # its summary is printed and this temporary folder removed (it ended kdadbg alone: a user trial)
         main = threading.current_thread() is threading.main_thread()
         before = signal.signal(signal.SIGTERM, lambda signum, frame: _forward(proc, signum)) if main else None
         try:

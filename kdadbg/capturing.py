@@ -585,7 +585,7 @@ class Capture:
             over = self.max_bytes is not None and held + nbytes > self.max_bytes
             if not over:
                 # our kernels' own precision= (bf16 by default): the theirs file records it, so that diff judges
-                # it at that mode's tolerances or says to (a clean bf16 step failed at fp32's: user trial, round 45)
+                # it at that mode's tolerances or says to (a clean bf16 step failed at fp32's: a user trial)
                 prec = bound.get("precision")
                 call = CapturedCall(info, config, nbytes, precision=prec if prec in ("fp32", "bf16") else None)
                 self._pending.append(call)

@@ -239,7 +239,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
         cand = select(cand, [run.tap_chunks.index(c) for c in tap_rows], [run.tap_heads.index(h) for h in tap_heads])
     if not run.taps and tuple(names) == TAP_NAMES:
         missing["taps"] = []   # an implementation without taps, all asked by default: nothing to list
-    # (one that returned some, a function's forward taps say, has the others listed: user trial, round 45)
+    # (one that returned some, a function's forward taps say, has the others listed: a user trial)
     # (taps asked for by name are listed as not provided whatever the implementation offers)
     ref_rows = [c - base for c in tap_rows]
     ref_sel = select({n: ref_taps[n] for n in cand}, ref_rows, tap_heads)
@@ -384,8 +384,7 @@ def diff_dump(inputs: KDAInputs, config: KDAConfig, impl=None, *, dump: str | No
             res.notes.append(reach_note(left_out))
     # NaN/Inf in the implementation's outputs the reference lacks (outside any input NaN's reach): whether the
     # gates explain them, as `run` says (ours: a 16-row block's exponent past float32's exp, in the window's chunks
-    # where it ran on one; otherwise a chunk's); else a first divergence of NaN reads as a bug to hunt (user trial,
-    # round 49)
+    # where it ran on one; otherwise a chunk's); else a first divergence of NaN reads as a bug to hunt (a user trial)
     why = (decay_limit_note(inputs, config, ct, run.outputs, ref.outputs, (lo, hi) if seeded else None)
            if impl.kind == "ours" else exp_range_note(inputs, config, ct, impl.name, run.outputs, ref.outputs))
     if why:
@@ -700,7 +699,7 @@ def diff_taps_files(a: dict, b: dict, *, precision: str = "fp32", names: tuple[s
                                              f"(tol {c.tol:g})")
     # dA_log, ddt_bias over their tolerance: sums of dg over a head's tokens, whose error the carried-in rule splits
     # into dg's and the sum's own, with the dump's inputs; without them, not judged (a correct bf16 kernel's dA_log
-    # at 0.022 against 1e-2 was a BUG here while diff DUMP --against passed it: user trial, round 46)
+    # at 0.022 against 1e-2 was a BUG here while diff DUMP --against passed it: a user trial)
     for n in REDUCED:   # (beyond the sum of both files' tolerances where that applies)
         if n in cells and bool((cells[n].label == noise.BUG).any()):
             worst = float(torch.nan_to_num(cells[n].ratio, nan=0.0).max())
@@ -862,7 +861,7 @@ def diff_paths(paths: list, *, impl: str | None = None, against=None, overrides:
                 raise KdadbgError(f"{p}: not a taps file (kdadbg taps writes them); diff A B compares two taps files")
         from .progress import beating
 
-        # (a heartbeat per stage: two large files said nothing for their whole read and comparison, round 46)
+        # (a heartbeat per stage: two large files said nothing for their whole read and comparison)
         from .fileio import read_header
 
         same_problem(paths, read_header(paths[0])[1], read_header(paths[1])[1])

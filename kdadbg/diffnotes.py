@@ -38,7 +38,7 @@ LOG2_SPEC = "TapsSpec(gate_units='log2')"
 
 def negated_note(cells: dict, *sides: tuple[dict, dict]) -> str | None:
     """A note naming the failing quantities that are the reference's times exactly -1 (``_pure_scale``): a sign
-    flipped, which a ratio of 2 in every cell does not say by itself (user trial, round 45: a negated dg). ``sides``:
+    flipped, which a ratio of 2 in every cell does not say by itself (a user trial: a negated dg). ``sides``:
     ``(candidate, reference)`` dicts of the cells' tensors (taps, output rows)."""
     names = []
     for n, c in cells.items():
@@ -80,7 +80,7 @@ def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
             ln_read_as_log2.append(n)
     notes = []
     # a taps file's conventions are the flags'; a function's, the TapsSpec it returns (the flags describe a taps
-    # file and are refused without one: user trial, round 45)
+    # file and are refused without one: a user trial)
     as_file = getattr(impl, "kind", None) == "taps file"
 
     def declare(flag: str, spec: str) -> str:
@@ -96,7 +96,7 @@ def convention_notes(cells: dict, cand: dict, ref: dict, impl) -> list[str]:
                      f"an implementation that takes the dump's natural-log gate as log2 (2^g where e^g is meant: a "
                      f"missing ln 2)")
     # exp2 of the natural-log gate inside the implementation (2^g where e^g is meant): its gate taps right, the taps
-    # that exponentiate it the reference's times exp((ln 2 - 1) x) of their exponent x (user trial, round 45)
+    # that exponentiate it the reference's times exp((ln 2 - 1) x) of their exponent x (a user trial)
     if "gc" in ref and "gT" in ref:
         gc, gT = ref["gc"].to(torch.float64), ref["gT"].to(torch.float64)[:, :, None, :]
         args = {"qd": gc, "kd": gc, "ki": -gc, "kr": gT - gc}
@@ -208,7 +208,7 @@ def precision_hint(precision: str, cells: dict, dtypes: dict, name: str) -> str 
 def transposed_states_note(outputs: dict, ref: dict, failing: set, tols: dict, impl_name: str) -> str | None:
     """A note where a failing ``ht``/``dh0`` (whole tensors ``[N, HV, a, a]``) matches the reference transposed
     within its tolerance: states returned as ``[K,V]`` where the dump lays them out ``[V,K]``, or the other way.
-    Said, never converted (a guess would hide a bug). User trial, round 41: a function returning ``ht`` as
+    Said, never converted (a guess would hide a bug). A user trial: a function returning ``ht`` as
     ``[K,V]`` on a ``vk`` dump read "ht 1.409 FAIL" and "BUG, introduced here", with no word of the layout."""
     hits = []
     for n in ("ht", "dh0"):

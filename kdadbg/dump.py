@@ -483,7 +483,7 @@ def _describe_taps_file(path, specs: dict, meta: dict, kind: str, out: dict) -> 
     order = {"output": 0, "gradient": 1, "tap": 2, "index": 3, "extra": 4}
     from kdadbg_kernels.taps import TAP_NAMES
 
-    # outputs, gradients, then the taps in dataflow order (the registry's), not alphabetically (round 46)
+    # outputs, gradients, then the taps in dataflow order (the registry's), not alphabetically
     names = [*_LAYOUT_OF, *(TAP_PREFIX + n for n in TAP_NAMES), *CHUNK_KEYS, HEAD_KEY]
     out["tensors"] = sorted(rows.values(), key=lambda r: (order[r["role"]], names.index(r["name"])
                                                           if r["name"] in names else len(names), r["name"]))

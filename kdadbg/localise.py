@@ -91,7 +91,7 @@ def window_rerun(inputs: KDAInputs, config: KDAConfig, ref_taps: dict, info: Chu
     ``c-1``) or to the end of its sequence. Where the diff compared no ``S`` (``state_seen`` False: an
     implementation without taps), a quantity that reads the state entering its chunk (all but the forward
     prepare taps) starts the window one chunk earlier, at the state update that wrote that state: seeded at its
-    own chunk, a wrong state update before it read as "inherited" (user trial, round 45). If the diverging cell still fails there, its error was
+    own chunk, a wrong state update before it read as "inherited" (a user trial). If the diverging cell still fails there, its error was
     ``introduced`` by that chunk; if it passes, it was ``inherited`` from earlier chunks (forward) or
     later chunks (backward). With ``precision`` the window's cells are labelled against the noise floor of
     the window at that precision as the diff's own are (a value stored in 16 bits including its rounding;

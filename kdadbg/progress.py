@@ -17,7 +17,7 @@ def ticking(progress: Progress | None, stage: str, estimate_s: float | None, eve
             min_s: float = 10.0):
     """``with ticking(progress, "ours", 120.0): run()``: the bar counts seconds against the estimate
     (never complete before the call ends); past the estimate the total moves with the seconds (``31/32``,
-    then ``33/34``: a user trial, round 41, watched fla's bar sit at 19/20 for 15 s); without an estimate, or
+    then ``33/34``: a user trial watched fla's bar sit at 19/20 for 15 s); without an estimate, or
     one under ``min_s``, 0/1 repeated while it runs (``beating``: a log gets a line with the elapsed time every
     5 s) then 1/1."""
     if progress is None:

@@ -4,7 +4,7 @@ A NaN or Inf in an input (loaded with ``--allow-nonfinite``) makes the recurrenc
 where the input reaches, in its sequence and head; a chunked algorithm spreads it further, to the other
 tokens of the same chunk (their products multiply it by the causal mask's zeros: 0 · NaN = NaN), and where
 it spreads depends on the implementation's chunking, not on its correctness. Comparing there blamed a correct
-token-by-token implementation for the float64 reference's NaN before the NaN input (user trial, round 41).
+token-by-token implementation for the float64 reference's NaN before the NaN input (a user trial).
 So on such a dump the elements a nonfinite input can reach in any chunking are left out of the comparison
 on both sides (made NaN on both: "NaN/Inf on both sides", not compared), and everything else is compared
 as always, where a NaN/Inf on one side fails: an implementation that makes a NaN where no input holds one
@@ -26,7 +26,7 @@ by ``q, do, dht`` and carried back through ``k, g, beta``):
 - ``dA_log``, ``ddt_bias`` (sums over every sequence): the head where any gradient is reached.
 
 A bound, not the exact set: an element inside it may well be finite on both sides; it is not compared.
-(Adversarial trial, round 41: the first bound, the whole backward of any reached sequence and head, hid a
+(An adversarial trial: the first bound, the whole backward of any reached sequence and head, hid a
 wrong ``o`` after a NaN ``q`` and a wrong ``dk`` before a NaN ``v``.)
 """
 

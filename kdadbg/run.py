@@ -372,7 +372,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
 
     # a dA_log/ddt_bias whose sum cannot be checked (carry_from_dg) has no carried-in rule: the floor's judges it,
     # at either precision (its value against the reference is what the floor measures; dg's rounding only takes
-    # away the split: our bf16 op failed kimi seed 12 on a head 0 that cancels, user trial, round 48)
+    # away the split: our bf16 op failed kimi seed 12 on a head 0 that cancels, a user trial)
     unchecked = [r for r in rows if r.failed and r.sum_unchecked is not None]
     if (impl.precision == "fp32" and any(r.failed and r.name not in REDUCED for r in rows)) or unchecked:
         # over its tolerance: is the tolerance within float32's reach on this dump? (Not in bf16 mode, whose
@@ -413,7 +413,7 @@ def check(inputs: KDAInputs, config: KDAConfig, *, impl=None, dump: str = "",
     if any(r.nonfinite for r in rows):
         # ours anchors its exponents per 16-row block (any cumulative gate): only a block's own decay limits it.
         # Beside NaN/Inf inputs too (outside their reach, blanked on both sides): a layer whose gate overflows
-        # makes the NaN its own do then carries back (user trial, round 49: a capture with --when nonfinite)
+        # makes the NaN its own do then carries back (a user trial: a capture with --when nonfinite)
         note = (decay_limit_note(inputs, config, ct, outs, ref.outputs, window) if impl.kind == "ours" else
                 exp_range_note(inputs, config, ct, impl.name, outs, ref.outputs))
         if note:

@@ -59,7 +59,7 @@ def reductions_of(dg: torch.Tensor, inputs, config, formed: Terms | None = None)
 # A bias in dg (5e-4 of its RMS on one head) gave 90 (dA_log). Beyond
 # COHERENT, at fp32 or in bf16 mode, a dA_log/ddt_bias over its bar is not excused as carried in from dg: the
 # error is dg's bias, which dg's own rows (UNREP within ten times their floor, or within bf16's 2e-2) did not
-# show (user trial, round 41: a dg missing each chunk's last token passed at 0.019 in bf16 mode, dA_log 14x its
+# show (a user trial: a dg missing each chunk's last token passed at 0.019 in bf16 mode, dA_log 14x its
 # bar excused as carried in).
 COHERENT = 30.0
 
@@ -79,7 +79,7 @@ def coherence(dg: torch.Tensor, ref_dg: torch.Tensor, inputs, config,
 def _coherent(t: torch.Tensor, dims: tuple[int, ...]) -> torch.Tensor:
     """``|sum t| / sqrt(sum t^2)`` over ``dims``, at most sqrt(N) for N terms, NaN where every term is 0. Each
     group scaled by its largest term first: errors near 1e-300 squared to 0 made it inf, a coherent "bias" of a
-    column that had none (user trial, round 46: ddt_bias failed at 1.8e308 on a step with gates near -1e16)."""
+    column that had none (a user trial: ddt_bias failed at 1.8e308 on a step with gates near -1e16)."""
     m = t.abs().amax(dims, keepdim=True)
     t = torch.where(m > 0, t / torch.where(m > 0, m, torch.ones_like(m)), torch.zeros_like(t))
     return t.sum(dims).abs() / t.pow(2).sum(dims).sqrt()
@@ -125,7 +125,7 @@ def storage_reach(outputs: dict, inputs, config, formed: Terms | None = None) ->
     nonzero: ``STORAGE_SIGMAS`` standard deviations of the sum of ``dg``'s rounding errors, each uniform within
     half a spacing (independent roundings), plus half a spacing of the sum's own 16-bit value. A wrong
     reduction beyond it is still called one; within it, the noise floor judges the cell (a correct fla_layer_varlen head 0 in fp32 mode: a float32 ``dA_log``
-    3.2e-5 from the exact sum of its bf16 ``dg``, against 1e-5: user trial, round 46). ``formed``: the
+    3.2e-5 from the exact sum of its bf16 ``dg``, against 1e-5: a user trial). ``formed``: the
     :func:`terms` of ``outputs["dg"]``, already formed."""
     out = {}
     dg = outputs.get("dg")
@@ -163,7 +163,7 @@ def head_split(name: str, value: torch.Tensor, ref: torch.Tensor, outputs: dict,
     is more), "reach" (beyond it the sum is wrong: ``bar`` plus, where ``dg`` or the sum came back in 16 bits,
     how far rounding the wider dg the implementation summed can move it, ``storage_reach``), "stored" (whether
     it did)}``, as ratios over the head's elements (one for ``dA_log``, K for ``ddt_bias``), as ``diff``'s
-    per-head cells split it. Heads pooled, one head's reach hid another's wrong sum (user trial, round 48: a
+    per-head cells split it. Heads pooled, one head's reach hid another's wrong sum (a user trial: a
     dA_log 5 % off read "cannot be told apart" over the tensor, its head 0 beyond that head's reach), and one
     head's rounding allowance another's (adversarial trial: run failed a float32 sum diff carried in). ``formed``:
     the :func:`terms` of ``outputs["dg"]``, already formed."""
@@ -229,7 +229,7 @@ class Split(NamedTuple):
         in from ``dg`` (a cell compared nowhere, as a NaN input's reach leaves it, neither passes nor blocks,
         as in ``run``'s whole-tensor rule, ``run.carry_from_dg``). With ``cells`` (the quantity's, labelled),
         every cell over its tolerance (not OK) instead: a head within it is not what put the tensor over
-        (adversarial trial, round 48: head 0 the exact sum of its own dg, head 1 within its bar with its sum
+        (an adversarial trial: head 0 the exact sum of its own dg, head 1 within its bar with its sum
         0.0105 off, failed with no reason in run and diff)."""
         unseen = torch.zeros_like(self.sum_ok) if self.unseen is None else self.unseen.to(self.sum_ok.device)
         if cells is None or cells.label is None:
@@ -290,8 +290,8 @@ def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str
     """Mark the ``dA_log``/``ddt_bias`` cells over their tolerance whose sum can be shown neither right nor wrong
     (``Cells.sum_check``): ``dg`` came back in 16 bits, and the implementation's value is beyond the sum's bar from
     the exact sum of that ``dg`` but within how far rounding the ``dg`` it summed can move it (``Split.beyond``). What
-    is marked is where their error comes from: the exact sum of the returned ``dg`` against the reference is ``dg``'s part (user
-    trial, round 47: a ``dg`` error in a bf16 capture read as a ``dA_log`` BUG of its own, nothing saying the sum
+    is marked is where their error comes from: the exact sum of the returned ``dg`` against the reference is ``dg``'s part (a user
+    trial: a ``dg`` error in a bf16 capture read as a ``dA_log`` BUG of its own, nothing saying the sum
     could not be checked). The cell keeps the noise floor's label: its value against the reference is what the
     floor judges, which the returned dg's rounding does not touch (a correct float32 sum 0.1 % off is a BUG by
     it); what the reach takes away is the split. A cell whose ``dg`` error sums coherently is left out (its own
@@ -324,7 +324,7 @@ def unchecked_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str
 def wrong_sums(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, list[dict]]:
     """The ``dA_log``/``ddt_bias`` cells that are BUG for a wrong sum (``Split.sum_wrong``, as ``carried_in``
     labels them): ``{name: [{"row", "head", "own", "beyond", "reach"}, ...]}``, ``reach`` None where nothing came
-    back in 16 bits; empty if none. Each has a note: a BUG cell of theirs gave no reason (user trial, round 48)."""
+    back in 16 bits; empty if none. Each has a note: a BUG cell of theirs gave no reason (a user trial)."""
     out = {}
     for n, split in carried.items():
         c = cells.get(n)
@@ -344,8 +344,8 @@ def carried_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, 
     reduction against the exact float64 sum of its own ``dg``, which no precision of ``dg`` excuses (a correct
     one is within 3e-6 of it in bf16 mode), only float32 rounding of the sum itself (``rounding_reach``), so
     neither its floor (UNREP) nor ten times it (DRIFT) lets it through
-    (a dA_log 5 % off its own dg's sum read UNREP in bf16 mode: user trial, round 36); nor where ``dg``'s error
-    sums in coherently (``Split.coherent`` over ``COHERENT``: a bias, UNREP in bf16 mode before round 41). Returns
+    (a dA_log 5 % off its own dg's sum read UNREP in bf16 mode: a user trial); nor where ``dg``'s error
+    sums in coherently (``Split.coherent`` over ``COHERENT``: a bias, UNREP in bf16 mode once). Returns
     ``{name: the worst relabelled-DRIFT cell's carried ratio}``, empty if none."""
     out = {}
     for n, split in carried.items():
@@ -358,7 +358,7 @@ def carried_in(cells: dict[str, Cells], carried: dict[str, Split]) -> dict[str, 
             c.label = torch.where(wrong, torch.tensor(noise.BUG, dtype=c.label.dtype), c.label)
         # a DRIFT whose sum is right is carried in too: marked so, --strict does not fail it for dg's error, which
         # dg's own rows are judged by (a correct fp32 dA_log at 1.5e-5 against 1e-5 failed diff --strict while run
-        # passed: user trial, round 46)
+        # passed: a user trial)
         hit = ((c.label == noise.BUG) | (c.label == noise.DRIFT)) & sum_ok
         if bool(hit.any()):
             c.label = torch.where(hit, torch.tensor(noise.DRIFT, dtype=c.label.dtype), c.label)

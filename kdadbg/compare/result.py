@@ -205,7 +205,7 @@ class DiffResult:
         (DRIFT, BUG, NaN/Inf) in dataflow order, at the head worst there; where every such cell is UNREP, the one
         furthest over its own noise floor (ratio / floor): the UNREP cells of a clean run sit near their floor, a
         bug's stand out. ``locate``'s dict with ``"lead"``: ``"first"`` or ``"over_floor"``; None where no cell
-        is over its tolerance (the sum over, every cell within). User trial, round 41: in bf16 mode a dg missing
+        is over its tolerance (the sum over, every cell within). A user trial: in bf16 mode a dg missing
         a term read UNREP in every chunk it touched, the verdict failed on the whole tensor and nothing said
         where; adversarial trial: the first UNREP cell was bf16 noise ahead of the planted fault."""
         cells = self.cells.get(name)

@@ -247,7 +247,7 @@ def check_supported(impl: Implementation, inputs: KDAInputs, config: KDAConfig, 
                     device: str | None = None) -> None:
     """Refuse an unsupported dump before any work: one line, exit 2. ``device`` given, an implementation's
     ``check_device(inputs, device)`` (where it has one) refuses what it cannot run there, before any
-    progress line too (fla's 16-bit path on the CPU: user trial, round 41)."""
+    progress line too (fla's 16-bit path on the CPU: a user trial)."""
     ok, why = impl.supports(config, shapes_of(inputs))
     if not ok:
         raise KdadbgError(f"{where + ': ' if where else ''}--impl {impl.name}: cannot run this dump: {why}")

@@ -334,7 +334,7 @@ class Function(Implementation):
         ids = list(spec.chunks) if spec.chunks is not None else list(range(ct.n_chunks))
         heads = list(spec.heads) if spec.heads is not None else list(range(H))
         # a tensor of the user's own under a name the registry lacks (a debug value, a typo) is said, not compared:
-        # refusing it ended the whole diff (user trial, round 46)
+        # refusing it ended the whole diff (a user trial)
         unknown = [n for n in their if n not in REGISTRY]
         if unknown:
             from ..selection import _did_you_mean

@@ -99,7 +99,7 @@ def render_tensors(console: Console, res) -> None:
     console.print(f"[bold red]over tolerance as whole tensors[/bold red] (as `kdadbg run` judges them, over "
                   f"{rows}): {what}{drift}", soft_wrap=True, highlight=False)
     if res.first_bug is not None:
-        return   # the first BUG above leads there: a line per tensor read as ten places to start (user trial, round 45)
+        return   # the first BUG above leads there: a line per tensor read as ten places to start (a user trial)
     for n in failing:
         lead = res.tensor_lead(n)
         if lead is None or (res.first_divergence is not None and lead["tap"] == res.first_divergence["tap"]):
@@ -172,7 +172,7 @@ def render_grid(console: Console, res, max_columns: int | None = None) -> None:
     # (the metric's name, not the implementation's: "fla ratio" read as fla's own figures under --impl fla)
     title = "ratio RMS(ref-x)/RMS(ref) per tap × chunk, worst head" + (
         f" (columns: {grid['bucket']} chunks each, worst cell)" if grid["bucket"] > 1 else "")
-    # the title on a line of its own: as the table's, rich wrapped it to a narrow grid's width (user trial, round 45)
+    # the title on a line of its own: as the table's, rich wrapped it to a narrow grid's width (a user trial)
     console.print(Text(title, style="italic"), soft_wrap=True)
     t = Table(padding=(0, 0), show_edge=False, pad_edge=False)
     t.add_column("tap", no_wrap=True, style="bold")
@@ -215,20 +215,20 @@ def files_labels(res) -> tuple[str | None, str] | None:
     return None, "over it (no dump: no noise floor)"
 
 
-# a cell's label where no colour shows it (a pipe, a log): BUG and DRIFT read as OK there (user trial, round 46)
+# a cell's label where no colour shows it (a pipe, a log): BUG and DRIFT read as OK there (a user trial)
 PLAIN_MARK = {"BUG": "!", "DRIFT": "~"}
 
 
 def _absolute(cell: dict, tol: float) -> bool:
     """An OK cell over its tolerance: it passed by the absolute rule (its max abs error within 1e-6 of the
-    quantity's scale), which a figure over the tol column alone left unexplained (user trial, round 46)."""
+    quantity's scale), which a figure over the tol column alone left unexplained (a user trial)."""
     r = cell["ratio"]
     return cell["label"] == "OK" and r is not None and math.isfinite(r) and r > tol
 
 
 def grid_legend(grid: dict, plain: bool = False, labels: tuple[str | None, str] | None = None) -> str:
     """The grid's legend, for the symbols it shows: a ~600-character paragraph under every diff said all of
-    them every time (user trial, round 41). ``plain``: no colours or italics show, the labels are marks.
+    them every time (a user trial). ``plain``: no colours or italics show, the labels are marks.
     ``labels``: what DRIFT (None: none can be) and BUG mean where not the noise floor's rule (``diff A B``)."""
     seen = {"·" if c is None else c["label"] for row in grid["rows"] for c in row["cells"]}
     absolute = any(c is not None and _absolute(c, row["tol"]) for row in grid["rows"] for c in row["cells"])
@@ -265,7 +265,7 @@ def render_head_quantities(console: Console, res) -> None:
     cells = res.per_head_quantities()
     if not cells:
         return
-    # the label in words where it is not OK: UNREP or BUG showed only as a colour (user trial, round 46)
+    # the label in words where it is not OK: UNREP or BUG showed only as a colour (a user trial)
     parts = [Text.assemble(f"{c['tap']} head {c['head']} ", ("—" if c["label"] == "NOT_COMPARED" else
                                                               short(c["ratio"]), STYLE[c["label"]]),
                            "" if c["label"] in ("OK", "NOT_COMPARED") else f" {c['label']}", _unrep_why(c))
@@ -393,14 +393,14 @@ def _amplification(console: Console, res) -> None:
         labels = a.get("labels") or [None] * len(a["chunks"])
         for i, (c, r, lab) in enumerate(zip(a["chunks"], a["ratios"], labels)):
             g = a["growth"][i - 1] if i else None
-            if lab == "UNREP":   # (it read "—", as a cell not compared does: user trial, round 45)
+            if lab == "UNREP":   # (it read "—", as a cell not compared does: a user trial)
                 steps.append(f"chunk {c} unrep")
             else:
                 steps.append(f"chunk {c} {short(r)}" + (f" (×{g:.3g})" if g is not None else ""))
         if len(steps) > AMPLIFICATION_STEPS:   # a long sequence: its first and last chunks, the rest in --json
             head, tail = AMPLIFICATION_STEPS // 2, AMPLIFICATION_STEPS // 2 - 1
             steps = [*steps[:head], f"… {len(steps) - head - tail} chunks (every one in --json) …", *steps[-tail:]]
-        if steps:   # (it read "1:5e-3 → 0:8e-7 (×0.000162)": user trial, round 41)
+        if steps:   # (it read "1:5e-3 → 0:8e-7 (×0.000162)": a user trial)
             console.print(f"  amplification of {a['tap']} ({_head(a)}), its ratio chunk by chunk in the {a['direction']} "
                           f"pass's order, ×: the change from the chunk before (unrep: a value the compared precision "
                           f"cannot hold): " + " → ".join(steps), soft_wrap=True, highlight=False)
@@ -419,7 +419,7 @@ def _origin(console: Console, o: dict | None) -> None:
             c = o["chunk"]
             # the chunks of the window that reach c: the earlier ones through S (forward), the later through
             # dS (backward); the window starts at the chunk producing the cell, so a forward cell has none
-            # (user trial, round 41: "6-7, whose S reaches it" of a forward cell at chunk 5)
+            # (a user trial: "6-7, whose S reaches it" of a forward cell at chunk 5)
             # (the window starts one chunk early where no S was compared: that chunk's state update reaches c)
             fwd = o["tap"] in FWD_TAPS
             before, after = list(range(lo, c)), ([] if fwd else list(range(c + 1, hi + 1)))
@@ -469,8 +469,8 @@ def _origin(console: Console, o: dict | None) -> None:
                        "its batch row or sequence), which the window's rerun, one sequence of its own (B = 1) "
                        "starting afresh, does not reproduce; taps of S and dS would tell the two apart")
             # the headline says what the rerun showed: "inherited" only where a seed measured failing carried the
-            # error in (or, without state taps, could have); otherwise the rerun did not reproduce it (user
-            # trial, round 41: a fault tied to a sequence's place in the batch read "inherited")
+            # error in (or, without state taps, could have); otherwise the rerun did not reproduce it (a user
+            # trial: a fault tied to a sequence's place in the batch read "inherited")
             carried = seed is False or (seed and seed["label"] not in ("OK", "UNREP"))
             head = "[yellow]inherited[/yellow]" if carried and not o.get("seq_start") else \
                 "[yellow]not reproduced on the window[/yellow]"
@@ -484,7 +484,7 @@ def _origin(console: Console, o: dict | None) -> None:
                       + (f", token {w['token']}" if w.get("token") is not None else "") + ")")
                 if w["chunk"] == lo + 1 and w["tap"] != "S" and QUANTITIES[w["tap"]].stage != "fwd_prepare":
                     # one chunk after the seeded one: the first chunk reading a state the implementation wrote
-                    # itself (user trial, round 45: a wrong state update read as tied to token positions)
+                    # itself (a user trial: a wrong state update read as tied to token positions)
                     console.print(at + f": chunk {lo + 1} is the window's first to read a state the implementation "
                                   f"wrote itself (chunk {lo}'s state update; the window seeded chunk {lo}'s own): a "
                                   f"wrong state update, carried through S, diverges one chunk after wherever the "
@@ -516,7 +516,7 @@ EXPONENT_ROWS = 12   # rows of the exp-arguments table at most (the JSON's expon
 def render_nonfinite(console: Console, res) -> None:
     """The first NaN/Inf cell and, to explain it, the exp arguments of the chunks that overflow float32 and of
     its own chunk. Nothing where no cell holds a NaN/Inf: an overflowing exponent the implementation handled
-    explains nothing (user trial, round 41: 16 rows on every diff of a strong-gate dump)."""
+    explains nothing (a user trial: 16 rows on every diff of a strong-gate dump)."""
     nf = res.first_nonfinite
     if nf is None:
         return

@@ -320,7 +320,7 @@ def plot_diff(path, data: dict) -> Path:
     bar = fig.colorbar(ScalarMappable(norm=norm, cmap=cmap), ax=ax, pad=0.05, fraction=0.035, aspect=30)
     ticks = list(range(int(vmin), int(vmax) + 1))
     bar.set_ticks(ticks)
-    # two short lines: one long line ran past the top of a short figure's colour bar (user trial, round 46)
+    # two short lines: one long line ran past the top of a short figure's colour bar (a user trial)
     bar.set_label("ratio RMS(err)/RMS(ref)\nworst head, log scale", fontsize=9)
     bar.ax.set_yticklabels([f"≤1e{ticks[0]}", *(f"1e{t}" for t in ticks[1:])], fontsize=8)
     tol_text = " … ".join(dict.fromkeys(_sci(t) for t in (min(tols), max(tols))))

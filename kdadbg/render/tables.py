@@ -158,7 +158,7 @@ def render_inspect(console: Console, desc: dict) -> None:
         gate = next((row["value"] for row in desc["config"] if row["key"] == "gate"), None)
         for row in desc["config"]:
             source = "default" if row["default"] else "file"
-            if row["key"] == "lower_bound" and gate != "lower_bound":   # (user trial, round 41: read as in use)
+            if row["key"] == "lower_bound" and gate != "lower_bound":   # (a user trial: read as in use)
                 source += f" (unused: gate {gate})"
             t.add_row(row["key"], str(row["value"]), source)
         console.print(t)
