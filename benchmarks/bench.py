@@ -77,7 +77,8 @@ def parse_args(argv=None):
     p.add_argument("--flashkda-chunks", type=int, nargs="*", default=[16],
                    help="our other chunk sizes timed (forward) against FlashKDA's forward")
     p.add_argument("--ab", action="append", default=[], metavar="KDADBG_NAME=value[,...]",
-                   help="also time ours with these knob overrides (repeatable: one variant each)")
+                   help="also time ours with these knob overrides (repeatable: one variant each); a variant whose "
+                        "every knob the run beside it read with that value, or did not read, is said and not timed")
     p.add_argument("--ab-settings", default="softplus,lower_bound",
                    help="settings the --ab variants run in (default: the in-kernel ones)")
     p.add_argument("--taps-at", nargs="*", default=None, metavar="SETTING:SHAPE",
@@ -295,7 +296,9 @@ class Bench:
         return round(time.perf_counter() - t, 2), peak
 
     def config(self, c, rec, save):
-        from peer_inputs import FLA_ONLY, SETTINGS, knob_env, setting_inputs
+        from peer_inputs import FLA_ONLY, SETTINGS, knob_env, setting_inputs, variant_effect
+
+        from kdadbg_kernels.tuning import record_reads
 
         torch, a = self.torch, self.a
         rec["runs"] = runs = {}
@@ -350,14 +353,23 @@ class Bench:
                 plan.update({infer_tag(v): (infer(), None, v) for v in a.variants})
                 plan.update({infer_tag(v, chunk): (infer(chunk), None, v) for v in a.variants
                              for chunk in a.flashkda_chunks if chunk != a.chunk_size})
+        reads = {}   # each run without overrides: the knob values its calls read (tuning.record_reads)
         for tag, (fwd, fwdbwd, variant) in plan.items():
+            base = tag.partition("@")[0]   # ours@X=1 beside ours, ours_infer@X=1 beside ours_infer
+            why = variant_effect(variant, reads[base]) if variant and base in reads else None
+            if why:   # it would time its base run again: said, not timed
+                runs[tag] = {"skipped": why}
+                print(f"[bench] {c['name']} {tag}: not timed: {why}", flush=True)
+                continue
             r = runs[tag] = {}
             try:
-                with knob_env(variant):
+                with knob_env(variant), record_reads() as seen:
                     r["first_call_s"], r["peak_mem_gib"] = self.first_and_peak(fwdbwd or fwd)
                     r["fwd_ms"] = self.timed(fwd)
                     if fwdbwd is not None:
                         r["fwdbwd_ms"] = self.timed(fwdbwd)
+                if not variant:
+                    reads[tag] = seen
             except Exception as e:  # noqa: BLE001
                 r["error"] = f"{type(e).__name__}: {e}"[:500]
                 print(f"[bench] {c['name']} {tag}: {r['error']}", flush=True)
@@ -471,8 +483,8 @@ def _line(rec) -> str:
         def f(key, fmt=".3f"):
             return "-" if r.get(key) is None else format(r[key], fmt)
 
-        parts.append(f"{tag} " + (r["error"][:80] if "error" in r else
-                                  f"fwd {f('fwd_ms')} f+b {f('fwdbwd_ms')} GiB {f('peak_mem_gib', '.2f')} "
+        parts.append(f"{tag} " + (r["error"][:80] if "error" in r else "not timed: " + r["skipped"] if "skipped" in r
+                                  else f"fwd {f('fwd_ms')} f+b {f('fwdbwd_ms')} GiB {f('peak_mem_gib', '.2f')} "
                                   f"first {f('first_call_s', '.1f')} s"))
     parts += [f"{k} {v:.3f}" for k, v in rec.get("ratios", {}).items()]
     if rec.get("taps_ratios"):
@@ -494,8 +506,8 @@ def _table(results):
             continue
         rt = r.get("ratios", {})
         for tag, run in r.get("runs", {}).items():
-            if "error" in run:
-                print(f"{r['name']:<36} {tag:<24} {run['error'][:60]}")
+            if "error" in run or "skipped" in run:
+                print(f"{r['name']:<36} {tag:<24} {run.get('error', 'not timed: ' + run.get('skipped', ''))[:60]}")
                 continue
             print(f"{r['name']:<36} {tag:<24} {f(run.get('fwd_ms')):>8} {f(run.get('fwdbwd_ms')):>8} "
                   f"{f(rt.get(f'{tag}/fla_fwd')):>8} {f(rt.get(f'{tag}/fla_fwdbwd')):>8} "

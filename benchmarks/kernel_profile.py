@@ -8,7 +8,9 @@
 Inputs as ``benchmarks/bench.py``, in each of ``--settings`` (default ``pregated``: bf16 q/k/v, fp32
 log-decay, no in-kernel gate/l2norm/sigmoid; ``softplus``, ``lower_bound``: raw inputs with the gate,
 l2norm and beta sigmoid in the kernel, ``peer_inputs.SETTINGS``); ``--ab`` adds a run with knob overrides
-in each in-kernel setting. After two calls (compilation), ``--iters`` forwards and then ``--iters``
+in each setting, unless every knob it sets is one the defaults already read with that value there, or one they
+do not read (``peer_inputs.variant_effect``): such a run would time the defaults again, so it is said and
+skipped (``repeats_defaults`` in the JSON). After two calls (compilation), ``--iters`` forwards and then ``--iters``
 forward+backward calls are profiled; the tables give each kernel's mean CUDA time per call (forward+
 backward) and its share of the total kernel time, beside the wall time of a forward and a forward+backward
 (``do_bench`` medians) and the host's time per call (the calls enqueued without waiting): where the wall time
@@ -70,7 +72,9 @@ def main(argv=None):
     os.environ.setdefault("FLA_FLASH_KDA", "0")
     import torch
     from bench import MIXED6
-    from peer_inputs import FLA_ONLY, SETTINGS, knob_env, parse_variant, setting_inputs
+    from peer_inputs import FLA_ONLY, SETTINGS, knob_env, parse_variant, setting_inputs, variant_effect
+
+    from kdadbg_kernels.tuning import record_reads
 
     settings = [s for s in a.settings.split(",") if s]
     bad = [s for s in settings if s not in SETTINGS]
@@ -81,14 +85,23 @@ def main(argv=None):
     except ValueError as e:
         ap.error(str(e))
     T, H, D = (sum(MIXED6) if a.varlen else a.T), a.H, a.D
-    profiles, failed = [], []
+    profiles, failed, repeats = [], [], []
     for setting in settings:
+        reads = {}
         for variant in [{}] + variants:
             tag = setting + "".join(f" {n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
+            # a variant whose every knob the defaults already read so (or never read) times the defaults again
+            why = variant_effect(variant, reads) if variant and a.peer == "ours" else None
+            if why:
+                print(f"{a.peer} [{tag}]: not timed: {why}")
+                repeats.append({"setting": setting, "variant": variant, "tag": tag, "why": why})
+                continue
             x, cu, do = setting_inputs(setting, T, H, D, torch.device(a.device), lens=MIXED6 if a.varlen else None)
             try:
-                with knob_env(variant):
+                with knob_env(variant), record_reads() as seen:
                     prof = profile_one(a, x, cu, do, SETTINGS[setting], FLA_ONLY.get(setting, {}))
+                if not variant:
+                    reads = seen
             except Exception as e:  # e.g. a variant out of shared memory: say so, and time the others
                 if not variant:
                     raise
@@ -126,7 +139,8 @@ def main(argv=None):
             compare(profiles, key, what)
     if a.json:
         with open(a.json, "w") as f:
-            json.dump({"shape": vars(a), "profiles": profiles, "failed": failed}, f, indent=2)
+            json.dump({"shape": vars(a), "profiles": profiles, "failed": failed, "repeats_defaults": repeats}, f,
+                      indent=2)
     return 1 if failed else 0
 
 

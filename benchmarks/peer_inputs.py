@@ -97,6 +97,29 @@ def knob_env(assignments: dict[str, str]):
                 os.environ[n] = v
 
 
+def variant_effect(variant: dict[str, str], reads: dict[str, set[int]]) -> str | None:
+    """Why ``variant`` (``--ab``'s ``{KDADBG_NAME: value}``) cannot differ from the defaults it is timed beside,
+    or None: every knob it sets either already reads that value there or is not read at all (``reads``: the
+    baseline's ``tuning.record_reads``). Such a column times the defaults twice (round 56 call 1 timed
+    ``S_BF16=1`` beside a default that was already 1)."""
+    same, unread = [], []
+    for env, value in variant.items():
+        name = env.removeprefix("KDADBG_")
+        try:
+            v = int(value)
+        except ValueError:
+            return None   # the knob itself refuses it (tuning.knob): not this check's to say
+        if name not in reads:
+            unread.append(name)
+        elif reads[name] == {v}:
+            same.append(f"{name}={v}")
+        else:
+            return None
+    parts = ([f"{', '.join(same)} {'is' if len(same) == 1 else 'are'} what the defaults read here"] if same else []) \
+        + ([f"{', '.join(unread)} {'is' if len(unread) == 1 else 'are'} not read here"] if unread else [])
+    return "; ".join(parts) + ": this variant repeats the defaults" if parts else None
+
+
 def parse_variant(text: str) -> dict[str, str]:
     """``"KDADBG_A=1,KDADBG_B=2"`` -> ``{"KDADBG_A": "1", "KDADBG_B": "2"}`` (a ``--ab`` value)."""
     out = {}

@@ -15,6 +15,7 @@ timings (``docs/benchmarks.md``, ``docs/kernels.md``).
 
 from __future__ import annotations
 
+import contextlib
 import os
 from dataclasses import dataclass
 
@@ -177,6 +178,22 @@ def _env_key(name: str):
 _ENV_KEYS = {n: _env_key(n) for n in KNOBS}
 
 
+_READS: dict[str, set[int]] | None = None   # record_reads: the values the calls inside read, per knob
+
+
+@contextlib.contextmanager
+def record_reads():
+    """``{NAME: {values}}`` of every knob read by the calls inside (``knob``'s result, override or default):
+    what an A/B variant must change to differ from the defaults (``benchmarks/peer_inputs.variant_effect``)."""
+    global _READS
+    outer, _READS = _READS, {}
+    reads = _READS
+    try:
+        yield reads
+    finally:
+        _READS = outer
+
+
 def knob(name: str, default: int) -> int:
     """Knob ``name`` of ``KNOBS``: ``default``, or the integer in ``KDADBG_<name>``.
 
@@ -194,14 +211,20 @@ def knob(name: str, default: int) -> int:
     else:
         raw = data.get(key)
         if raw is None:
+            if _READS is not None:
+                _READS.setdefault(name, set()).add(default)
             return default
         raw = os.environ.decodevalue(raw)
     if raw is None:
-        return default
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"KDADBG_{name}: expected an integer, found {raw!r}") from None
+        value = default
+    else:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise ValueError(f"KDADBG_{name}: expected an integer, found {raw!r}") from None
+    if _READS is not None:
+        _READS.setdefault(name, set()).add(value)
+    return value
 
 
 def overrides() -> dict[str, str]:

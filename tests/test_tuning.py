@@ -580,3 +580,70 @@ def test_bench_taps_at_outside_the_timed_configurations_is_refused_not_dropped()
     assert r.returncode == 0 and "taps" not in r.stdout, r.stdout
     r = dry("--settings", "pregated", "--shapes", "dense_H16_T16384")  # the default pair that is
     assert r.returncode == 0 and "taps x3" in r.stdout
+
+
+def test_record_reads_and_variant_effect_say_when_a_variant_repeats_the_defaults(monkeypatch):
+    """tuning.record_reads collects the value each knob read inside it returned (override or default), and
+    nothing outside it; peer_inputs.variant_effect says why a --ab variant cannot differ from the run it is
+    timed beside: every knob it sets read that value there, or was not read at all. A variant that changes
+    one knob read otherwise, or a value the knob refuses, is left to run."""
+    import sys
+
+    from kdadbg_kernels.tuning import knob, record_reads
+
+    bench_dir = str(Path(__file__).resolve().parents[1] / "benchmarks")
+    sys.path.insert(0, bench_dir)
+    try:
+        from peer_inputs import variant_effect
+    finally:
+        sys.path.remove(bench_dir)
+    monkeypatch.delenv("KDADBG_S_BF16", raising=False)
+    monkeypatch.setenv("KDADBG_REC_BV", "32")
+    knob("MQK_BF16", 1)   # outside: not recorded
+    with record_reads() as reads:
+        assert knob("S_BF16", 1) == 1 and knob("REC_BV", 64) == 32 and knob("REC_BV", 64) == 32
+    knob("UDU_BF16", 1)
+    assert reads == {"S_BF16": {1}, "REC_BV": {32}}
+    assert variant_effect({"KDADBG_S_BF16": "1"}, reads) == \
+        "S_BF16=1 is what the defaults read here: this variant repeats the defaults"
+    assert variant_effect({"KDADBG_INFER_ROWSCALE": "0", "KDADBG_REC_BV": "32"}, reads) == \
+        "REC_BV=32 is what the defaults read here; INFER_ROWSCALE is not read here: this variant repeats the defaults"
+    assert variant_effect({"KDADBG_S_BF16": "0"}, reads) is None
+    assert variant_effect({"KDADBG_S_BF16": "1", "KDADBG_REC_BV": "16"}, reads) is None
+    assert variant_effect({"KDADBG_S_BF16": "x"}, reads) is None
+
+
+def test_kernel_profile_and_bench_do_not_time_a_variant_that_repeats_the_defaults(tmp_path):
+    """benchmarks/kernel_profile.py and bench.py with --ab: a variant whose knobs the defaults already read
+    with those values (S_BF16=1 in bf16 mode), or never read (INFER_ROWSCALE in a training call), is said on
+    one line and not timed (kernel_profile's JSON ``repeats_defaults``, bench's run ``skipped``); a variant that
+    changes a knob read (S_BF16=0) is timed. Round 56 call 1 spent its A/B column on the first kind."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    bench_dir = Path(__file__).resolve().parents[1] / "benchmarks"
+    out = tmp_path / "p.json"
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    p = subprocess.run([sys.executable, str(bench_dir / "kernel_profile.py"), "--H", "1", "--T", "64", "--D", "16",
+                        "--chunk-size", "16", "--iters", "1", "--device", "cpu", "--ab", "KDADBG_S_BF16=1",
+                        "--ab", "KDADBG_INFER_ROWSCALE=0", "--ab", "KDADBG_S_BF16=0", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "ours [pregated S_BF16=1]: not timed: S_BF16=1 is what the defaults read here" in p.stdout
+    assert "ours [pregated INFER_ROWSCALE=0]: not timed: INFER_ROWSCALE is not read here" in p.stdout
+    d = json.loads(out.read_text())
+    assert [x["tag"] for x in d["profiles"]] == ["pregated", "pregated S_BF16=0"]
+    assert [x["tag"] for x in d["repeats_defaults"]] == ["pregated S_BF16=1", "pregated INFER_ROWSCALE=0"]
+    out = tmp_path / "b.json"
+    p = subprocess.run([sys.executable, str(bench_dir / "bench.py"), "--device", "cpu", "--settings", "pregated",
+                        "--ab-settings", "pregated", "--shapes", "dense_H1_T64", "--peers", "none", "--dim", "16",
+                        "--ab", "KDADBG_INFER_ROWSCALE=0", "--json", str(out)],
+                       capture_output=True, text=True, env=env, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["results"]
+    assert row["runs"]["ours"]["fwd_ms"] > 0
+    assert row["runs"]["ours@INFER_ROWSCALE=0"] == {
+        "skipped": "INFER_ROWSCALE is not read here: this variant repeats the defaults"}
+    assert "ours@INFER_ROWSCALE=0: not timed: INFER_ROWSCALE is not read here" in p.stdout
