@@ -115,9 +115,10 @@ def test_every_launch_fits_in_shared_memory(precision, K, taps):
 
 
 def test_the_inference_forward_with_row_scales_compiles_without_spills():
-    """bf16 mode's inference forward below chunk 64 reads q, k through the row scales, rounding q * rq to fp16
-    (prepare.rowscale_for_inference): its four launches compile for sm_90, the intra and WY kernels spill
-    nothing."""
+    """bf16 mode's inference forward reads q, k through the row scales, rounding q * rq to fp16
+    (prepare.rowscale_for_inference): at chunk 16 its four launches compile for sm_90, the intra and WY kernels
+    spill nothing. (At chunk 64 the intra kernel spills with or without them: 72 bytes of stack training, 120
+    inference, benchmarks/kernel_resources.py --chunk-size 64 --setting lower_bound [--infer].)"""
     p = run_script("kernel_resources.py", "--chunk-size", "16", "--infer", "--setting", "lower_bound")
     lines = [x for x in p.stdout.splitlines() if "SMEM:" in x]
     assert p.returncode == 0 and [x.split()[0] for x in lines] == [
