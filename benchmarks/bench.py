@@ -20,7 +20,8 @@ only, when ``flash_kda`` is importable: ``benchmarks/build_flashkda.sh``) is tim
 against FlashKDA's forward ours is also timed at chunk 16 (``--flashkda-chunks``) and the ratio takes
 our best; ``ours_infer`` (``ours_infer_c16`` at chunk 16) is our forward under ``torch.no_grad`` (an
 inference forward, as FlashKDA's is: nothing kept for a backward, so the state pass stores no per-chunk
-``S``, ``U``, nor, with the l2norm in the kernel, ``qn, kn``: row scales instead), ratio ``ours_infer/flashkda_fwd`` of our better chunk;
+``S``, ``U``, nor, with the l2norm in the kernel, ``qn, kn``: row scales instead), ratio
+``ours_infer/flashkda_fwd`` of our better chunk;
 with ``--ab`` in the lower-bound setting it is timed at each variant too, at each chunk
 (``ours_infer@NAME=value``, ``ours_infer_c16@NAME=value``; no ratio).
 

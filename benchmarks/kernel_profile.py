@@ -91,7 +91,7 @@ def main(argv=None):
         for variant in [{}] + variants:
             tag = setting + "".join(f" {n.removeprefix('KDADBG_')}={v}" for n, v in variant.items())
             # a variant whose every knob the defaults already read so (or never read) times the defaults again
-            why = variant_effect(variant, reads) if variant and a.peer == "ours" else None
+            why = variant_effect(variant, reads) if variant else None
             if why:
                 print(f"{a.peer} [{tag}]: not timed: {why}")
                 repeats.append({"setting": setting, "variant": variant, "tag": tag, "why": why})

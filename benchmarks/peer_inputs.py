@@ -100,8 +100,8 @@ def knob_env(assignments: dict[str, str]):
 def variant_effect(variant: dict[str, str], reads: dict[str, set[int]]) -> str | None:
     """Why ``variant`` (``--ab``'s ``{KDADBG_NAME: value}``) cannot differ from the defaults it is timed beside,
     or None: every knob it sets either already reads that value there or is not read at all (``reads``: the
-    baseline's ``tuning.record_reads``). Such a column times the defaults twice (round 56 call 1 timed
-    ``S_BF16=1`` beside a default that was already 1)."""
+    baseline's ``tuning.record_reads``). Such a column would time the defaults twice (e.g. ``S_BF16=1`` in bf16
+    mode, where it is the default, or ``INFER_ROWSCALE`` in a training call, which never reads it)."""
     same, unread = [], []
     for env, value in variant.items():
         name = env.removeprefix("KDADBG_")

@@ -78,9 +78,10 @@ KNOBS: dict[str, Knob] = {
                              "kernel that reads qn, kn forms q * rq from the raw q itself (prepare.qk_rowscale); "
                              "0: the token kernel stores qn, kn in fp32", False),
     "INFER_ROWSCALE": Knob("1", "bf16 mode with l2norm (at chunk 64 with qn, kn rounded: PREP_QK_LOWP 1 or 2), a "
-                                "forward with no backward to follow and no taps: 1 keeps the l2norm as row scales rq, rk, as QK_ROWSCALE does in fp32 "
-                                "mode, each reader rounding q * rq as the token kernel does "
-                                "(prepare.rowscale_for_inference); 0: qn, kn stored as in training", False),
+                                "forward with no backward to follow and no taps: 1 keeps the l2norm as row scales "
+                                "rq, rk, as QK_ROWSCALE does in fp32 mode, each reader rounding q * rq as the token "
+                                "kernel does (prepare.rowscale_for_inference); 0: qn, kn stored as in training",
+                           False),
     "MQK_BF16": Knob("1", "bf16 mode: 1 stores Mqk [NC, H, C, C] in bf16 (rounded to nearest even), the operand "
                           "every reader's MMA rounds it to anyway (the state pass's o, the output pass, the "
                           "backward's dU0): the same bits, half the bytes; its tap is then stored from the "
@@ -186,8 +187,8 @@ def record_reads():
     """``{NAME: {values}}`` of every knob read by the calls inside (``knob``'s result, override or default):
     what an A/B variant must change to differ from the defaults (``benchmarks/peer_inputs.variant_effect``)."""
     global _READS
-    outer, _READS = _READS, {}
-    reads = _READS
+    reads = {}
+    outer, _READS = _READS, reads
     try:
         yield reads
     finally:

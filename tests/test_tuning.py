@@ -617,7 +617,7 @@ def test_kernel_profile_and_bench_do_not_time_a_variant_that_repeats_the_default
     """benchmarks/kernel_profile.py and bench.py with --ab: a variant whose knobs the defaults already read
     with those values (S_BF16=1 in bf16 mode), or never read (INFER_ROWSCALE in a training call), is said on
     one line and not timed (kernel_profile's JSON ``repeats_defaults``, bench's run ``skipped``); a variant that
-    changes a knob read (S_BF16=0) is timed. Round 56 call 1 spent its A/B column on the first kind."""
+    changes a knob read (S_BF16=0) is timed."""
     import json
     import os
     import subprocess
