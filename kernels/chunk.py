@@ -90,6 +90,21 @@ def bwd_fwd_operands(precision: str) -> int:
     return mask
 
 
+def fuse_wu(precision: str, keep_state: bool) -> bool:
+    """Whether the forward skips the w/u kernel (knob ``FWD_FUSE_WU``, bf16 mode with the fused output,
+    ``recurrence.fuse_out``): the token kernel stores ``kd = kn exp(gc)`` in bf16 and the state pass forms
+    ``U = INV Diag(b) (v - kd S)`` itself (``vcorr`` and ``INV vcorr``, as the spec writes them) from ``v``,
+    ``b`` and ``INV``, where it read ``u = INV Diag(b) v`` (fp32) and ``w = INV Diag(b) kd`` (bf16): the w/u
+    kernel's reads and writes (``INV, kn, gc, v`` in, ``w, u`` out) leave the forward for one more product
+    on the state pass's chain. ``U`` moves by roundings (``kd`` in bf16 where ``w`` was; ``INV`` applied
+    after the subtraction). Not with ``BWD_FWD_OPERANDS`` bit 2, whose backward reads the forward's ``w``."""
+    on = bool(knob("FWD_FUSE_WU", 0)) and precision == "bf16" and fuse_out(precision)
+    if on and keep_state and bwd_fwd_operands(precision) & 2:
+        raise ValueError("KDADBG_FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2: the backward would read the "
+                         "forward's w, which the fused forward does not form; set one of them")
+    return on
+
+
 def check_inputs(q, k, v, g, beta, *, chunk_size, gate, A_log, dt_bias, h0, cu_seqlens, precision,
                  cu_seqlens_cpu=None):
     """Validate shapes, dtypes and options; returns ``(B, T, H, K, V, N, cu)`` with ``cu`` the varlen
@@ -189,9 +204,10 @@ def kda_forward(q, k, v, g, beta, *, scale, chunk_size=16, gate="none", lower_bo
     qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk = kda_fwd_prepare(
         q, k, v, g, beta, chunks, scale=scale, gate=gate, lower_bound=lower_bound, qk_l2norm=qk_l2norm,
         beta_sigmoid=beta_sigmoid, A_log=A_log, dt_bias=dt_bias, precision=precision, tap_plan=tap_plan,
-        store_qd=fused, keep_state=keep_state)
+        store_qd=fused, keep_state=keep_state, fuse_wu=fuse_wu(precision, keep_state))
     S, U, ht, o = kda_fwd_recurrence(krT, gT, w, u, h0, chunks, precision=precision, qd=qd, Mqk=Mqk,
-                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state)
+                                     out_dtype=out_dtype, tap_plan=tap_plan, keep_state=keep_state, v=v, b=b,
+                                     INV=INV)
     o = kda_fwd_output(qn, kn, gc, v, b, Mqk, S, U, chunks, scale=scale, precision=precision,
                        tap_plan=tap_plan, out_dtype=out_dtype, o=o, rq=rq, rk=rk,
                        qk_lowp=qk_lowp_mode(precision, qk_l2norm))

@@ -45,6 +45,7 @@ def kda_fwd_token_kernel(
     krT,             # out [NC, H, K, BC] fp32 (bf16 with FWD_LOWP & 2): (kn exp(gT - gc))^T per chunk
                      # (<= |kn|; 0 on padding rows)
     qd,              # out [BT, H, K] (STORE_QD): scale qn exp(gc), bf16 in bf16 mode, for the fused output
+    kd,              # out [BT, H, K] bf16 (STORE_KD): kn exp(gc), for the state pass's U (chunk.fuse_wu)
     b,               # out [BT, H] fp32: b after activation
     gT,              # out [NC, H, K] fp32: chunk total of gamma
     chunk_start,     # [NC] int32: flattened token of row 0
@@ -70,6 +71,7 @@ def kda_fwd_token_kernel(
     GC_F64: tl.constexpr,        # the gate and its cumsum in float64, rounded once (fp32 mode)
     PRECISE: tl.constexpr,       # fp32 mode: IEEE division and sqrt, libdevice exp (tlmath.exp_)
     STORE_QD: tl.constexpr,      # write qd (the state pass forms o: recurrence.FUSE_OUT)
+    STORE_KD: tl.constexpr,      # write kd (the state pass forms U: chunk.fuse_wu)
     STORE_TAPS: tl.constexpr,
     TAP_GC: tl.constexpr, TAP_GT: tl.constexpr, TAP_B: tl.constexpr, TAP_QD: tl.constexpr,
     TAP_KD: tl.constexpr, TAP_KI: tl.constexpr, TAP_KR: tl.constexpr,
@@ -173,6 +175,8 @@ def kda_fwd_token_kernel(
         b_qd = b_q * scale * exp_(b_gc, PRECISE)  # the qd tap, and qd for the state pass's o (STORE_QD)
         if STORE_QD:
             store_rn(qd + o_tk, b_qd, m_tk)
+        if STORE_KD:
+            store_rn(kd + o_tk, b_k * exp_(b_gc, PRECISE), m_tk)
         if tapped:
             o_ck = o_cK + o_k[None, :]
             m_ck = (o_t >= 0)[:, None] & m_k[None, :]
@@ -491,7 +495,7 @@ def mqk_bf16(precision: str) -> bool:
 
 
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
-                    A_log, dt_bias, precision, tap_plan=None, store_qd=False, keep_state=True):
+                    A_log, dt_bias, precision, tap_plan=None, store_qd=False, keep_state=True, fuse_wu=False):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
 
     Returns ``qn, kn, gc, w [BT,H,K]`` (fp32; without l2norm ``qn, kn`` are ``q, k`` themselves, in their
@@ -502,7 +506,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     ``tap_plan``: with l2norm the row scales replace them in bf16 mode too
     (``rowscale_for_inference``). ``w``, ``krT`` and ``u`` are bf16 in bf16 mode (``common.fwd_lowp``).
     ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
-    operand with the reduction axis contiguous, as the MMAs need.
+    operand with the reduction axis contiguous, as the MMAs need. ``fuse_wu`` (``chunk.fuse_wu``): no w/u
+    kernel; ``w`` is then ``kd = kn exp(gc)`` in bf16, stored by the token kernel, and ``u`` None (the state
+    pass forms ``U`` from ``v``, ``b`` and ``INV``).
     """
     BT, H, K = q.shape
     V = v.shape[-1]
@@ -518,9 +524,9 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
     gc = torch.empty(BT, H, K, device=dev, dtype=f32)
-    w = torch.empty(BT, H, K, device=dev, dtype=io[0])
+    w = torch.empty(BT, H, K, device=dev, dtype=torch.bfloat16 if fuse_wu else io[0])
     krT = torch.empty(NC, H, K, C, device=dev, dtype=io[1])
-    u = torch.empty(BT, H, V, device=dev, dtype=io[2])
+    u = None if fuse_wu else torch.empty(BT, H, V, device=dev, dtype=io[2])
     b = torch.empty(BT, H, device=dev, dtype=f32)
     gT = torch.empty(NC, H, K, device=dev, dtype=f32)
     qd = torch.empty(BT, H, K, device=dev, dtype=torch.bfloat16 if precision == "bf16" else f32) \
@@ -560,7 +566,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         kda_fwd_token_kernel[chunk_grid(c1 - c0, H, first=hf, grid=(c1 - c0, H))](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
             qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, krT=krT,
-            qd=qn if qd is None else qd, b=b, gT=gT,
+            qd=qn if qd is None else qd, kd=w, b=b, gT=gT,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
             tap_lo=lo, tap_hi=hi, n_sel=n_sel, c0=c0,
@@ -568,6 +574,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             GATE=GATE_IDS[gate],
             L2NORM=qk_l2norm, BETA_SIGMOID=beta_sigmoid, STORE_QK=store_qk, STORE_RS=rs, QK_LOWP=qk_lowp,
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
+            STORE_KD=fuse_wu,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
             TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, HEADS_FIRST=hf, **LAUNCH,
             num_warps=warps,
@@ -589,6 +596,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             # docs/gpu/round30/call9
             num_stages=knob("PREP_SOLVE_STAGES", 2),
         )
+    if fuse_wu:
+        return qn, kn, gc, krT, b, w, u, gT, INV, Mqk, qd, rq, rk
     kda_fwd_wu_kernel[chunk_grid(NC, H, first=hf, grid=(NC, H))](
         v=v, kn=kn, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, w=w, u=u, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, H=H, K=K, V=V, BC=C, BK=knob("PREP_WU_BK", block_size(max(K, V), 32)),

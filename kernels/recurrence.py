@@ -50,8 +50,10 @@ def _state_mm(a, b, BF16: tl.constexpr, MM_BF16: tl.constexpr, F64: tl.constexpr
 def kda_fwd_recurrence_kernel(
     krT,             # [NC, H, K, BC] fp32 or bf16 (common.fwd_lowp): (kn exp(gT - gc))^T per chunk, 0 on padding rows
     gT,              # [NC, H, K] fp32
-    w,               # [BT, H, K] fp32 or bf16: INV Diag(b) kd
-    u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v
+    w,               # [BT, H, K] fp32 or bf16: INV Diag(b) kd (WU: kd = kn exp(gc) itself, bf16)
+    u,               # [BT, H, V] fp32 or bf16: INV Diag(b) v (WU: v itself)
+    b,               # [BT, H] fp32 write strength (WU)
+    INV,             # [NC, H, BC, BC] fp32 (I + L)^-1 (WU)
     h0,              # [N, H, K, V] fp32 initial state (math layout), if HAS_H0
     S,               # out [NC, H, K, V] fp32 or bf16 (common.s_bf16): state entering each chunk (STORE_SU)
     U,               # out [BT, H, V] fp32 or bf16 (common.udu_bf16; STORE_SU)
@@ -82,6 +84,7 @@ def kda_fwd_recurrence_kernel(
     STORE_SU: tl.constexpr = 1,  # 0: S and U not stored (FUSE_OUT without a backward or taps to read them)
     TAP_U: tl.constexpr = 0,     # 1: the U tap stored here, in fp32 (U itself is bf16: common.udu_bf16)
     TAP_S: tl.constexpr = 0,     # 1: the S tap stored here, in fp32 (S itself is bf16: common.s_bf16)
+    WU: tl.constexpr = 0,        # 1: U = INV Diag(b) (v - kd S) formed here from v, kd, b, INV (chunk.fuse_wu)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -137,7 +140,12 @@ def kda_fwd_recurrence_kernel(
             b_u = b_u_next
         else:
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(acc)
-        b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
+        if WU:  # vcorr = Diag(b) (v - kd S), then U = INV vcorr: the w/u kernel's two products in one
+            b_bt = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
+            b_vc = b_bt[:, None] * (b_U - _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64))
+            b_U = mm_tf32(tl.load(INV + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :]), b_vc, BF16)
+        else:
+            b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
         if STORE_SU:
             store_rn(U + o_tv, b_U.to(tl.float32), m_tv)
         if TAP_U:  # padding rows: 0 (u and w are read as 0 there)
@@ -283,13 +291,19 @@ def fuse_out(precision: str) -> bool:
 
 
 def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=None, out_dtype=torch.float32,
-                       tap_plan=None, keep_state=True):
+                       tap_plan=None, keep_state=True, v=None, b=None, INV=None):
     """State pass. Returns ``S [NC,H,K,V]``, ``U [BT,H,V]`` (fp32, bf16 in bf16 mode: ``common.udu_bf16``),
     ``ht [N,H,K,V]`` (fp32, math layout) and, given ``qd`` and ``Mqk``, ``o [BT,H,V]`` in ``out_dtype`` (else
     None). ``S`` and ``U`` hold the S and U taps when ``tap_plan`` aliases them; with ``U`` in bf16 the U tap
     has a buffer of its own, which this pass stores. ``keep_state=False`` (a forward no backward will follow): where the
     pass forms ``o`` itself and no tap plan is given, ``S`` and ``U`` are neither allocated nor stored
-    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits."""
+    (returned as None), the bytes of an inference forward; ``o`` and ``ht`` keep their bits. ``u`` None (the
+    prepare ran no w/u kernel, ``chunk.fuse_wu``): ``w`` is ``kd = kn exp(gc)`` (bf16) and the pass forms
+    ``U = INV Diag(b) (v - kd S)`` from ``v``, ``b`` and ``INV``."""
+    wu = u is None
+    if wu:
+        assert v is not None and b is not None and INV is not None and qd is not None and not state_f64(precision)
+        u = v
     BT, H, K = w.shape
     V = u.shape[-1]
     N, NC, C = chunks.n_seqs, chunks.n_chunks, chunks.chunk_size
@@ -315,11 +329,12 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
     eo = 2 if mm_bf16 else 4
+    extra = (C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0) + (4 * C * (C + 1) if wu else 0)
     stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
-                                      C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0)
+                                      extra)
     kda_fwd_recurrence_kernel[state_grid(chunks, H, cdiv(V, BV))](
-        krT=krT, gT=gT, w=w, u=u, h0=h0 if h0 is not None else ht, S=S if store_su else ht, U=U if store_su else ht,
-        ht=ht, qd=qd if fused else ht,
+        krT=krT, gT=gT, w=w, u=u, b=b if wu else ht, INV=INV if wu else ht, h0=h0 if h0 is not None else ht,
+        S=S if store_su else ht, U=U if store_su else ht, ht=ht, qd=qd if fused else ht,
         Mqk=Mqk if fused else ht, o=o if fused else ht, chunk_start=chunks.chunk_start,
         chunk_len=chunks.chunk_len, seq_chunk_base=chunks.seq_chunk_base, seq_order=seq_order(chunks),
         t_U=tap_plan.get("U") if tap_u else ht, t_S=tap_plan.get("S") if tap_s else ht,
@@ -328,7 +343,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         n_sel=tap_plan.n_sel if tapped else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o

@@ -34,6 +34,9 @@ KNOBS: dict[str, Knob] = {
                      "bf16 MMAs (else tf32)", True),
     "FWD_FUSE_OUT": Knob("1 in bf16 mode, 0 in fp32 mode",
                          "1: the forward state pass forms o; the output pass then writes taps only", True),
+    "FWD_FUSE_WU": Knob("0", "bf16 mode with FWD_FUSE_OUT: 1 runs no w/u kernel: the token kernel stores kd = "
+                        "kn exp(gc) in bf16 and the forward state pass forms U = INV Diag(b) (v - kd S) itself "
+                        "(chunk.fuse_wu)", True),
     "PREP_QK_LOWP": Knob("2", "bf16 mode with in-kernel l2norm: the normalised q, k stored rounded to nearest once, "
                          "2 in fp16, 1 in bf16 (as fla), 0 in fp32; every later use (the token kernel's qd, kr, "
                          "the intra, w/u and output passes, the backward) reads the stored values "

@@ -490,6 +490,57 @@ def test_s_in_bf16_moves_only_the_gate_gradients(name, window, heads, monkeypatc
             assert torch.equal(bits(a), bits(b)), n
 
 
+@pytest.mark.parametrize("name", ["chunk64_varlen", "tail", "gate_softplus", "kimi_c64"])
+def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
+    """FWD_FUSE_WU=1 (bf16 mode, ``chunk.fuse_wu``): no w/u kernel; the token kernel stores ``kd`` in bf16
+    and the state pass forms ``U = INV Diag(b) (v - kd S)``. Against the float64 reference o, ht and every
+    gradient hold bf16 mode's bars. Against FWD_FUSE_WU=0 the taps formed before the state pass (token and
+    intra kernels) keep their bits; ``U`` moves by roundings (relative RMS above 0, the knob acted, and below
+    1e-2), and so does every later tap. With taps on, the outputs have the bits of the run with taps off;
+    the inference forward (no backward to follow) has the training forward's o and ht; with the backward
+    reading the forward's ``w`` (BWD_FWD_OPERANDS bit 2) the knob is refused in one line."""
+    from kdadbg_kernels.taps import REGISTRY
+
+    precision = "bf16"
+    inputs, cfg = _two_heads(name)
+    runs = knob_runs(inputs, cfg, precision, "FWD_FUSE_WU", ("1", "0"), monkeypatch)
+    (out_a, taps_a, plan_a), (out_b, taps_b, _) = runs["1"], runs["0"]
+    check_all({n: out_a[n].cpu() for n in out_a}, run_reference(inputs, cfg, taps=()).outputs, TOLERANCES["bf16"])
+    monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "1")
+    plain, none, _ = run_fb(inputs, cfg, precision)
+    assert set(plain) == set(out_a) and len(plain) >= 7 and none == {}
+    for n, t in plain.items():
+        assert torch.equal(bits(t), bits(out_a[n])), n
+    B, T = inputs.q.shape[:2]
+    lengths = chunk_layout(B, T, inputs.cu_seqlens, cfg.chunk_size)[6][plan_a.lo:plan_a.hi]
+    assert list(taps_a) == list(taps_b) and len(taps_a) >= 20
+    moved = []
+    for n in taps_a:
+        a, b = (zero_padding(n, x[n].cpu(), lengths) for x in (taps_a, taps_b))
+        assert a.numel() and not a.isnan().any(), n
+        if REGISTRY[n].stage == "fwd_prepare":
+            assert torch.equal(bits(a), bits(b)), n
+        else:
+            fin = a.isfinite() & b.isfinite()  # ki-based taps may be inf by definition (strong gates)
+            assert torch.equal(fin, a.isfinite() | b.isfinite()) and fin.any(), n
+            a, b = a[fin].double(), b[fin].double()
+            rel = float((a - b).norm() / b.norm().clamp_min(1e-300))
+            assert rel < 1e-2, (n, rel)
+            moved += [n] * (rel > 0)
+    assert "U" in moved, moved
+    x = inputs.to(DEVICE)
+    kw = dict(scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate, lower_bound=cfg.lower_bound,
+              qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, A_log=x.A_log, dt_bias=x.dt_bias,
+              cu_seqlens=x.cu_seqlens, precision=precision, out_dtype=x.v.dtype)
+    h0 = None if x.h0 is None else (x.h0.transpose(-1, -2) if cfg.state_layout == "vk" else x.h0)
+    o_t, ht_t, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
+    o_i, ht_i, saved, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
+    assert saved.S is None and torch.equal(bits(o_t), bits(o_i)) and torch.equal(bits(ht_t), bits(ht_i))
+    monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "3")
+    with pytest.raises(ValueError, match="FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2"):
+        run_fb(inputs, cfg, precision)
+
+
 def test_tap_buffers_start_nan_in_two_flat_tensors():
     """alloc_tap_buffers_grouped: the taps outside ``group`` are views of one flat tensor NaN-filled at
     allocation (one fill), those in ``group`` views of another left for the caller to fill; no two views
