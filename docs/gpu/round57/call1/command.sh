@@ -1,9 +1,7 @@
 # Round 57 call 1 (no carry; bash docs/gpu/round57/call1/command.sh): the forward without its w/u kernel
 # (knob FWD_FUSE_WU=1: the state pass forms U = INV Diag(b) (v - kd S) from the token kernel's bf16 kd),
-# kernel by kernel beside the defaults at lower-bound H32 T16384 and H64 T8192 (with the state pass's V block
-# of 32 at H64 too, where the default takes 64); then its CUDA tests: the CPU cases on CUDA, and with the knob
-# on, the bf16 case table and diff at model size on the realistic presets; last, forward + backward at
-# lower-bound H32 T16384 with every tap on for 64 chunks, launch by launch.
+# kernel by kernel beside the defaults at lower-bound H32 T16384 and H64 T8192; then its CUDA tests: the CPU
+# cases on CUDA, and with the knob on, the bf16 case table and diff at model size on the realistic presets.
 export PYTHONUNBUFFERED=1
 W=$OUT
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
@@ -13,8 +11,8 @@ timeout 100 python3 benchmarks/kernel_profile.py --H 32 --T 16384 --settings low
 echo "profile H32 exit $? at $SECONDS s"
 grep -A8 "^forward, kernel time" $W/profile_lb_H32.log | cut -c1-200
 grep -A14 "^forward+backward, kernel time" $W/profile_lb_H32.log | cut -c1-200
-timeout 130 python3 benchmarks/kernel_profile.py --H 64 --T 8192 --settings lower_bound --iters 3 \
-    --ab KDADBG_FWD_FUSE_WU=1 --ab KDADBG_REC_BV=32 --ab KDADBG_FWD_FUSE_WU=1,KDADBG_REC_BV=32 \
+timeout 90 python3 benchmarks/kernel_profile.py --H 64 --T 8192 --settings lower_bound --iters 3 \
+    --ab KDADBG_FWD_FUSE_WU=1 \
     --json $W/profile_lb_H64.json > $W/profile_lb_H64.log 2>&1
 echo "profile H64 exit $? at $SECONDS s"
 grep -A8 "^forward, kernel time" $W/profile_lb_H64.log | cut -c1-200
@@ -24,7 +22,3 @@ echo "tests exit $? at $SECONDS s"; tail -2 $W/tests.log | cut -c1-300
 KDADBG_FWD_FUSE_WU=1 timeout 150 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels_gpu.py \
     -k "bf16_case_table or (realistic and bf16)" > $W/tests_gpu_fused.log 2>&1
 echo "gpu tests (FWD_FUSE_WU=1) exit $? at $SECONDS s"; tail -3 $W/tests_gpu_fused.log | cut -c1-300
-timeout 80 python3 benchmarks/kernel_profile.py --H 32 --T 16384 --settings lower_bound --iters 3 --taps-window 64 \
-    --per-launch --json $W/profile_lb_H32_taps.json > $W/profile_lb_H32_taps.log 2>&1
-echo "profile taps exit $? at $SECONDS s"
-grep -m1 "kernel time per fwd" $W/profile_lb_H32_taps.log | cut -c1-300
