@@ -85,6 +85,7 @@ def kda_fwd_recurrence_kernel(
     TAP_U: tl.constexpr = 0,     # 1: the U tap stored here, in fp32 (U itself is bf16: common.udu_bf16)
     TAP_S: tl.constexpr = 0,     # 1: the S tap stored here, in fp32 (S itself is bf16: common.s_bf16)
     WU: tl.constexpr = 0,        # 1: U = INV Diag(b) (v - kd S) formed here from v, kd, b, INV (chunk.fuse_wu)
+    INV_AHEAD: tl.constexpr = 0,  # 1 (WU): INV loaded one step ahead into registers (out of the pipeline's stages)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -112,6 +113,9 @@ def kda_fwd_recurrence_kernel(
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
+    o_cc = o_t[:, None] * BC + o_t[None, :]
+    if INV_AHEAD:
+        b_inv = tl.load(INV + (c_lo * H + i_h).to(tl.int64) * BC * BC + o_cc, mask=o_cc * 0 + c_lo < c_hi, other=0)
     if TAP_U or TAP_S:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
         slot = tl.load(head_slot + i_h)
     for i_c in range(c_lo, c_hi):
@@ -125,6 +129,8 @@ def kda_fwd_recurrence_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         o_ch = (i_c * H + i_h).to(tl.int64)
         b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
+        if INV_AHEAD:
+            b_inv_next = tl.load(INV + (o_ch + H) * BC * BC + o_cc, mask=o_cc * 0 + i_c + 1 < c_hi, other=0)
         if U_AHEAD:
             b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :],
                                other=0).to(acc)
@@ -143,7 +149,11 @@ def kda_fwd_recurrence_kernel(
         if WU:  # vcorr = Diag(b) (v - kd S), then U = INV vcorr: the w/u kernel's two products in one
             b_bt = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
             b_vc = b_bt[:, None] * (b_U - _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64))
-            b_U = mm_tf32(tl.load(INV + o_ch * BC * BC + o_t[:, None] * BC + o_t[None, :]), b_vc, BF16)
+            if INV_AHEAD:
+                b_U = mm_tf32(b_inv, b_vc, BF16)
+                b_inv = b_inv_next
+            else:
+                b_U = mm_tf32(tl.load(INV + o_ch * BC * BC + o_cc), b_vc, BF16)
         else:
             b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
         if STORE_SU:
@@ -329,9 +339,16 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
     BV, BK = state_block_v("REC_BV", N * H, K, V, dev, per_sm=1), block_size(K)
     mm_bf16 = int(bool(fwd_lowp(precision) & 8))
     eo = 2 if mm_bf16 else 4
-    extra = (C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0) + (4 * C * (C + 1) if wu else 0)
-    stages, u_ahead = state_pass_plan(C, BK, BV, dev, (w.element_size(), krT.element_size(), u.element_size(), eo),
-                                      extra)
+    extra = (C * BK * qd.element_size() + Mqk.element_size() * C * C if fused else 0) + (4 * C if wu else 0)
+    sizes = (w.element_size(), krT.element_size(), u.element_size(), eo)
+    stages, u_ahead = state_pass_plan(C, BK, BV, dev, sizes, extra + (4 * C * C if wu else 0))
+    inv_ahead = 0
+    if wu:  # INV out of the stages, one step ahead in registers, where that buys a stage; not at 64 columns,
+        # where the state tile's registers leave no room (sm_90: 264 B of stack, 238 KB of shared memory at 3)
+        stages_i, u_ahead_i = state_pass_plan(C, BK, BV, dev, sizes, extra)
+        inv_ahead = knob("REC_INV_AHEAD", int(stages_i > stages and BV <= 32))
+        if inv_ahead:
+            stages, u_ahead = stages_i, u_ahead_i
     kda_fwd_recurrence_kernel[state_grid(chunks, H, cdiv(V, BV))](
         krT=krT, gT=gT, w=w, u=u, b=b if wu else ht, INV=INV if wu else ht, h0=h0 if h0 is not None else ht,
         S=S if store_su else ht, U=U if store_su else ht, ht=ht, qd=qd if fused else ht,
@@ -343,7 +360,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         n_sel=tap_plan.n_sel if tapped else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead, **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o

@@ -126,6 +126,9 @@ KNOBS: dict[str, Knob] = {
     "REC_U_AHEAD": Knob("1 where it buys a pipeline stage at 32 columns or fewer, and in bf16 mode's fused state "
                         "pass at 16 columns (recurrence.state_pass_plan)",
                         "1: the forward state pass loads u one step ahead into registers", False),
+    "REC_INV_AHEAD": Knob("1 where it buys a pipeline stage at 32 columns or fewer (FWD_FUSE_WU)",
+                          "1: the forward state pass without the w/u kernel loads INV one step ahead into "
+                          "registers, out of its pipeline's stages", False),
     "REC_WARPS": Knob("4", "warps of the forward state pass", False),
     "OUT_NVB": Knob("every V block", "V blocks (up to 64 columns each) one output-pass program covers",
                     False),

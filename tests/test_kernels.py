@@ -497,7 +497,8 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
     gradient hold bf16 mode's bars. Against FWD_FUSE_WU=0 the taps formed before the state pass (token and
     intra kernels) keep their bits; ``U`` moves by roundings (relative RMS above 0, the knob acted, and below
     1e-2), and so does every later tap. With taps on, the outputs have the bits of the run with taps off;
-    the inference forward (no backward to follow) has the training forward's o and ht; with the backward
+    the inference forward (no backward to follow) has the training forward's o and ht, and so has the state
+    pass loading INV with its pipeline's stages or a step ahead (REC_INV_AHEAD 0, 1); with the backward
     reading the forward's ``w`` (BWD_FWD_OPERANDS bit 2) the knob is refused in one line."""
     from kdadbg_kernels.taps import REGISTRY
 
@@ -536,6 +537,10 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
     o_t, ht_t, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
     o_i, ht_i, saved, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
     assert saved.S is None and torch.equal(bits(o_t), bits(o_i)) and torch.equal(bits(ht_t), bits(ht_i))
+    for ahead in ("0", "1"):  # INV loaded with the pipeline's stages or a step ahead: launch only
+        monkeypatch.setenv("KDADBG_REC_INV_AHEAD", ahead)
+        o_a, ht_a, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
+        assert torch.equal(bits(o_t), bits(o_a)) and torch.equal(bits(ht_t), bits(ht_a)), ahead
     monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "3")
     with pytest.raises(ValueError, match="FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2"):
         run_fb(inputs, cfg, precision)
