@@ -1,6 +1,7 @@
 # Round 57 call 1 (.peer in carry; COMMIT=<sha> LIMIT=<seconds> bash docs/gpu/round57/call1/command.sh): the
 # forward without its w/u kernel (knob FWD_FUSE_WU=1: the state pass forms U = INV Diag(b) (v - kd S) from the
-# token kernel's bf16 kd), kernel by kernel beside the defaults at lower-bound H32 T16384 and H64 T8192; its
+# token kernel's bf16 kd; at H32 INV a step ahead in registers, 3 pipeline stages, and with REC_INV_AHEAD=0 in
+# the stages, 2), kernel by kernel beside the defaults at lower-bound H32 T16384 and H64 T8192; its
 # CUDA tests (the CPU cases on CUDA); then, in what time is left, the lower-bound setting against fla with the
 # knob beside and, with the knob on, the bf16 case table on the GPU.
 export PYTHONUNBUFFERED=1
@@ -9,7 +10,7 @@ LIMIT=${LIMIT:-250}
 . benchmarks/gpu_env.sh fla
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
 timeout 70 python3 benchmarks/kernel_profile.py --H 32 --T 16384 --settings lower_bound --iters 3 \
-    --ab KDADBG_FWD_FUSE_WU=1 --json $W/profile_lb_H32.json > $W/profile_lb_H32.log 2>&1
+    --ab KDADBG_FWD_FUSE_WU=1 --ab KDADBG_FWD_FUSE_WU=1,KDADBG_REC_INV_AHEAD=0 --json $W/profile_lb_H32.json > $W/profile_lb_H32.log 2>&1
 echo "profile H32 exit $? at $SECONDS s"
 grep -A8 "^forward, kernel time" $W/profile_lb_H32.log | cut -c1-200
 grep -A14 "^forward+backward, kernel time" $W/profile_lb_H32.log | cut -c1-200
