@@ -114,6 +114,8 @@ def kda_fwd_recurrence_kernel(
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
         b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
     o_cc = o_t[:, None] * BC + o_t[None, :]
+    if WU:  # b of the next chunk loaded a step ahead, as gT (a load that feeds no tl.dot stays synchronous)
+        b_bt = tl.load(b + (bos0 + o_t) * H + i_h, mask=o_t < tl.minimum(eos - bos0, BC), other=0)
     if INV_AHEAD:
         b_inv = tl.load(INV + (c_lo * H + i_h).to(tl.int64) * BC * BC + o_cc, mask=o_cc * 0 + c_lo < c_hi, other=0)
     if TAP_U or TAP_S:  # the head's tap slot, loaded once: inside the loop the load would wait on the step's stores
@@ -129,6 +131,8 @@ def kda_fwd_recurrence_kernel(
         m_tv = m_t[:, None] & m_v[None, :]
         o_ch = (i_c * H + i_h).to(tl.int64)
         b_gT_next = tl.load(gT + (o_ch + H) * K + o_k, mask=m_k & (o_k * 0 + i_c + 1 < c_hi), other=0)
+        if WU:
+            b_bt_next = tl.load(b + (o_tok + BC) * H + i_h, mask=o_t < eos - bos - BC, other=0)
         if INV_AHEAD:
             b_inv_next = tl.load(INV + (o_ch + H) * BC * BC + o_cc, mask=o_cc * 0 + i_c + 1 < c_hi, other=0)
         if U_AHEAD:
@@ -147,8 +151,8 @@ def kda_fwd_recurrence_kernel(
         else:
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(acc)
         if WU:  # vcorr = Diag(b) (v - kd S), then U = INV vcorr: the w/u kernel's two products in one
-            b_bt = tl.load(b + o_tok * H + i_h, mask=m_t, other=0)
             b_vc = b_bt[:, None] * (b_U - _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64))
+            b_bt = b_bt_next
             if INV_AHEAD:
                 b_U = mm_tf32(b_inv, b_vc, BF16)
                 b_inv = b_inv_next
