@@ -12,7 +12,7 @@ from .prepare import kda_fwd_prepare, kda_fwd_token_kernel, qk_lowp_mode
 from .recurrence import fuse_out, kda_fwd_output, kda_fwd_recurrence
 from .taps import TapSelection
 from .tlmath import GATE_IDS
-from .tuning import cdiv, knob
+from .tuning import KnobError, cdiv, knob
 
 CHUNK_SIZES = (16, 32, 64)
 MAX_HEAD_DIM = 256
@@ -86,7 +86,7 @@ def bwd_fwd_operands(precision: str) -> int:
     0, the backward forms both."""
     mask = knob("BWD_FWD_OPERANDS", 1) if precision == "bf16" else 0
     if mask & ~3:
-        raise ValueError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1 and 2")
+        raise KnobError(f"KDADBG_BWD_FWD_OPERANDS={mask}: expected a mask of the bits 1 and 2")
     return mask
 
 
@@ -100,7 +100,7 @@ def fuse_wu(precision: str, keep_state: bool) -> bool:
     after the subtraction). Not with ``BWD_FWD_OPERANDS`` bit 2, whose backward reads the forward's ``w``."""
     on = bool(knob("FWD_FUSE_WU", 0)) and precision == "bf16" and fuse_out(precision)
     if on and keep_state and bwd_fwd_operands(precision) & 2:
-        raise ValueError("KDADBG_FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2: the backward would read the "
+        raise KnobError("KDADBG_FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2: the backward would read the "
                          "forward's w, which the fused forward does not form; set one of them")
     return on
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .taps import REGISTRY, TapSelection, alloc_tap_buffers_grouped
-from .tuning import knob
+from .tuning import KnobError, knob
 
 PRECISIONS = ("fp32", "bf16")
 
@@ -53,7 +53,7 @@ def fwd_lowp(precision: str) -> int:
     with ``u`` in fp32 (docs/kernels.md, "bf16 operands")."""
     lowp = knob("FWD_LOWP", 11) if precision == "bf16" else 0
     if lowp & ~15:
-        raise ValueError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
+        raise KnobError(f"KDADBG_FWD_LOWP={lowp}: expected a mask of the bits 1, 2, 4 and 8")
     return lowp
 
 

@@ -24,7 +24,7 @@ import triton
 import triton.language as tl
 
 from .common import LAUNCH, chunk_grid, chunk_launches, fwd_lowp, heads_first, rowscale_mode, tap_kernel_args
-from .tuning import block_size, cdiv, knob, reg_cap
+from .tuning import KnobError, block_size, cdiv, knob, reg_cap
 from .tlmath import GATE_IDS, chunk_head_block, exp_, gate_act, load_qk, mm_tf32, round_qk, rsqrt_, sigmoid, store_rn
 
 TOKEN_TAPS = ("gc", "gT", "b", "qd", "kd", "ki", "kr")
@@ -448,7 +448,7 @@ def qk_lowp_mode(precision: str, qk_l2norm: bool) -> int:
         return 0
     mode = knob("PREP_QK_LOWP", 2)
     if mode not in (0, 1, 2):
-        raise ValueError(f"KDADBG_PREP_QK_LOWP={mode}: expected 0 (fp32), 1 (bf16) or 2 (fp16)")
+        raise KnobError(f"KDADBG_PREP_QK_LOWP={mode}: expected 0 (fp32), 1 (bf16) or 2 (fp16)")
     return mode
 
 

@@ -20,6 +20,11 @@ import os
 from dataclasses import dataclass
 
 
+class KnobError(ValueError):
+    """A ``KDADBG_*`` knob set to a value the kernels cannot take: the message names the variable, what was
+    expected and what was found (the command line prints it as one line, exit 2)."""
+
+
 @dataclass(frozen=True)
 class Knob:
     default: str     # the default, or the rule that picks it
@@ -228,7 +233,7 @@ def knob(name: str, default: int) -> int:
         try:
             value = int(raw)
         except ValueError:
-            raise ValueError(f"KDADBG_{name}: expected an integer, found {raw!r}") from None
+            raise KnobError(f"KDADBG_{name}: expected an integer, found {raw!r}") from None
     if _READS is not None:
         _READS.setdefault(name, set()).add(value)
     return value

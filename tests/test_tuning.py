@@ -443,7 +443,7 @@ def test_kernel_profile_reports_a_failing_variant_and_times_the_others(tmp_path)
                         "--iters", "1", "--device", "cpu", "--ab", "KDADBG_FWD_LOWP=16", "--json", str(out)],
                        capture_output=True, text=True, env={**os.environ, "TRITON_INTERPRET": "1"}, timeout=600)
     assert p.returncode == 1, p.stderr[-2000:]
-    assert "ours [pregated FWD_LOWP=16]: failed, not timed: ValueError: KDADBG_FWD_LOWP=16" in p.stdout
+    assert "ours [pregated FWD_LOWP=16]: failed, not timed: KnobError: KDADBG_FWD_LOWP=16" in p.stdout
     d = json.loads(out.read_text())
     assert [x["tag"] for x in d["profiles"]] == ["pregated"] and d["profiles"][0]["wall_ms"]["fwdbwd"] > 0
     assert [x["tag"] for x in d["failed"]] == ["pregated FWD_LOWP=16"]
