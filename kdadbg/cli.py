@@ -1036,12 +1036,6 @@ def main() -> None:
     except KdadbgError as e:
         report.print_error(_err(), str(e))
         sys.exit(e.exit_code)
-    except ValueError as e:  # a KDADBG_* knob the kernels refused (kernels/tuning.py KnobError): bad input
-        tuning = sys.modules.get("kdadbg_kernels.tuning")
-        if tuning is None or not isinstance(e, tuning.KnobError):
-            raise
-        report.print_error(_err(), f"{e} (a kernel knob from the environment; kernels/tuning.py lists them)")
-        sys.exit(EXIT_BAD_INPUT)
     except KeyboardInterrupt:   # before a command's own handler (reading the options): one line, no traceback
         report.print_error(_err(), "interrupted (SIGINT) before the command started: nothing was written")
         sys.exit(EXIT_INTERRUPTED)

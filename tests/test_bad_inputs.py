@@ -802,13 +802,19 @@ def test_a_file_or_folder_made_read_only_is_refused_as_root_too(tmp_path):
                  "KDADBG_FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2", id="knobs-that-exclude-each-other"),
 ])
 def test_a_kernel_knob_the_kernels_refuse_is_one_error_line(tmp_path, env, fragment):
-    """A ``KDADBG_*`` knob our kernels refuse (``tuning.KnobError``) is bad input: the command line (its
-    ``main``, as the console script runs it) says it on one line naming the variable, exits 2, no traceback."""
+    """A ``KDADBG_*`` knob our kernels refuse (``tuning.KnobError``) is bad input: ``run`` (as the console
+    script runs it) says it on one line naming the variable, exits 2, no traceback, and its ``--json`` file is
+    the error document."""
+    import json
+
     dump = _dump(tmp_path)
-    r = subprocess.run([sys.executable, "-m", "kdadbg", "run", str(dump), "--precision", "bf16"],
+    out = tmp_path / "r.json"
+    r = subprocess.run([sys.executable, "-m", "kdadbg", "run", str(dump), "--precision", "bf16", "--json", str(out)],
                        capture_output=True, text=True, cwd=REPO, timeout=600,
                        env={**os.environ, "TRITON_INTERPRET": "1", **env})
     assert r.returncode == 2, r.stderr[-2000:]
     errors = [line for line in r.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1 and fragment in errors[0] and "kernel knob" in errors[0], r.stderr[-2000:]
     assert "Traceback" not in r.stderr and "Traceback" not in r.stdout
+    doc = json.loads(out.read_text())
+    assert doc["verdict"] == "error" and doc["exit"] == 2 and fragment in doc["error"]

@@ -7,12 +7,13 @@ chosen when ``@triton.jit`` decorates, i.e. when the kernel modules are first im
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import contextmanager, nullcontext
 
 import numpy as np
 import torch
 
 from kdadbg_kernels.taps import TapSelection
+from kdadbg_kernels.tuning import KnobError
 
 from .. import memory
 from ..config import KDAConfig, KDAInputs
@@ -55,6 +56,15 @@ def check_tap_memory(inputs: KDAInputs, config: KDAConfig, sel: TapSelection, de
     return need
 
 
+@contextmanager
+def _knob_errors():
+    """A ``KDADBG_*`` knob our kernels refuse (``kernels/tuning.py``'s ``KnobError``) as bad input: one line."""
+    try:
+        yield
+    except KnobError as e:
+        raise KdadbgError(f"{e} (a kernel knob from the environment; kernels/tuning.py lists them)") from None
+
+
 def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", device: str = "cpu",
                 taps: TapSelection | None = None):
     """Forward and backward of our kernels: ``(outputs, tap buffers, TapPlan | None)``.
@@ -71,7 +81,8 @@ def run_kernels(inputs: KDAInputs, config: KDAConfig, precision: str = "fp32", d
     x = kernel_inputs(inputs).to(device)
     # the interpreter emulates float32 in NumPy: an Inf/NaN there (gates past the kernels' limit) is what a GPU
     # gives silently, and run/diff report it; NumPy would warn of it, from its own files (np.sum's reduce)
-    with np.errstate(over="ignore", invalid="ignore", divide="ignore") if device == "cpu" else nullcontext():
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore") if device == "cpu" else nullcontext(), \
+            _knob_errors():
         outputs, buffers, plan = chunk.kda_forward_backward(
             x.q, x.k, x.v, x.g, x.beta, x.do, dht=x.dht, h0=x.h0, cu_seqlens=x.cu_seqlens,
             cu_seqlens_cpu=inputs.cu_seqlens.cpu() if inputs.cu_seqlens is not None else None, A_log=x.A_log,
