@@ -173,10 +173,11 @@ def kda_fwd_token_kernel(
         store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
         b_qd = b_q * scale * exp_(b_gc, PRECISE)  # the qd tap, and qd for the state pass's o (STORE_QD)
+        b_kd = b_k * exp_(b_gc, PRECISE)  # the kd tap, and kd for the state pass's U (STORE_KD)
         if STORE_QD:
             store_rn(qd + o_tk, b_qd, m_tk)
         if STORE_KD:
-            store_rn(kd + o_tk, b_k * exp_(b_gc, PRECISE), m_tk)
+            store_rn(kd + o_tk, b_kd, m_tk)
         if tapped:
             o_ck = o_cK + o_k[None, :]
             m_ck = (o_t >= 0)[:, None] & m_k[None, :]
@@ -187,7 +188,7 @@ def kda_fwd_token_kernel(
             if TAP_QD:
                 tl.store(t_qd + o_tap * BC * K + o_ck, b_qd, mask=m_ck)
             if TAP_KD:
-                tl.store(t_kd + o_tap * BC * K + o_ck, b_k * exp_(b_gc, PRECISE), mask=m_ck)
+                tl.store(t_kd + o_tap * BC * K + o_ck, b_kd, mask=m_ck)
             if TAP_KI:
                 # the definition itself: may be inf in fp32 at chunk 32/64 with strong gates
                 tl.store(t_ki + o_tap * BC * K + o_ck, tl.where(b_k == 0, 0.0, b_k * exp_(-b_gc, PRECISE)), mask=m_ck)
