@@ -6,7 +6,7 @@ the evidence for COHERENT. Rounding errors partly cancel in the sums; a bias in 
 Cases: the chunked reference in float32 (and with bf16 matrix-product operands) on chunk64_strong at T 512, H 4;
 our kernels in bf16 mode (under the Triton interpreter without a GPU) on the kimi, kimi_c64, fla_layer and
 kimi_varlen presets, seeds 0 and 1; the float64 reference with head 1's dg moved by 5e-4 of its RMS (a bias).
-Since round 41 (the bound applies in bf16 mode too), at longer sequences, where a rounding bias would add up:
+At longer sequences, where a rounding bias would add up (the bound applies in bf16 mode too):
 the float32 reference with bf16 products at T 4096 and 8192, K = V = 64, and our bf16 kernels at T 1024."""
 
 from __future__ import annotations

@@ -636,9 +636,9 @@ def _nan_dump(tmp_path):
 
 @pytest.mark.parametrize("command", ["run", "diff"])
 def test_r13_nonfinite_inputs_are_said_and_what_they_reach_left_out(tmp_path, command):
-    """A NaN in q (batch row 0, token 3, head 0). Until round 41 the two sides had to put NaN in the same
-    elements: an implementation chunked otherwise (or a token recurrence) failed for where its NaN spread,
-    which its chunking decides, not its correctness. What the NaN can reach (batch row 0's head 0, the whole
+    """A NaN in q (batch row 0, token 3, head 0). Requiring both sides to put NaN in the same elements would
+    fail an implementation chunked otherwise (or a token recurrence) for where its NaN spread, which its
+    chunking decides, not its correctness. What the NaN can reach (batch row 0's head 0, the whole
     forward from its 64-token block and backward) is left out on both sides; the rest is compared: ours,
     another chunking and one that zeroes its NaN all pass there, and say what was left out. (Inside the
     reach nothing is judged, not even a NaN replaced by 0: the cost of the bound, README.)"""

@@ -885,9 +885,9 @@ def test_sigterm_to_capture_reaches_the_command_and_leaves_its_summary(tmp_path)
 
 
 def test_a_target_called_inside_another_target_is_marked_inside_it(tmp_path):
-    """Round 39's leftover: --target on a wrapper and on the function it calls captured both calls with nothing
-    said. Both are still captured (each as its own call saw its inputs), the inner one marked inside the
-    outer: the dump's capture.inside, the manifest's inside, the summary's note."""
+    """--target on a wrapper and on the function it calls: both calls are captured (each as its own call saw
+    its inputs), the inner one marked inside the outer: the dump's capture.inside, the manifest's inside, the
+    summary's note."""
     model = TinyModel("wrapper")
     with capture(tmp_path, model=model, targets=["capture_toy:wrapper_kda", NAIVE]) as cap:
         train_step(model, batch())

@@ -129,8 +129,8 @@ def test_run_of_a_user_function_passes_and_adds_little_time():
     pytest.param("fwd_fault", "zero_gates", 2, 1, ("o", 2), "introduced", id="forward-error"),
     pytest.param("bwd_fault", "zero_gates", 1, 0, ("dk", 1), "introduced", id="backward-only-error"),
     # the state leaving chunk 1 wrong: o of chunk 2 diverges first; no S compared (a function without taps), the
-    # window starts at chunk 1, whose state update wrote it, and finds the fault there (it read "inherited" from a
-    # window seeded at chunk 2 until round 45)
+    # window starts at chunk 1, whose state update wrote it, and finds the fault there (a window seeded at chunk 2
+    # would read "inherited")
     pytest.param("state_fault", "zero_gates", 1, 1, ("o", 2), "introduced", id="state-carried-wrongly"),
     pytest.param("fwd_fault", "varlen", 9, 2, ("o", 9), "introduced", id="forward-error-varlen"),
     # the state's gradient wrong on its way back into chunk 2: chunks 0-2's gradients and dh0 all fail; the

@@ -473,7 +473,7 @@ def test_a_bias_in_dg_that_its_rows_cannot_show_is_not_carried_in(precision, bia
 
 class _DroppedChunkLastToken(Implementation):
     """The float64 reference in bf16 mode with dg zeroed at each chunk's last token on head 1, in every
-    sequence after the first (dA_log, ddt_bias formed exactly from that dg): user trial round 41's bug."""
+    sequence after the first (dA_log, ddt_bias formed exactly from that dg): the bug a user trial found."""
 
     def __init__(self, chunk_size):
         self.name, self.precision, self.C = "reference, dg's chunk-last tokens dropped", "bf16", chunk_size
@@ -554,8 +554,8 @@ def test_a_nan_input_is_not_blamed_on_an_implementation_that_keeps_it_causal(tmp
 
 @pytest.mark.parametrize("token", [70, 100])
 def test_a_nan_input_in_a_seeded_window_is_not_blamed_on_a_causal_implementation(token):
-    """As above, in diff --chunks' seeded windows (a known leftover until round 45: there no reach was built, so the
-    chunked reference's spread within the NaN token's chunk was compared against the token-by-token recurrence).
+    """As above, in diff --chunks' seeded windows (without a reach built there, the chunked reference's spread
+    within the NaN token's chunk would be compared against the token-by-token recurrence).
     The whole dump's reach bounds the window's; only the window's tokens count as left out."""
     inputs, config = make_inputs(get_case("fla_layer"))
     C, V = config.chunk_size, inputs.shape[4]
