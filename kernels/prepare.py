@@ -78,6 +78,7 @@ def kda_fwd_token_kernel(
     UNROLL: tl.constexpr = 0,    # >0: the K-block loops unrolled by this factor (knob PREP_UNROLL; same bits)
     AHEAD: tl.constexpr = 0,     # 1: q, k, g of the next K block loaded one step ahead (knob PREP_AHEAD; same bits)
     HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
+    STORE_GC: tl.constexpr = 1,  # 0: gc not stored (no later kernel reads it: infer_gc_from_g)
 ):
     if HEADS_FIRST:
         i_c, i_h, _ = chunk_head_block(c0, H, 1)
@@ -169,7 +170,8 @@ def kda_fwd_token_kernel(
         if STORE_QK:
             tl.store(qn + o_tk, b_q, mask=m_tk)
             tl.store(kn + o_tk, b_k, mask=m_tk)
-        tl.store(gc + o_tk, b_gc, mask=m_tk)
+        if STORE_GC:
+            tl.store(gc + o_tk, b_gc, mask=m_tk)
         store_rn(krT + (o_ch * K + o_k[None, :]) * BC + o_t[:, None], b_kr, m_k[None, :])
         tl.store(gT + o_ch * K + o_k, b_gT, mask=m_k)
         b_qd = b_q * scale * exp_(b_gc, PRECISE)  # the qd tap, and qd for the state pass's o (STORE_QD)
@@ -201,19 +203,40 @@ def kda_fwd_token_kernel(
 
 
 @triton.jit
+def _gc_block(g, b_dt, a_h, lower_bound, b_carry, bos, i_s, n_valid, i_h, o_k, m_k, H: tl.constexpr,
+              K: tl.constexpr, GATE: tl.constexpr, PRECISE: tl.constexpr):
+    """(``GC_FROM_G``) Row block s of ``gc``, one K block, formed from the raw gate as the token kernel forms
+    it (``gate_act``; padding rows decay nothing, so gc stays flat past the last valid row), its within-block
+    cumsum added to ``b_carry``, gc at the row before the block. Returns ``(gc [16, BK], a [BK], carry)``:
+    the anchor ``a = gc[16 s]`` (the last valid row's gc when the block is all padding) and the carry for the
+    next block, this block's last row."""
+    o_r = i_s * 16 + tl.arange(0, 16)
+    m = (o_r < n_valid)[:, None] & m_k[None, :]
+    b_raw = tl.load(g + ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :], mask=m, other=0).to(tl.float32)
+    b_gam = tl.where(m, gate_act(b_raw, b_dt, a_h, lower_bound, GATE, PRECISE), 0.0)
+    b_gc = b_carry[None, :] + tl.cumsum(b_gam, axis=0)
+    o = tl.arange(0, 16)[:, None]
+    return b_gc, tl.sum(tl.where(o == 0, b_gc, 0.0), 0), tl.sum(tl.where(o == 15, b_gc, 0.0), 0)
+
+
+@triton.jit
 def _row_block(qn, kn, rq, rk, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr,
-               PRECISE: tl.constexpr, RS: tl.constexpr):
+               PRECISE: tl.constexpr, RS: tl.constexpr, b_gin=None, b_ain=None, GCR: tl.constexpr = 0):
     """Row block s of a chunk, one K block: ``(kn, qn * scale) * exp(gc - a)`` with the anchor
     ``a = gc[16 s]`` (at the last valid row when the block is all padding), and the raw ``kn``, ``gc``
-    for the blocks that pair with it as columns."""
+    for the blocks that pair with it as columns. With ``GCR`` the block's gc and anchor are ``b_gin``,
+    ``b_ain`` (``_gc_block``), not loaded."""
     o_r = i_s * 16 + tl.arange(0, 16)
     m_r = o_r < n_valid
     m = m_r[:, None] & m_k[None, :]
     p = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
     o_row = (bos + o_r) * H + i_h
-    b_g = tl.load(gc + p, mask=m, other=0)
+    if GCR:
+        b_g, b_a = b_gin, b_ain
+    else:
+        b_g = tl.load(gc + p, mask=m, other=0)
+        b_a = tl.load(gc + ((bos + tl.minimum(i_s * 16, n_valid - 1)) * H + i_h) * K + o_k, mask=m_k, other=0)
     b_k = load_qk(kn, p, m, rk, o_row, m_r, RS)
-    b_a = tl.load(gc + ((bos + tl.minimum(i_s * 16, n_valid - 1)) * H + i_h) * K + o_k, mask=m_k, other=0)
     b_el = exp_(tl.where(m, b_g - b_a[None, :], 0.0), PRECISE)
     b_rk = b_k * b_el
     b_rq = load_qk(qn, p, m, rq, o_row, m_r, RS) * scale * b_el
@@ -286,6 +309,9 @@ def kda_fwd_intra_solve_kernel(
     STORE_TAPS: tl.constexpr, TAP_L: tl.constexpr, TAP_INV: tl.constexpr, TAP_MQK: tl.constexpr,
     RS: tl.constexpr = 0,        # qn, kn from the raw q, k and the row scales (common.rowscale_mode)
     HEADS_FIRST: tl.constexpr = 0,  # 1: a 1-D grid, one chunk's heads adjacent (common.chunk_grid; same bits)
+    GC_FROM_G: tl.constexpr = 0,  # 1: gc formed here from the raw gate g (infer_gc_from_g), not read
+    g=None, A_log=None, dt_bias=None, lower_bound=0.0,  # (GC_FROM_G) as the token kernel's
+    GATE: tl.constexpr = 0,
 ):
     """Per (chunk, head), on [16, 16] blocks: the lower blocks (s, j <= s) of ``L = Diag(b)
     strict_tril(kd ki^T)`` and ``Mqk = tril(qd ki^T)``, anchored per row block s at ``a = gc[16 s]``;
@@ -303,25 +329,44 @@ def kda_fwd_intra_solve_kernel(
     k00, q00, k10, q10, k11, q11 = z, z, z, z, z, z
     k20, q20, k21, q21, k22, q22 = z, z, z, z, z, z
     k30, q30, k31, q31, k32, q32, k33, q33 = z, z, z, z, z, z, z, z
+    a_h = 1.0
+    if GC_FROM_G and GATE != 0:
+        a_h = exp_(tl.load(A_log + i_h).to(tl.float32), BF16 == 0)
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
+        G0, a0, G1, a1, G2, a2, G3, a3 = z, z, z, z, z, z, z, z  # unused unless GC_FROM_G
+        if GC_FROM_G:
+            b_dt = tl.zeros([BK], dtype=tl.float32)
+            if GATE != 0:
+                b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
+            cy = tl.zeros([BK], dtype=tl.float32)
+            G0, a0, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 0, n_valid, i_h, o_k, m_k, H, K, GATE,
+                                   BF16 == 0)
+            if NB >= 2:
+                G1, a1, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 1, n_valid, i_h, o_k, m_k, H, K, GATE,
+                                       BF16 == 0)
+            if NB >= 4:
+                G2, a2, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 2, n_valid, i_h, o_k, m_k, H, K, GATE,
+                                       BF16 == 0)
+                G3, a3, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 3, n_valid, i_h, o_k, m_k, H, K, GATE,
+                                       BF16 == 0)
         rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, rq, rk, gc, bos, 0, n_valid, i_h, o_k, m_k, scale,
-                                               H, K, BF16 == 0, RS)
+                                               H, K, BF16 == 0, RS, G0, a0, GC_FROM_G)
         k00, q00 = _pair(k00, q00, rk0, rq0, a0, kb0, g0, m0, BF16)
         if NB >= 2:
             rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, rq, rk, gc, bos, 1, n_valid, i_h, o_k, m_k, scale,
-                                                   H, K, BF16 == 0, RS)
+                                                   H, K, BF16 == 0, RS, G1, a1, GC_FROM_G)
             k10, q10 = _pair(k10, q10, rk1, rq1, a1, kb0, g0, m0, BF16)
             k11, q11 = _pair(k11, q11, rk1, rq1, a1, kb1, g1, m1, BF16)
         if NB >= 4:
             rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, rq, rk, gc, bos, 2, n_valid, i_h, o_k, m_k, scale,
-                                                   H, K, BF16 == 0, RS)
+                                                   H, K, BF16 == 0, RS, G2, a2, GC_FROM_G)
             k20, q20 = _pair(k20, q20, rk2, rq2, a2, kb0, g0, m0, BF16)
             k21, q21 = _pair(k21, q21, rk2, rq2, a2, kb1, g1, m1, BF16)
             k22, q22 = _pair(k22, q22, rk2, rq2, a2, kb2, g2, m2, BF16)
             rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, rq, rk, gc, bos, 3, n_valid, i_h, o_k, m_k, scale,
-                                                   H, K, BF16 == 0, RS)
+                                                   H, K, BF16 == 0, RS, G3, a3, GC_FROM_G)
             k30, q30 = _pair(k30, q30, rk3, rq3, a3, kb0, g0, m0, BF16)
             k31, q31 = _pair(k31, q31, rk3, rq3, a3, kb1, g1, m1, BF16)
             k32, q32 = _pair(k32, q32, rk3, rq3, a3, kb2, g2, m2, BF16)
@@ -495,6 +540,17 @@ def mqk_bf16(precision: str) -> bool:
     return precision == "bf16" and bool(knob("MQK_BF16", 1))
 
 
+def infer_gc_from_g(precision: str, infer: bool, fuse_wu: bool) -> bool:
+    """Whether the inference forward stores no ``gc`` (knob ``INFER_GC_FROM_G``, bf16 mode; default 0 until a GPU
+    times it): with the w/u kernel fused away (``chunk.fuse_wu``), no backward to follow and no taps, the intra
+    kernel is the one reader of ``gc`` left, and it forms ``gc`` itself from the raw gate, 16 rows at a time
+    with a carry (``_gc_block``), as the token kernel forms it (``gate_act``, then a cumsum): the token kernel
+    writes 4 bytes an element fewer and the intra kernel reads the 2-byte raw gate where it read the 4-byte
+    ``gc``. The cumsum adds in another order than the token kernel's, so ``gc`` (and ``INV``, ``Mqk``, ``o``)
+    may move by roundings."""
+    return precision == "bf16" and infer and fuse_wu and bool(knob("INFER_GC_FROM_G", 0))
+
+
 def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2norm, beta_sigmoid,
                     A_log, dt_bias, precision, tap_plan=None, store_qd=False, keep_state=True, fuse_wu=False):
     """Stage 1 on flattened inputs (q, k, g [BT,H,K]; v [BT,H,V]; beta [BT,H]).
@@ -509,7 +565,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     ``krT`` is ``kn exp(gT - gc)`` transposed per chunk: the recurrence's ``kr^T U`` then reads its left
     operand with the reduction axis contiguous, as the MMAs need. ``fuse_wu`` (``chunk.fuse_wu``): no w/u
     kernel; ``w`` is then ``kd = kn exp(gc)`` in bf16, stored by the token kernel, and ``u`` None (the state
-    pass forms ``U`` from ``v``, ``b`` and ``INV``).
+    pass forms ``U`` from ``v``, ``b`` and ``INV``). ``gc`` is None where no later kernel reads it
+    (``infer_gc_from_g``).
     """
     BT, H, K = q.shape
     V = v.shape[-1]
@@ -524,7 +581,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
     rq, rk = (torch.empty(BT, H, device=dev, dtype=f32) for _ in range(2)) if rs else (None, None)
     lowp = fwd_lowp(precision)
     io = [torch.bfloat16 if lowp & bit else f32 for bit in (1, 2, 4)]
-    gc = torch.empty(BT, H, K, device=dev, dtype=f32)
+    gc_from_g = infer_gc_from_g(precision, infer, fuse_wu)
+    gc = None if gc_from_g else torch.empty(BT, H, K, device=dev, dtype=f32)
     w = torch.empty(BT, H, K, device=dev, dtype=torch.bfloat16 if fuse_wu else io[0])
     krT = torch.empty(NC, H, K, C, device=dev, dtype=io[1])
     u = None if fuse_wu else torch.empty(BT, H, V, device=dev, dtype=io[2])
@@ -566,7 +624,7 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
         on = {n: taps and present[n] for n in TOKEN_TAPS}
         kda_fwd_token_kernel[chunk_grid(c1 - c0, H, first=hf, grid=(c1 - c0, H))](
             q=q, k=k, g=g, beta=beta, A_log=A_log if has_gate else qn, dt_bias=dt_bias if has_gate else qn,
-            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, krT=krT,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=b if gc is None else gc, krT=krT,
             qd=qn if qd is None else qd, kd=w, b=b, gT=gT,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale),
             lower_bound=float(lower_bound), **{f"t_{n}": x for n, x in zip(TOKEN_TAPS, bufs)}, head_slot=slot,
@@ -577,7 +635,8 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
             GC_F64=knob("GC_F64", 0 if bf16 else 1) != 0, PRECISE=not bf16, STORE_QD=qd is not None,
             STORE_KD=fuse_wu,
             STORE_TAPS=store and taps, TAP_GC=on["gc"], TAP_GT=on["gT"], TAP_B=on["b"], TAP_QD=on["qd"],
-            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, HEADS_FIRST=hf, **LAUNCH,
+            TAP_KD=on["kd"], TAP_KI=on["ki"], TAP_KR=on["kr"], UNROLL=unroll, AHEAD=ahead, HEADS_FIRST=hf,
+            STORE_GC=gc is not None, **LAUNCH,
             num_warps=warps,
             num_stages=knob("PREP_STAGES", 3),
             **reg_cap(knob("PREP_MAXNREG", 0)),
@@ -586,12 +645,15 @@ def kda_fwd_prepare(q, k, v, g, beta, chunks, *, scale, gate, lower_bound, qk_l2
                                                                              chunks)
     for c0, c1, taps in chunk_launches(tap_plan, NC):
         kda_fwd_intra_solve_kernel[chunk_grid(c1 - c0, H, first=hf, grid=(c1 - c0, H))](
-            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=gc, b=b, INV=INV, Mqk=Mqk,
+            qn=qn, kn=kn, rq=b if rq is None else rq, rk=b if rk is None else rk, gc=b if gc is None else gc, b=b,
+            INV=INV, Mqk=Mqk,
             chunk_start=chunks.chunk_start, chunk_len=chunks.chunk_len, scale=float(scale), t_L=t_L, t_INV=t_inv,
             t_Mqk=t_M, head_slot=slot, tap_lo=lo, tap_hi=hi,
             n_sel=n_sel, c0=c0, H=H, K=K, BC=C, BK=knob("PREP_SOLVE_BK", block_size(K, 16)),
             BF16=bf16, STORE_TAPS=store and taps, TAP_L=taps and present["L"], TAP_INV=taps and present["INV"],
-            TAP_MQK=taps and present["Mqk"], RS=rowscale_mode(rs, qk_lowp), HEADS_FIRST=hf, **LAUNCH,
+            TAP_MQK=taps and present["Mqk"], RS=rowscale_mode(rs, qk_lowp), HEADS_FIRST=hf,
+            GC_FROM_G=gc_from_g, g=g, A_log=A_log if has_gate else b, dt_bias=dt_bias if has_gate else b,
+            lower_bound=float(lower_bound), GATE=GATE_IDS[gate], **LAUNCH,
             num_warps=knob("PREP_SOLVE_WARPS", 1),
             # 2 stages: the kernel 0.620 -> 0.522 ms against 3 (1: 0.602), lower-bound H32 T16384,
             # docs/gpu/round30/call9

@@ -42,6 +42,9 @@ KNOBS: dict[str, Knob] = {
     "FWD_FUSE_WU": Knob("0", "bf16 mode with FWD_FUSE_OUT: 1 runs no w/u kernel: the token kernel stores kd = "
                         "kn exp(gc) in bf16 and the forward state pass forms U = INV Diag(b) (v - kd S) itself "
                         "(chunk.fuse_wu)", True),
+    "INFER_GC_FROM_G": Knob("0", "bf16 mode, a forward with no backward and no taps, with FWD_FUSE_WU: 1 stores no gc; "
+                            "the intra kernel forms gc itself from the raw gate, 16 rows at a time "
+                            "(prepare.infer_gc_from_g)", True),
     "PREP_QK_LOWP": Knob("2", "bf16 mode with in-kernel l2norm: the normalised q, k stored rounded to nearest once, "
                          "2 in fp16, 1 in bf16 (as fla), 0 in fp32; every later use (the token kernel's qd, kr, "
                          "the intra, w/u and output passes, the backward) reads the stored values "

@@ -63,14 +63,20 @@ def test_every_kernel_stays_inside_its_tensors(name, K, V, precision, bv, monkey
     assert all(torch.isfinite(x).all() for x in outputs.values() if x is not None)
 
 
-@pytest.mark.parametrize("name,precision", [("chunk64_varlen", "bf16"), ("varlen_short", "fp32")])
-def test_the_inference_forward_stays_inside_its_tensors(name, precision, monkeypatch):
+@pytest.mark.parametrize("name,precision,knobs", [
+    ("chunk64_varlen", "bf16", {}), ("varlen_short", "fp32", {}),
+    # the state pass forming U, the intra kernel forming gc from the raw gate (prepare.infer_gc_from_g)
+    ("chunk64_varlen", "bf16", {"FWD_FUSE_WU": "1", "INFER_GC_FROM_G": "1"}),
+])
+def test_the_inference_forward_stays_inside_its_tensors(name, precision, knobs, monkeypatch):
     """``chunk_kda`` under ``torch.no_grad`` (the inference forward: no state kept for a backward)."""
     from kdadbg_kernels import chunk_kda
 
     case = get_case(name)
     inputs, cfg = make_inputs(with_size(case, H=min(case.H, 2), K=32, V=64))
     monkeypatch.setenv("KDADBG_REC_BV", "32")
+    for knob, value in knobs.items():
+        monkeypatch.setenv(f"KDADBG_{knob}", value)
     with bounds_checked() as n, torch.no_grad():
         o, ht = chunk_kda(inputs.q, inputs.k, inputs.v, inputs.g, inputs.beta, scale=cfg.scale,
                           initial_state=inputs.h0, output_final_state=True, cu_seqlens=inputs.cu_seqlens,
@@ -78,5 +84,6 @@ def test_the_inference_forward_stays_inside_its_tensors(name, precision, monkeyp
                           use_beta_sigmoid_in_kernel=cfg.beta_sigmoid, state_v_first=cfg.state_layout == "vk",
                           precision=precision, use_gate_in_kernel=True, A_log=inputs.A_log,
                           dt_bias=inputs.dt_bias, lower_bound=cfg.lower_bound)
-    assert "kda_fwd_recurrence_kernel" in n.kernels and n.addresses > 3 * inputs.q.numel()
+    assert {"kda_fwd_recurrence_kernel", "kda_fwd_intra_solve_kernel"} <= n.kernels
+    assert ("kda_fwd_wu_kernel" in n.kernels) == (not knobs) and n.addresses > 3 * inputs.q.numel()
     assert torch.isfinite(o).all() and torch.isfinite(ht).all()

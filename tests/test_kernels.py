@@ -546,6 +546,48 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
         run_fb(inputs, cfg, precision)
 
 
+@pytest.mark.parametrize("name", ["chunk64_varlen", "tail", "gate_softplus", "kimi_c64", "gate_none"])
+def test_inference_forms_gc_from_the_raw_gate(name, monkeypatch):
+    """INFER_GC_FROM_G=1 (bf16 mode, ``prepare.infer_gc_from_g``): a forward with no backward to follow, with
+    FWD_FUSE_WU, stores no ``gc`` (``FwdSaved.gc`` None: the knob acted) and its intra kernel forms ``gc``
+    from the raw gate 16 rows at a time. ``INV`` and ``Mqk`` stay within 1e-4 (relative RMS) of the training
+    forward's, whose ``gc`` the token kernel stored; o and the final state within 1e-2 of its, and within bf16
+    mode's bars against the float64 reference. Where it does not apply (the training forward; without
+    FWD_FUSE_WU, whose w/u kernel reads ``gc``) the knob changes no bit."""
+    precision = "bf16"
+    inputs, cfg = _two_heads(name)
+    ref = run_reference(inputs, cfg, taps=()).outputs
+    x = inputs.to(DEVICE)
+    kw = dict(scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate, lower_bound=cfg.lower_bound,
+              qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, A_log=x.A_log, dt_bias=x.dt_bias,
+              cu_seqlens=x.cu_seqlens, precision=precision, out_dtype=x.v.dtype)
+    h0 = None if x.h0 is None else (x.h0.transpose(-1, -2) if cfg.state_layout == "vk" else x.h0)
+
+    def forward(fuse, from_g, keep_state):
+        monkeypatch.setenv("KDADBG_FWD_FUSE_WU", fuse)
+        monkeypatch.setenv("KDADBG_INFER_GC_FROM_G", from_g)
+        return kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=keep_state, **kw)
+
+    o_t, ht_t, s_t, _ = forward("1", "0", True)
+    o_i, ht_i, s_i, _ = forward("1", "1", False)
+    assert s_t.gc is not None and s_i.gc is None
+    for a, b in ((s_i.INV, s_t.INV), (s_i.Mqk, s_t.Mqk)):
+        assert a.numel() and a.isfinite().all()
+        rel = float((a.double() - b.double()).norm() / b.double().norm())
+        assert rel < 1e-4, rel
+    for a, b in ((o_i, o_t), (ht_i, ht_t)):
+        rel = float((a.double() - b.double()).norm() / b.double().norm())
+        assert rel < 1e-2, rel
+    ht = ht_i.transpose(-1, -2) if cfg.state_layout == "vk" else ht_i
+    for n, t in (("o", o_i), ("ht", ht)):
+        c = compare(n, t.cpu(), ref[n]).judge(TOLERANCES[precision][n])
+        assert c.passed and c.count == t.numel(), (n, c.ratio, c.count)
+    same = (forward("1", "0", False), forward("1", "1", True), forward("0", "1", False), forward("0", "0", False))
+    for (o_a, ht_a, _, _), (o_b, ht_b, _, _) in ((same[0], same[1]), (same[2], same[3])):
+        assert torch.equal(bits(o_a), bits(o_b)) and torch.equal(bits(ht_a), bits(ht_b))
+    assert torch.equal(bits(same[1][0]), bits(o_t))
+
+
 def test_tap_buffers_start_nan_in_two_flat_tensors():
     """alloc_tap_buffers_grouped: the taps outside ``group`` are views of one flat tensor NaN-filled at
     allocation (one fill), those in ``group`` views of another left for the caller to fill; no two views

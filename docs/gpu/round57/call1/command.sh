@@ -2,9 +2,11 @@
 # forward without its w/u kernel (knob FWD_FUSE_WU=1: the state pass forms U = INV Diag(b) (v - kd S) from the
 # token kernel's bf16 kd; at H32 INV a step ahead in registers, 3 pipeline stages, and with REC_INV_AHEAD=0 in
 # the stages, 2), kernel by kernel beside the defaults at lower-bound H32 T16384 and H64 T8192, while upstream
-# FlashKDA builds on the CPUs; its CUDA tests (the CPU cases on CUDA); then, in what time is left, the
-# lower-bound setting against fla and FlashKDA with the knob beside (the training and, beside FlashKDA, the
-# inference forward at chunks 64 and 16), and with the knob on, the bf16 case table on the GPU.
+# FlashKDA builds on the CPUs; its CUDA tests (the CPU cases on CUDA, and INFER_GC_FROM_G's); then, in what
+# time is left, the lower-bound setting against fla and FlashKDA with the knob beside (the training and, beside
+# FlashKDA, the inference forward at chunks 64 and 16), with INFER_GC_FROM_G=1 too (the inference forward
+# storing no gc: the intra kernel forms it from the raw gate), and REC_BV=32 (the state pass's V blocks of 32:
+# at chunk 16 two or three programs fit an SM), and with the knob on, the bf16 case table on the GPU.
 export PYTHONUNBUFFERED=1
 W=$OUT
 LIMIT=${LIMIT:-420}
@@ -22,7 +24,7 @@ timeout 60 python3 benchmarks/kernel_profile.py --H 64 --T 8192 --settings lower
     --ab KDADBG_FWD_FUSE_WU=1 --json $W/profile_lb_H64.json > $W/profile_lb_H64.log 2>&1
 echo "profile H64 exit $? at $SECONDS s"
 grep -A8 "^forward, kernel time" $W/profile_lb_H64.log | cut -c1-200
-timeout 50 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels.py -k "fused_wu" > $W/tests.log 2>&1
+timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels.py -k "fused_wu or inference_forms_gc" > $W/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; tail -2 $W/tests.log | cut -c1-300
 wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
 tail -1 $W/flashkda_build.log > .peer/fk_env.sh
@@ -30,7 +32,8 @@ tail -1 $W/flashkda_build.log > .peer/fk_env.sh
 if [ $((LIMIT - SECONDS)) -gt 60 ]; then
     timeout $((LIMIT - SECONDS - 10)) python3 benchmarks/bench.py --json $W/benchmarks.json \
         --budget-s $((LIMIT - SECONDS - 50)) --commit $COMMIT --peers fla,flashkda --settings lower_bound \
-        --ab KDADBG_FWD_FUSE_WU=1 --ab-settings lower_bound --taps-at \
+        --ab KDADBG_FWD_FUSE_WU=1 --ab KDADBG_FWD_FUSE_WU=1,KDADBG_INFER_GC_FROM_G=1 --ab KDADBG_REC_BV=32 \
+        --ab-settings lower_bound --taps-at \
         --shapes dense_H64_T8192 dense_H32_T16384 dense_H64_T16384 varlen_mixed6_H32 dense_H32_T8192 > $W/bench.log 2>&1
     echo "bench exit $? at $SECONDS s"
     grep -E "^\[bench\]" $W/bench.log | cut -c1-330 | tail -24
