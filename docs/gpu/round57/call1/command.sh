@@ -14,6 +14,7 @@ LIMIT=${LIMIT:-420}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
 timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1 &
 bpid=$!
+if [ -z "$SHORT" ]; then  # SHORT=1: no kernel-by-kernel profiles, the tests and the benchmark only
 timeout 70 python3 benchmarks/kernel_profile.py --H 32 --T 16384 --settings lower_bound --iters 3 \
     --ab KDADBG_FWD_FUSE_WU=1 --ab KDADBG_FWD_FUSE_WU=1,KDADBG_REC_INV_AHEAD=0 \
     --json $W/profile_lb_H32.json > $W/profile_lb_H32.log 2>&1
@@ -24,6 +25,7 @@ timeout 60 python3 benchmarks/kernel_profile.py --H 64 --T 8192 --settings lower
     --ab KDADBG_FWD_FUSE_WU=1 --json $W/profile_lb_H64.json > $W/profile_lb_H64.log 2>&1
 echo "profile H64 exit $? at $SECONDS s"
 grep -A8 "^forward, kernel time" $W/profile_lb_H64.log | cut -c1-200
+fi
 timeout 60 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels.py -k "fused_wu or inference_forms_gc" > $W/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; tail -2 $W/tests.log | cut -c1-300
 wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
