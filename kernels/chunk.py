@@ -97,8 +97,14 @@ def fuse_wu(precision: str, keep_state: bool) -> bool:
     ``b`` and ``INV``, where it read ``u = INV Diag(b) v`` (fp32) and ``w = INV Diag(b) kd`` (bf16): the w/u
     kernel's reads and writes (``INV, kn, gc, v`` in, ``w, u`` out) leave the forward for one more product
     on the state pass's chain. ``U`` moves by roundings (``kd`` in bf16 where ``w`` was; ``INV`` applied
-    after the subtraction). Not with ``BWD_FWD_OPERANDS`` bit 2, whose backward reads the forward's ``w``."""
-    on = bool(knob("FWD_FUSE_WU", 0)) and precision == "bf16" and fuse_out(precision)
+    after the subtraction). Not with ``BWD_FWD_OPERANDS`` bit 2, whose backward reads the forward's ``w``.
+    ``FWD_FUSE_WU=2``: only in a forward with no backward to follow (``keep_state`` False): ``o`` keeps bf16
+    mode's accuracy either way, but the gradients reached through ``U`` lose some (``docs/kernels.md``: at
+    K = V = 128 ``dA_log``'s error about doubles)."""
+    mode = knob("FWD_FUSE_WU", 0)
+    if mode not in (0, 1, 2):
+        raise KnobError(f"KDADBG_FWD_FUSE_WU={mode}: expected 0 (off), 1 (on) or 2 (only with no backward to follow)")
+    on = (mode == 1 or (mode == 2 and not keep_state)) and precision == "bf16" and fuse_out(precision)
     if on and keep_state and bwd_fwd_operands(precision) & 2:
         raise KnobError("KDADBG_FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2: the backward would read the "
                          "forward's w, which the fused forward does not form; set one of them")

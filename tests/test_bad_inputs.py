@@ -800,6 +800,7 @@ def test_a_file_or_folder_made_read_only_is_refused_as_root_too(tmp_path):
     pytest.param({"KDADBG_REC_BV": "wide"}, "KDADBG_REC_BV: expected an integer, found 'wide'", id="not-an-integer"),
     pytest.param({"KDADBG_FWD_FUSE_WU": "1", "KDADBG_BWD_FWD_OPERANDS": "3"},
                  "KDADBG_FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2", id="knobs-that-exclude-each-other"),
+    pytest.param({"KDADBG_FWD_FUSE_WU": "3"}, "KDADBG_FWD_FUSE_WU=3: expected 0 (off), 1 (on) or 2", id="not-a-mode"),
 ])
 def test_a_kernel_knob_the_kernels_refuse_is_one_error_line(tmp_path, env, fragment):
     """A ``KDADBG_*`` knob our kernels refuse (``tuning.KnobError``) is bad input: ``run`` (as the console

@@ -498,8 +498,9 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
     intra kernels) keep their bits; ``U`` moves by roundings (relative RMS above 0, the knob acted, and below
     1e-2), and so does every later tap. With taps on, the outputs have the bits of the run with taps off;
     the inference forward (no backward to follow) has the training forward's o and ht, and so has the state
-    pass loading INV with its pipeline's stages or a step ahead (REC_INV_AHEAD 0, 1); with the backward
-    reading the forward's ``w`` (BWD_FWD_OPERANDS bit 2) the knob is refused in one line."""
+    pass loading INV with its pipeline's stages or a step ahead (REC_INV_AHEAD 0, 1). FWD_FUSE_WU=2 gives the
+    inference forward those bits and the training forward (every output and gradient) FWD_FUSE_WU=0's. With
+    the backward reading the forward's ``w`` (BWD_FWD_OPERANDS bit 2) the knob is refused in one line."""
     from kdadbg_kernels.taps import REGISTRY
 
     precision = "bf16"
@@ -541,6 +542,20 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
         monkeypatch.setenv("KDADBG_REC_INV_AHEAD", ahead)
         o_a, ht_a, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
         assert torch.equal(bits(o_t), bits(o_a)) and torch.equal(bits(ht_t), bits(ht_a)), ahead
+    monkeypatch.delenv("KDADBG_REC_INV_AHEAD")
+    # FWD_FUSE_WU=2: the inference forward as with 1, the training forward (and its gradients) as with 0
+    monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "2")
+    o_2, ht_2, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
+    assert torch.equal(bits(o_2), bits(o_i)) and torch.equal(bits(ht_2), bits(ht_i))
+    monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "0")
+    o_0, _, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
+    assert not torch.equal(bits(o_0), bits(o_i))  # the knob moves o: the bits above say it acted
+    monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "2")
+    train_2, _, _ = run_fb(inputs, cfg, precision)
+    assert set(train_2) == set(out_b)
+    for n, t in train_2.items():
+        assert torch.equal(bits(t), bits(out_b[n])), n
+    monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "1")
     monkeypatch.setenv("KDADBG_BWD_FWD_OPERANDS", "3")
     with pytest.raises(ValueError, match="FWD_FUSE_WU=1 with KDADBG_BWD_FWD_OPERANDS bit 2"):
         run_fb(inputs, cfg, precision)
