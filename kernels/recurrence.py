@@ -86,6 +86,7 @@ def kda_fwd_recurrence_kernel(
     TAP_S: tl.constexpr = 0,     # 1: the S tap stored here, in fp32 (S itself is bf16: common.s_bf16)
     WU: tl.constexpr = 0,        # 1: U = INV Diag(b) (v - kd S) formed here from v, kd, b, INV (chunk.fuse_wu)
     INV_AHEAD: tl.constexpr = 0,  # 1 (WU): INV loaded one step ahead into registers (out of the pipeline's stages)
+    WU_MM: tl.constexpr = 0,     # (WU) the INV product: 0 tf32, 1 bf16, 2 ieee fp32, 3 transposed tf32, 4 tf32 between barriers
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -154,10 +155,22 @@ def kda_fwd_recurrence_kernel(
             b_vc = b_bt[:, None] * (b_U - _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64))
             b_bt = b_bt_next
             if INV_AHEAD:
-                b_U = mm_tf32(b_inv, b_vc, BF16)
+                b_Ai = b_inv
                 b_inv = b_inv_next
             else:
-                b_U = mm_tf32(tl.load(INV + o_ch * BC * BC + o_cc), b_vc, BF16)
+                b_Ai = tl.load(INV + o_ch * BC * BC + o_cc)
+            if WU_MM == 1:
+                b_U = mm(b_Ai, b_vc, BF16)
+            elif WU_MM == 2:
+                b_U = tl.dot(b_Ai, b_vc, input_precision="ieee")
+            elif WU_MM == 3:
+                b_U = tl.trans(mm_tf32(tl.trans(b_vc), tl.trans(b_Ai), BF16))
+            elif WU_MM == 4:
+                tl.debug_barrier()
+                b_U = mm_tf32(b_Ai, b_vc, BF16)
+                tl.debug_barrier()
+            else:
+                b_U = mm_tf32(b_Ai, b_vc, BF16)
         else:
             b_U -= _state_mm(tl.load(w + o_tk, mask=m_tk, other=0), b_S, BF16, MM_BF16, F64)
         if STORE_SU:
@@ -364,7 +377,7 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         n_sel=tap_plan.n_sel if tapped else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead, **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead, WU_MM=knob("REC_WU_MM", 0) if wu else 0, **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o

@@ -13,7 +13,7 @@ import sys
 import time
 
 DEV = os.environ.get("PROBE_DEVICE", "cuda")
-CASES = ("varlen", "kimi_H32_T1024", "kimi_H2_T1024")
+CASES = ("varlen", "kimi_H32_T1024", "kimi_H2_T1024")  # kimi_H<h>_T<t>: any head count and length
 
 
 def inputs(case):
@@ -28,7 +28,7 @@ def inputs(case):
                   qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, A_log=x.A_log, dt_bias=x.dt_bias,
                   cu_seqlens=x.cu_seqlens, h0=h0, out_dtype=x.v.dtype)
         return (x.q, x.k, x.v, x.g, x.beta), kw
-    H, T = (32, 1024) if "H32" in case else (2, 1024)
+    H, T = (int(x[1:]) for x in case.split("_")[1:3])
     torch.manual_seed(0)
     q, k, g, v = (torch.randn(1, T, H, 128, device=DEV, dtype=torch.bfloat16) for _ in range(4))
     beta = torch.randn(1, T, H, device=DEV, dtype=torch.bfloat16)
@@ -71,9 +71,12 @@ def parent():
                 {"REC_STAGES": "1", "REC_INV_AHEAD": "0"}, {"REC_U_AHEAD": "0"}, {"REC_U_AHEAD": "1"},
                 {"REC_U_AHEAD": "0", "REC_INV_AHEAD": "0"}, {"REC_U_AHEAD": "0", "REC_INV_AHEAD": "0", "REC_STAGES": "1"},
                 {"REC_WARPS": "8"}, {"REC_BV": "32"}, {"REC_BV": "16"}]
+    if os.environ.get("PROBE_SETS"):  # "K=V,K=V;K=V": knob sets (without KDADBG_), ";" between sets, "-" the default
+        knobsets = [dict(kv.split("=") for kv in ks.split(",") if kv != "-") for ks in os.environ["PROBE_SETS"].split(";")]
+    cases = os.environ.get("PROBE_CASES", ",".join(CASES)).split(",")
     limit = float(os.environ.get("LIMIT", "400"))
     t0 = time.time()
-    for case in CASES:
+    for case in cases:
         for ks in knobsets:
             if time.time() - t0 > limit:
                 print("out of time", flush=True)
