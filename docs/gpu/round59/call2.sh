@@ -1,0 +1,26 @@
+# Round 59 call 2 (.peer in carry; COMMIT=<sha> LIMIT=<seconds> bash docs/gpu/round59/call2.sh): first the probe of
+# the fused state pass (KDADBG_FWD_FUSE_WU=1) at 64 columns (H64's default V block; H32 and H16 with REC_BV=64) and
+# with the INV product in other forms (REC_WU_MM 1: bf16, 3: transposed tf32, an mma.sync product) at 32 and 16
+# columns; while upstream FlashKDA builds on the CPUs. Then, in the time left, lower-bound H64 T8192 against fla
+# and FlashKDA with the knob beside (the training forward and, beside FlashKDA, the inference forward).
+export PYTHONUNBUFFERED=1
+W=$OUT
+LIMIT=${LIMIT:-480}
+. benchmarks/gpu_env.sh fla
+nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
+timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1 &
+bpid=$!
+PROBE_SETS="-;REC_BV=64;REC_WU_MM=3;REC_WU_MM=1" PROBE_CASES=kimi_H64_T2048,kimi_H32_T1024,kimi_H16_T1024 \
+    LIMIT=${PROBE_LIMIT:-170} python3 docs/gpu/round59/probe_wu.py > $W/probe2.log 2>&1
+echo "probe exit $? at $SECONDS s"; cat $W/probe2.log | cut -c1-250
+wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
+tail -1 $W/flashkda_build.log > .peer/fk_env.sh
+. .peer/fk_env.sh
+if [ $((LIMIT - SECONDS)) -gt 90 ]; then
+    timeout $((LIMIT - SECONDS - 10)) python3 benchmarks/bench.py --json $W/benchmarks.json \
+        --budget-s $((LIMIT - SECONDS - 60)) --commit $COMMIT --peers fla,flashkda --settings lower_bound \
+        --ab KDADBG_FWD_FUSE_WU=1 --ab KDADBG_FWD_FUSE_WU=1,KDADBG_INFER_GC_FROM_G=1 \
+        --ab-settings lower_bound --shapes dense_H64_T8192 dense_H64_T16384 > $W/bench.log 2>&1
+    echo "bench exit $? at $SECONDS s"
+    grep -E "^\[bench\]" $W/bench.log | cut -c1-330 | tail -24
+fi
