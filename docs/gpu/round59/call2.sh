@@ -1,9 +1,10 @@
-# Round 59 call 2 (.peer in carry; COMMIT=<sha> LIMIT=<seconds> bash docs/gpu/round59/call2.sh): first the probe of
-# the fused state pass (KDADBG_FWD_FUSE_WU=1) at 64 columns (H64's default V block; H32 and H16 with REC_BV=64) and
-# with the INV product in other forms (REC_WU_MM 1: bf16, 3: transposed tf32, an mma.sync product) at 32 and 16
-# columns; while upstream FlashKDA builds on the CPUs. Then, in the time left, lower-bound H64 T8192 against fla
-# and FlashKDA with the knob beside (the training forward and, beside FlashKDA, the inference forward), and the w/u
-# kernel at 8 warps, 2 stages or 64-column blocks (the default forward misses 0.9 of fla's there by 0.7 %).
+# Round 59 call 2 (.peer in carry; COMMIT=<sha> LIMIT=<seconds> bash docs/gpu/round59/call2.sh): first the probe
+# of the fused state pass (KDADBG_FWD_FUSE_WU=1) at 64 columns (H64's default V block), 32 (H32) and 16 (H16),
+# with the INV product in other forms (REC_WU_MM 1: bf16, 3: transposed tf32, an mma.sync product) and with one
+# stage, while upstream FlashKDA builds on the CPUs. Then, in the time left, lower-bound H64 against fla and
+# FlashKDA with the knob beside in each form the probe found right at H64 (docs/gpu/round59/pick.py; the training
+# forward and, beside FlashKDA, the inference forward), and the w/u kernel at 8 warps, 2 stages or 64-column
+# blocks (the default forward misses 0.9 of fla's there by 0.7 %).
 export PYTHONUNBUFFERED=1
 W=$OUT
 LIMIT=${LIMIT:-480}
@@ -11,16 +12,18 @@ LIMIT=${LIMIT:-480}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
 timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1 &
 bpid=$!
-PROBE_SETS="-;REC_BV=64;REC_WU_MM=3;REC_WU_MM=1" PROBE_CASES=kimi_H64_T2048,kimi_H32_T1024,kimi_H16_T1024 \
+PROBE_SETS="-;REC_WU_MM=3;REC_WU_MM=1;REC_STAGES=1" PROBE_CASES=kimi_H64_T2048,kimi_H32_T1024,kimi_H16_T1024 \
     LIMIT=${PROBE_LIMIT:-170} python3 docs/gpu/round59/probe_wu.py > $W/probe2.log 2>&1
 echo "probe exit $? at $SECONDS s"; cat $W/probe2.log | cut -c1-250
+AB=$(python3 docs/gpu/round59/pick.py $W/probe2.log kimi_H64_T2048 | head -3 | sed 's/^/--ab /' | tr '\n' ' ')
+echo "right at H64: $AB"; echo "right in every case: $(python3 docs/gpu/round59/pick.py $W/probe2.log | tr '\n' ' ')"
 wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
 tail -1 $W/flashkda_build.log > .peer/fk_env.sh
 . .peer/fk_env.sh
 if [ $((LIMIT - SECONDS)) -gt 90 ]; then
     timeout $((LIMIT - SECONDS - 10)) python3 benchmarks/bench.py --json $W/benchmarks.json \
         --budget-s $((LIMIT - SECONDS - 60)) --commit $COMMIT --peers fla,flashkda --settings lower_bound \
-        --ab KDADBG_FWD_FUSE_WU=1 --ab KDADBG_FWD_FUSE_WU=1,KDADBG_INFER_GC_FROM_G=1 \
+        $AB \
         --ab KDADBG_PREP_WU_WARPS=8 --ab KDADBG_PREP_WU_STAGES=2 --ab KDADBG_PREP_WU_BK=64 \
         --ab-settings lower_bound --shapes dense_H64_T8192 dense_H64_T16384 > $W/bench.log 2>&1
     echo "bench exit $? at $SECONDS s"
