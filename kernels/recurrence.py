@@ -86,7 +86,7 @@ def kda_fwd_recurrence_kernel(
     TAP_S: tl.constexpr = 0,     # 1: the S tap stored here, in fp32 (S itself is bf16: common.s_bf16)
     WU: tl.constexpr = 0,        # 1: U = INV Diag(b) (v - kd S) formed here from v, kd, b, INV (chunk.fuse_wu)
     INV_AHEAD: tl.constexpr = 0,  # 1 (WU): INV loaded one step ahead into registers (out of the pipeline's stages)
-    WU_MM: tl.constexpr = 0,     # (WU) the INV product: 0 tf32, 1 bf16, 2 ieee fp32, 3 transposed tf32, 4 tf32 between barriers
+    WU_T: tl.constexpr = 0,      # 1 (WU): U formed transposed, U^T = vc^T INV^T (recurrence.wu_transposed)
 ):
     i_v, i_h, i_n = tl.program_id(0), tl.program_id(1), tl.load(seq_order + tl.program_id(2))
     o_t = tl.arange(0, BC)
@@ -159,16 +159,8 @@ def kda_fwd_recurrence_kernel(
                 b_inv = b_inv_next
             else:
                 b_Ai = tl.load(INV + o_ch * BC * BC + o_cc)
-            if WU_MM == 1:
-                b_U = mm(b_Ai, b_vc, BF16)
-            elif WU_MM == 2:
-                b_U = tl.dot(b_Ai, b_vc, input_precision="ieee")
-            elif WU_MM == 3:
+            if WU_T:  # U^T = vc^T INV^T: the product's M is BV (wu_transposed)
                 b_U = tl.trans(mm_tf32(tl.trans(b_vc), tl.trans(b_Ai), BF16))
-            elif WU_MM == 4:
-                tl.debug_barrier()
-                b_U = mm_tf32(b_Ai, b_vc, BF16)
-                tl.debug_barrier()
             else:
                 b_U = mm_tf32(b_Ai, b_vc, BF16)
         else:
@@ -307,6 +299,17 @@ def state_pass_plan(C: int, BK: int, BV: int, device, sizes=(4, 4, 4, 4), extra:
     return (stages_u if u_ahead else stages), u_ahead
 
 
+def wu_transposed(C: int, BV: int) -> bool:
+    """Whether the fused state pass (``chunk.fuse_wu``) forms ``U`` transposed, ``U^T = vc^T INV^T``, rather than
+    ``U = INV vc``: where the V block is narrower than the chunk. The product's M is then ``BV``, below 64, so
+    Triton 3.6 lowers it to ``mma.sync``; as ``INV vc`` at chunk 64 it is a tf32 ``wgmma`` with N = 16 or 32 and
+    its B operand (``vc``) written from registers, which with a pipelined loop (2 or 3 stages) gave a wrong ``o``
+    and ``ht`` or an illegal memory access on the H100 (``docs/gpu/round59/summary.txt``: every launch at 16 and
+    32 columns tried; the transposed form right at 16, 32 and 64 columns). At ``BV == C`` (64) both forms
+    are a ``wgmma`` with N = 64, right there; below chunk 64, ``INV vc``'s M is the chunk, below 64."""
+    return BV < C
+
+
 def fuse_out(precision: str) -> bool:
     """Whether the state pass forms ``o`` (``KDADBG_FWD_FUSE_OUT``; default in bf16 mode): it holds ``S``
     and ``U`` of each chunk already, so ``o = qd S + Mqk U`` there reads only ``qd`` and ``Mqk``, where the
@@ -377,7 +380,8 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         n_sel=tap_plan.n_sel if tapped else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead, WU_MM=knob("REC_WU_MM", 0) if wu else 0, **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead, WU_T=int(wu and wu_transposed(C, BV)),
+        **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o

@@ -138,8 +138,6 @@ KNOBS: dict[str, Knob] = {
     "REC_INV_AHEAD": Knob("1 where it buys a pipeline stage at 32 columns or fewer (FWD_FUSE_WU)",
                           "1: the forward state pass without the w/u kernel loads INV one step ahead into "
                           "registers, out of its pipeline's stages", False),
-    "REC_WU_MM": Knob("0", "experiment (FWD_FUSE_WU on CUDA): the state pass's INV product 0 tf32, 1 bf16, 2 ieee "
-                      "fp32, 3 transposed tf32, 4 tf32 between barriers", True),
     "REC_WARPS": Knob("4", "warps of the forward state pass", False),
     "OUT_NVB": Knob("every V block", "V blocks (up to 64 columns each) one output-pass program covers",
                     False),

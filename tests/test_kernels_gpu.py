@@ -197,3 +197,44 @@ def test_planted_fault_is_named_on_realistic_presets_at_model_size(fault, name, 
     first = res.first_divergence
     assert (first["tap"], first["chunk"], first["label"]) == (tap, chunk, "BUG"), (first, _not_ok(res))
     assert res.origin["verdict"] == "introduced" and not res.passed
+
+
+@pytest.mark.parametrize("chunk", [16, 32, 64])
+@pytest.mark.parametrize("bv", ["16", "32", "64"])
+def test_fused_state_pass_matches_the_w_u_kernel_on_cuda(chunk, bv, monkeypatch):
+    """``FWD_FUSE_WU=1`` (the state pass forms ``U`` itself; ``recurrence.wu_transposed`` picks the product's
+    form) against ``FWD_FUSE_WU=0`` on the same inputs at every chunk size and V block: the training forward's
+    ``o``, ``ht`` and every row of ``U``, and the inference forward's ``o`` and ``ht``, within 2e-2 of the
+    largest magnitude (bf16 roundings: 2e-3 to 7e-3 in docs/gpu/round59; the pipelined ``INV vc`` product at 16
+    and 32 columns gave errors of 0.19 to 1e37, NaN, or an illegal memory access). Lower-bound gate, K = V = 128,
+    a varlen batch of four sequences (one of 9 tokens)."""
+    from kdadbg_kernels.chunk import kda_forward
+
+    torch.manual_seed(3)
+    H, T, D = 2, 1289, 128
+    dev = "cuda"
+    q, k, g, v = (torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16) for _ in range(4))
+    beta = torch.randn(1, T, H, device=dev, dtype=torch.bfloat16)
+    cu = torch.tensor([0, 9, 500, 1024, T], device=dev, dtype=torch.int32)
+    kw = dict(scale=D ** -0.5, chunk_size=chunk, gate="lower_bound", lower_bound=-5.0, cu_seqlens=cu,
+              A_log=torch.randn(H, device=dev) * 0.5, dt_bias=torch.randn(H, D, device=dev) * 0.1,
+              out_dtype=torch.bfloat16, precision="bf16")
+    monkeypatch.setenv("KDADBG_REC_BV", bv)
+    runs = {}
+    for fuse in ("0", "1"):
+        monkeypatch.setenv("KDADBG_FWD_FUSE_WU", fuse)
+        for keep in (True, False):
+            o, ht, saved, _ = kda_forward(q, k, v, g, beta, keep_state=keep, **kw)
+            runs[fuse, keep] = (o.float(), ht, None if saved.U is None else saved.U.float())
+    torch.cuda.synchronize()
+    o0, ht0, U0 = runs["0", True]
+    assert runs["1", True][2] is not None and runs["1", False][2] is None
+    for keep in (True, False):
+        o1, ht1, _ = runs["1", keep]
+        for name, a, b in (("o", o1, o0), ("ht", ht1, ht0)):
+            err = float((a - b).abs().max() / b.abs().max())
+            assert a.isfinite().all() and err < 2e-2, (name, keep, err)
+    U1 = runs["1", True][2]
+    row_err = (U1 - U0).abs().amax(dim=(1, 2)) / U0.abs().max()
+    assert U1.isfinite().all() and float(row_err.max()) < 2e-2, float(row_err.max())
+    assert float(row_err.max()) > 0  # the knob acted: U moved by roundings
