@@ -4,7 +4,8 @@
 # stage, while upstream FlashKDA builds on the CPUs. Then, in the time left, lower-bound H64 against fla and
 # FlashKDA with the knob beside in each form the probe found right at H64 (docs/gpu/round59/pick.py; the training
 # forward and, beside FlashKDA, the inference forward), and the w/u kernel at 8 warps, 2 stages or 64-column
-# blocks (the default forward misses 0.9 of fla's there by 0.7 %).
+# blocks (the default forward misses 0.9 of fla's there by 0.7 %). REC_WU_MM was an experiment knob of b0c51a3's tree,
+# removed after this call (the transposed form is now recurrence.wu_transposed): run it at b0c51a3.
 export PYTHONUNBUFFERED=1
 W=$OUT
 LIMIT=${LIMIT:-480}
