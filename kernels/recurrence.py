@@ -380,8 +380,8 @@ def kda_fwd_recurrence(krT, gT, w, u, h0, chunks, *, precision, qd=None, Mqk=Non
         n_sel=tap_plan.n_sel if tapped else 0,
         H=H, K=K, V=V, BC=C, BK=BK, BV=BV, HAS_H0=h0 is not None,
         BF16=precision == "bf16", U_AHEAD=u_ahead, MM_BF16=mm_bf16, FUSE_OUT=int(fused), F64=state_f64(precision),
-        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead, WU_T=int(wu and wu_transposed(C, BV)),
-        **LAUNCH,
+        STORE_SU=int(store_su), TAP_U=int(tap_u), TAP_S=int(tap_s), WU=int(wu), INV_AHEAD=inv_ahead,
+        WU_T=int(wu and wu_transposed(C, BV)), **LAUNCH,
         num_warps=knob("REC_WARPS", 4), num_stages=stages,
     )
     return S, U, ht, o
