@@ -18,3 +18,16 @@ if [ "${1:-}" = fla ]; then
     mkdir -p "$TRITON_CACHE_DIR"
     for f in docs/gpu/*/call*/autotune.tgz; do tar xzf "$f" -C "$TRITON_CACHE_DIR"; done
 fi
+
+# Upstream FlashKDA built on the CPUs while the GPU works (benchmarks/build_flashkda.sh, about 90 s):
+# `flashkda_start` puts the build in the background (log in $W/flashkda_build.log); `flashkda_ready` waits for it
+# and sources the environment line it printed, so that flash_kda imports.
+flashkda_start() {
+    timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > "$W/flashkda_build.log" 2>&1 &
+    FLASHKDA_PID=$!
+}
+flashkda_ready() {
+    wait "$FLASHKDA_PID"; echo "flashkda build exit $? at $SECONDS s"; tail -1 "$W/flashkda_build.log" | cut -c1-200
+    tail -1 "$W/flashkda_build.log" > .peer/fk_env.sh
+    . .peer/fk_env.sh
+}

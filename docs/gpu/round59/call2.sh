@@ -11,16 +11,13 @@ W=$OUT
 LIMIT=${LIMIT:-480}
 . benchmarks/gpu_env.sh fla
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
-timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1 &
-bpid=$!
+flashkda_start
 PROBE_SETS="-;REC_WU_MM=3;REC_WU_MM=1;REC_STAGES=1" PROBE_CASES=kimi_H64_T2048,kimi_H32_T1024,kimi_H16_T1024 \
     LIMIT=${PROBE_LIMIT:-170} python3 docs/gpu/round59/probe_wu.py > $W/probe2.log 2>&1
 echo "probe exit $? at $SECONDS s"; cat $W/probe2.log | cut -c1-250
 AB=$(python3 docs/gpu/round59/pick.py $W/probe2.log kimi_H64_T2048 | head -3 | sed 's/^/--ab /' | tr '\n' ' ')
 echo "right at H64: $AB"; echo "right in every case: $(python3 docs/gpu/round59/pick.py $W/probe2.log | tr '\n' ' ')"
-wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
-tail -1 $W/flashkda_build.log > .peer/fk_env.sh
-. .peer/fk_env.sh
+flashkda_ready
 if [ $((LIMIT - SECONDS)) -gt 90 ]; then
     timeout $((LIMIT - SECONDS - 10)) python3 benchmarks/bench.py --json $W/benchmarks.json \
         --budget-s $((LIMIT - SECONDS - 60)) --commit $COMMIT --peers fla,flashkda --settings lower_bound \

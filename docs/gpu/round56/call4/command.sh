@@ -9,14 +9,11 @@ W=$OUT
 LIMIT=${LIMIT:-560}
 . benchmarks/gpu_env.sh fla
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
-timeout 200 bash benchmarks/build_flashkda.sh upstream .peer > $W/flashkda_build.log 2>&1 &
-bpid=$!
+flashkda_start
 timeout 140 python3 -m pytest -q -p no:cacheprovider -rfE tests/test_kernels.py tests/test_kernels_fwd.py \
     -k "inference_forward or normalised_qk" > $W/tests.log 2>&1
 echo "tests exit $? at $SECONDS s"; tail -3 $W/tests.log | cut -c1-300
-wait $bpid; echo "flashkda build exit $? at $SECONDS s"; tail -1 $W/flashkda_build.log | cut -c1-200
-tail -1 $W/flashkda_build.log > .peer/fk_env.sh
-. .peer/fk_env.sh
+flashkda_ready
 timeout $((LIMIT - SECONDS - 15)) python3 benchmarks/bench.py --json $W/benchmarks.json --budget-s $((LIMIT - SECONDS - 60)) \
     --commit $COMMIT --peers fla,flashkda --settings ${SETTINGS:-lower_bound} --ab-settings lower_bound \
     --ab KDADBG_INFER_ROWSCALE=0 --taps-at ${TAPS_AT:-} \
