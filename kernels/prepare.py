@@ -221,18 +221,21 @@ def _gc_block(g, b_dt, a_h, lower_bound, b_carry, bos, i_s, n_valid, i_h, o_k, m
 
 @triton.jit
 def _row_block(qn, kn, rq, rk, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: tl.constexpr, K: tl.constexpr,
-               PRECISE: tl.constexpr, RS: tl.constexpr, b_gin=None, b_ain=None, GCR: tl.constexpr = 0):
+               PRECISE: tl.constexpr, RS: tl.constexpr, b_carry, g=None, b_dt=None, a_h=1.0, lower_bound=0.0,
+               GATE: tl.constexpr = 0, GCR: tl.constexpr = 0):
     """Row block s of a chunk, one K block: ``(kn, qn * scale) * exp(gc - a)`` with the anchor
     ``a = gc[16 s]`` (at the last valid row when the block is all padding), and the raw ``kn``, ``gc``
-    for the blocks that pair with it as columns. With ``GCR`` the block's gc and anchor are ``b_gin``,
-    ``b_ain`` (``_gc_block``), not loaded."""
+    for the blocks that pair with it as columns; last, the carry ``b_carry``. With ``GCR`` the block's gc
+    and anchor are formed from the raw gate ``g`` after ``b_carry`` (``_gc_block``), not loaded, and the
+    carry returned is this block's last row of gc; without, ``b_carry`` is returned as it came."""
     o_r = i_s * 16 + tl.arange(0, 16)
     m_r = o_r < n_valid
     m = m_r[:, None] & m_k[None, :]
     p = ((bos + o_r)[:, None] * H + i_h) * K + o_k[None, :]
     o_row = (bos + o_r) * H + i_h
     if GCR:
-        b_g, b_a = b_gin, b_ain
+        b_g, b_a, b_carry = _gc_block(g, b_dt, a_h, lower_bound, b_carry, bos, i_s, n_valid, i_h, o_k, m_k, H, K,
+                                      GATE, PRECISE)
     else:
         b_g = tl.load(gc + p, mask=m, other=0)
         b_a = tl.load(gc + ((bos + tl.minimum(i_s * 16, n_valid - 1)) * H + i_h) * K + o_k, mask=m_k, other=0)
@@ -240,7 +243,7 @@ def _row_block(qn, kn, rq, rk, gc, bos, i_s, n_valid, i_h, o_k, m_k, scale, H: t
     b_el = exp_(tl.where(m, b_g - b_a[None, :], 0.0), PRECISE)
     b_rk = b_k * b_el
     b_rq = load_qk(qn, p, m, rq, o_row, m_r, RS) * scale * b_el
-    return b_rk, b_rq, b_a, b_k, b_g, m
+    return b_rk, b_rq, b_a, b_k, b_g, m, b_carry
 
 
 @triton.jit
@@ -335,38 +338,30 @@ def kda_fwd_intra_solve_kernel(
     for i_k in range(tl.cdiv(K, BK)):
         o_k = i_k * BK + tl.arange(0, BK)
         m_k = o_k < K
-        G0, a0, G1, a1, G2, a2, G3, a3 = z, z, z, z, z, z, z, z  # unused unless GC_FROM_G
-        if GC_FROM_G:
-            b_dt = tl.zeros([BK], dtype=tl.float32)
-            if GATE != 0:
-                b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
-            cy = tl.zeros([BK], dtype=tl.float32)
-            G0, a0, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 0, n_valid, i_h, o_k, m_k, H, K, GATE,
-                                   BF16 == 0)
-            if NB >= 2:
-                G1, a1, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 1, n_valid, i_h, o_k, m_k, H, K, GATE,
-                                       BF16 == 0)
-            if NB >= 4:
-                G2, a2, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 2, n_valid, i_h, o_k, m_k, H, K, GATE,
-                                       BF16 == 0)
-                G3, a3, cy = _gc_block(g, b_dt, a_h, lower_bound, cy, bos, 3, n_valid, i_h, o_k, m_k, H, K, GATE,
-                                       BF16 == 0)
-        rk0, rq0, a0, kb0, g0, m0 = _row_block(qn, kn, rq, rk, gc, bos, 0, n_valid, i_h, o_k, m_k, scale,
-                                               H, K, BF16 == 0, RS, G0, a0, GC_FROM_G)
+        b_dt = tl.zeros([BK], dtype=tl.float32)  # (GC_FROM_G) the gate's bias; cy: gc's carry across row blocks
+        if GC_FROM_G and GATE != 0:
+            b_dt = tl.load(dt_bias + i_h * K + o_k, mask=m_k, other=0).to(tl.float32)
+        cy = tl.zeros([BK], dtype=tl.float32)
+        rk0, rq0, a0, kb0, g0, m0, cy = _row_block(qn, kn, rq, rk, gc, bos, 0, n_valid, i_h, o_k, m_k,
+                                                   scale, H, K, BF16 == 0, RS, cy, g, b_dt, a_h, lower_bound,
+                                                   GATE, GC_FROM_G)
         k00, q00 = _pair(k00, q00, rk0, rq0, a0, kb0, g0, m0, BF16)
         if NB >= 2:
-            rk1, rq1, a1, kb1, g1, m1 = _row_block(qn, kn, rq, rk, gc, bos, 1, n_valid, i_h, o_k, m_k, scale,
-                                                   H, K, BF16 == 0, RS, G1, a1, GC_FROM_G)
+            rk1, rq1, a1, kb1, g1, m1, cy = _row_block(qn, kn, rq, rk, gc, bos, 1, n_valid, i_h, o_k, m_k,
+                                                       scale, H, K, BF16 == 0, RS, cy, g, b_dt, a_h, lower_bound,
+                                                       GATE, GC_FROM_G)
             k10, q10 = _pair(k10, q10, rk1, rq1, a1, kb0, g0, m0, BF16)
             k11, q11 = _pair(k11, q11, rk1, rq1, a1, kb1, g1, m1, BF16)
         if NB >= 4:
-            rk2, rq2, a2, kb2, g2, m2 = _row_block(qn, kn, rq, rk, gc, bos, 2, n_valid, i_h, o_k, m_k, scale,
-                                                   H, K, BF16 == 0, RS, G2, a2, GC_FROM_G)
+            rk2, rq2, a2, kb2, g2, m2, cy = _row_block(qn, kn, rq, rk, gc, bos, 2, n_valid, i_h, o_k, m_k,
+                                                       scale, H, K, BF16 == 0, RS, cy, g, b_dt, a_h, lower_bound,
+                                                       GATE, GC_FROM_G)
             k20, q20 = _pair(k20, q20, rk2, rq2, a2, kb0, g0, m0, BF16)
             k21, q21 = _pair(k21, q21, rk2, rq2, a2, kb1, g1, m1, BF16)
             k22, q22 = _pair(k22, q22, rk2, rq2, a2, kb2, g2, m2, BF16)
-            rk3, rq3, a3, kb3, g3, m3 = _row_block(qn, kn, rq, rk, gc, bos, 3, n_valid, i_h, o_k, m_k, scale,
-                                                   H, K, BF16 == 0, RS, G3, a3, GC_FROM_G)
+            rk3, rq3, a3, kb3, g3, m3, cy = _row_block(qn, kn, rq, rk, gc, bos, 3, n_valid, i_h, o_k, m_k,
+                                                       scale, H, K, BF16 == 0, RS, cy, g, b_dt, a_h, lower_bound,
+                                                       GATE, GC_FROM_G)
             k30, q30 = _pair(k30, q30, rk3, rq3, a3, kb0, g0, m0, BF16)
             k31, q31 = _pair(k31, q31, rk3, rq3, a3, kb1, g1, m1, BF16)
             k32, q32 = _pair(k32, q32, rk3, rq3, a3, kb2, g2, m2, BF16)
