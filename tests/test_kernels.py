@@ -393,6 +393,16 @@ def _two_heads(name):
     return make_inputs(with_size(case, H=min(case.H, 2)))
 
 
+def _forward_args(inputs, cfg, precision):
+    """``(x, kw)``: the inputs on the test device and ``kda_forward``'s keyword arguments for them (``h0`` in the
+    math layout, ``o`` in v's dtype)."""
+    x = inputs.to(DEVICE)
+    h0 = None if x.h0 is None else (x.h0.transpose(-1, -2) if cfg.state_layout == "vk" else x.h0)
+    return x, dict(scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate, lower_bound=cfg.lower_bound,
+                   qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, A_log=x.A_log, dt_bias=x.dt_bias,
+                   cu_seqlens=x.cu_seqlens, precision=precision, out_dtype=x.v.dtype, h0=h0)
+
+
 def _saved_dtypes(inputs, cfg, knob, field, monkeypatch):
     """The dtype of ``FwdSaved.<field>`` after a bf16 training forward with ``KDADBG_<knob>`` 1 and 0."""
     dtypes = {}
@@ -530,11 +540,8 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
             assert rel < 1e-2, (n, rel)
             moved += [n] * (rel > 0)
     assert "U" in moved, moved
-    x = inputs.to(DEVICE)
-    kw = dict(scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate, lower_bound=cfg.lower_bound,
-              qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, A_log=x.A_log, dt_bias=x.dt_bias,
-              cu_seqlens=x.cu_seqlens, precision=precision, out_dtype=x.v.dtype)
-    h0 = None if x.h0 is None else (x.h0.transpose(-1, -2) if cfg.state_layout == "vk" else x.h0)
+    x, kw = _forward_args(inputs, cfg, precision)
+    h0 = kw.pop("h0")
     o_t, ht_t, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
     o_i, ht_i, saved, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
     assert saved.S is None and torch.equal(bits(o_t), bits(o_i)) and torch.equal(bits(ht_t), bits(ht_i))
@@ -572,11 +579,8 @@ def test_inference_forms_gc_from_the_raw_gate(name, monkeypatch):
     precision = "bf16"
     inputs, cfg = _two_heads(name)
     ref = run_reference(inputs, cfg, taps=()).outputs
-    x = inputs.to(DEVICE)
-    kw = dict(scale=cfg.scale, chunk_size=cfg.chunk_size, gate=cfg.gate, lower_bound=cfg.lower_bound,
-              qk_l2norm=cfg.qk_l2norm, beta_sigmoid=cfg.beta_sigmoid, A_log=x.A_log, dt_bias=x.dt_bias,
-              cu_seqlens=x.cu_seqlens, precision=precision, out_dtype=x.v.dtype)
-    h0 = None if x.h0 is None else (x.h0.transpose(-1, -2) if cfg.state_layout == "vk" else x.h0)
+    x, kw = _forward_args(inputs, cfg, precision)
+    h0 = kw.pop("h0")
 
     def forward(fuse, from_g, keep_state):
         monkeypatch.setenv("KDADBG_FWD_FUSE_WU", fuse)
