@@ -42,7 +42,8 @@ KNOBS: dict[str, Knob] = {
     "FWD_FUSE_WU": Knob("0", "bf16 mode with FWD_FUSE_OUT: 1 runs no w/u kernel: the token kernel stores kd = "
                         "kn exp(gc) in bf16 and the forward state pass forms U = INV Diag(b) (v - kd S) itself "
                         "(chunk.fuse_wu); 2 only in a forward with no backward to follow. On CUDA checked at chunk 64 "
-                        "(docs/gpu/round59) and tested at every chunk size (tests/test_kernels_gpu.py)", True),
+                        "(docs/gpu/round59); its CUDA test at every chunk size (tests/test_kernels_gpu.py) not yet "
+                        "run", True),
     "INFER_GC_FROM_G": Knob("0", "bf16 mode, a forward with no backward and no taps, with FWD_FUSE_WU: 1 stores no gc; "
                             "the intra kernel forms gc itself from the raw gate, 16 rows at a time "
                             "(prepare.infer_gc_from_g)", True),

@@ -199,19 +199,20 @@ def test_planted_fault_is_named_on_realistic_presets_at_model_size(fault, name, 
     assert res.origin["verdict"] == "introduced" and not res.passed
 
 
-@pytest.mark.parametrize("chunk", [16, 32, 64])
-@pytest.mark.parametrize("bv", ["16", "32", "64"])
-def test_fused_state_pass_matches_the_w_u_kernel_on_cuda(chunk, bv, monkeypatch):
+@pytest.mark.parametrize("chunk, bv, D", [(c, bv, 128) for c in (16, 32, 64) for bv in ("16", "32", "64")]
+                         + [(c, "64", 64) for c in (16, 32, 64)])
+def test_fused_state_pass_matches_the_w_u_kernel_on_cuda(chunk, bv, D, monkeypatch):
     """``FWD_FUSE_WU=1`` (the state pass forms ``U`` itself; ``recurrence.wu_transposed`` picks the product's
     form) against ``FWD_FUSE_WU=0`` on the same inputs at every chunk size and V block: the training forward's
     ``o``, ``ht`` and every row of ``U``, and the inference forward's ``o`` and ``ht``, within 2e-2 of the
     largest magnitude (bf16 roundings: 2e-3 to 7e-3 in docs/gpu/round59; the pipelined ``INV vc`` product at 16
-    and 32 columns gave errors of 0.19 to 1e37, NaN, or an illegal memory access). Lower-bound gate, K = V = 128,
-    a varlen batch of four sequences (one of 9 tokens)."""
+    and 32 columns gave errors of 0.19 to 1e37, NaN, or an illegal memory access). Lower-bound gate, a varlen
+    batch of four sequences (one of 9 tokens); K = V = 128, and K = V = 64 at 64 columns (a smaller
+    state tile: the pass's pipeline may take another stage count, where round 59 checked 2 stages only)."""
     from kdadbg_kernels.chunk import kda_forward
 
     torch.manual_seed(3)
-    H, T, D = 2, 1289, 128
+    H, T = 2, 1289
     dev = "cuda"
     q, k, g, v = (torch.randn(1, T, H, D, device=dev, dtype=torch.bfloat16) for _ in range(4))
     beta = torch.randn(1, T, H, device=dev, dtype=torch.bfloat16)

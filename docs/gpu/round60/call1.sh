@@ -1,5 +1,5 @@
 # Round 60 call 1 (.peer in carry; COMMIT=<sha> LIMIT=<seconds> bash docs/gpu/round60/call1.sh): the CUDA test of
-# the fused state pass (KDADBG_FWD_FUSE_WU=1 against =0 at chunks 16, 32, 64 x V blocks 16, 32, 64) while
+# the fused state pass (KDADBG_FWD_FUSE_WU=1 against =0 at chunks 16, 32, 64 x V blocks 16, 32, 64, and K = V = 64) while
 # upstream FlashKDA builds on the CPUs; then, in the time left, the lower-bound bench at H16 and H32 T16384 and the
 # varlen batch against fla and FlashKDA with FWD_FUSE_WU=1 (training and inference) and =2 (inference only)
 # beside the default.
