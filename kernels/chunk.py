@@ -98,8 +98,8 @@ def fuse_wu(precision: str, keep_state: bool) -> bool:
     kernel's reads and writes (``INV, kn, gc, v`` in, ``w, u`` out) leave the forward for one more product
     on the state pass's chain. ``U`` moves by roundings (``kd`` in bf16 where ``w`` was; ``INV`` applied
     after the subtraction). Not with ``BWD_FWD_OPERANDS`` bit 2, whose backward reads the forward's ``w``.
-    ``FWD_FUSE_WU=2``: only in a forward with no backward to follow (``keep_state`` False). ``o`` and the
-    gradients keep bf16 mode's accuracy within the spread of seeds (``docs/cpu/fuse_wu_seeds.txt``: 14 seeds at
+    ``FWD_FUSE_WU=2``: only in a forward with no backward to follow (``keep_state`` False). With 1, ``o`` and
+    the gradients keep bf16 mode's accuracy within the spread of seeds (``docs/cpu/fuse_wu_seeds.txt``: 14 seeds at
     K = V = 128; ``dA_log``, the noisiest, median ratio 0.0040 -> 0.0042)."""
     mode = knob("FWD_FUSE_WU", 0)
     if mode not in (0, 1, 2):
