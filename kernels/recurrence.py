@@ -113,7 +113,9 @@ def kda_fwd_recurrence_kernel(
     b_gT = tl.load(gT + (c_lo * H + i_h).to(tl.int64) * K + o_k, mask=m_k & (o_k * 0 + c_lo < c_hi), other=0)
     if U_AHEAD:  # u's tile leaves the shared-memory stages: three stages then fit at 32 columns (H32)
         m_u = (o_t < tl.minimum(eos - bos0, BC))[:, None] & m_v[None, :]
-        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0).to(acc)
+        # kept in u's own dtype until its use: a conversion in the step that loads it (bf16 v, FWD_FUSE_WU) would
+        # make the step wait on the load (benchmarks/loop_check.py)
+        b_u = tl.load(u + ((bos0 + o_t[:, None]) * H + i_h) * V + o_v[None, :], mask=m_u, other=0)
     o_cc = o_t[:, None] * BC + o_t[None, :]
     if WU:  # b of the next chunk loaded a step ahead, as gT (a load that feeds no tl.dot stays synchronous)
         b_bt = tl.load(b + (bos0 + o_t) * H + i_h, mask=o_t < tl.minimum(eos - bos0, BC), other=0)
@@ -138,7 +140,7 @@ def kda_fwd_recurrence_kernel(
             b_inv_next = tl.load(INV + (o_ch + H) * BC * BC + o_cc, mask=o_cc * 0 + i_c + 1 < c_hi, other=0)
         if U_AHEAD:
             b_u_next = tl.load(u + o_tv + BC * H * V, mask=(o_t < eos - bos - BC)[:, None] & m_v[None, :],
-                               other=0).to(acc)
+                               other=0)
 
         if STORE_SU:
             store_rn(S + o_ch * K * V + o_kv, b_S.to(tl.float32), m_kv)
@@ -147,7 +149,7 @@ def kda_fwd_recurrence_kernel(
                 tl.store(t_S + ((i_c - tap_lo) * n_sel + slot).to(tl.int64) * K * V + o_kv, b_S.to(tl.float32),
                          mask=m_kv)
         if U_AHEAD:
-            b_U = b_u
+            b_U = b_u.to(acc)
             b_u = b_u_next
         else:
             b_U = tl.load(u + o_tv, mask=m_tv, other=0).to(acc)

@@ -21,9 +21,11 @@ from layout_check import accumulating_dots, moved, reductions, source  # noqa: E
 from loop_check import loop_bodies, waited_loads  # noqa: E402
 
 
-def run_script(name: str, *args: str) -> subprocess.CompletedProcess:
-    """A ``benchmarks/`` script in a fresh process, compiled rather than interpreted."""
+def run_script(name: str, *args: str, knobs: dict[str, str] | None = None) -> subprocess.CompletedProcess:
+    """A ``benchmarks/`` script in a fresh process, compiled rather than interpreted (``knobs``: ``KDADBG_*``
+    settings of that process)."""
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    env.update({f"KDADBG_{k}": v for k, v in (knobs or {}).items()})
     return subprocess.run([sys.executable, str(ROOT / "benchmarks" / name), *args], capture_output=True,
                           text=True, env=env, cwd=ROOT)
 
@@ -181,3 +183,14 @@ def test_state_pass_steps_wait_on_no_load(taps):
     loops = [x for x in p.stdout.splitlines() if "loads waited on in the step:" in x]
     assert len(loops) == (3 if taps else 2) and all(x.endswith(": none") for x in loops), p.stdout
     assert sum("tile copies=4" in x for x in loops) == 2, p.stdout
+
+
+@pytest.mark.parametrize("taps", [False, True])
+def test_the_fused_state_pass_steps_wait_on_no_load(taps):
+    """With ``FWD_FUSE_WU=1`` the forward state pass reads ``v`` (bf16) where it read ``u`` (fp32), one step
+    ahead at H16 (``REC_U_AHEAD``): converted to fp32 in the step that loaded it, the step waited on the load
+    (``loop_check.py`` flagged it on fc2385d); the loaded tile now stays bf16 until its use."""
+    p = run_script("loop_check.py", *(["--taps"] if taps else []), knobs={"FWD_FUSE_WU": "1"})
+    assert p.returncode == 0 and "no state-pass step waits on a load" in p.stdout, p.stdout + p.stderr
+    fwd = [x for x in p.stdout.splitlines() if x.startswith("kda_fwd_recurrence_kernel")]
+    assert len(fwd) == 1 and fwd[0].endswith(": none") and "tile copies=5" in fwd[0], p.stdout
