@@ -541,21 +541,20 @@ def test_fused_wu_forms_u_in_the_state_pass(name, monkeypatch):
             moved += [n] * (rel > 0)
     assert "U" in moved, moved
     x, kw = _forward_args(inputs, cfg, precision)
-    h0 = kw.pop("h0")
-    o_t, ht_t, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
-    o_i, ht_i, saved, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
+    o_t, ht_t, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, **kw)
+    o_i, ht_i, saved, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, keep_state=False, **kw)
     assert saved.S is None and torch.equal(bits(o_t), bits(o_i)) and torch.equal(bits(ht_t), bits(ht_i))
     for ahead in ("0", "1"):  # INV loaded with the pipeline's stages or a step ahead: launch only
         monkeypatch.setenv("KDADBG_REC_INV_AHEAD", ahead)
-        o_a, ht_a, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, **kw)
+        o_a, ht_a, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, **kw)
         assert torch.equal(bits(o_t), bits(o_a)) and torch.equal(bits(ht_t), bits(ht_a)), ahead
     monkeypatch.delenv("KDADBG_REC_INV_AHEAD")
     # FWD_FUSE_WU=2: the inference forward as with 1, the training forward (and its gradients) as with 0
     monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "2")
-    o_2, ht_2, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
+    o_2, ht_2, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, keep_state=False, **kw)
     assert torch.equal(bits(o_2), bits(o_i)) and torch.equal(bits(ht_2), bits(ht_i))
     monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "0")
-    o_0, _, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=False, **kw)
+    o_0, _, _, _ = kda_forward(x.q, x.k, x.v, x.g, x.beta, keep_state=False, **kw)
     assert not torch.equal(bits(o_0), bits(o_i))  # the knob moves o: the bits above say it acted
     monkeypatch.setenv("KDADBG_FWD_FUSE_WU", "2")
     train_2, _, _ = run_fb(inputs, cfg, precision)
@@ -580,12 +579,11 @@ def test_inference_forms_gc_from_the_raw_gate(name, monkeypatch):
     inputs, cfg = _two_heads(name)
     ref = run_reference(inputs, cfg, taps=()).outputs
     x, kw = _forward_args(inputs, cfg, precision)
-    h0 = kw.pop("h0")
 
     def forward(fuse, from_g, keep_state):
         monkeypatch.setenv("KDADBG_FWD_FUSE_WU", fuse)
         monkeypatch.setenv("KDADBG_INFER_GC_FROM_G", from_g)
-        return kda_forward(x.q, x.k, x.v, x.g, x.beta, h0=h0, keep_state=keep_state, **kw)
+        return kda_forward(x.q, x.k, x.v, x.g, x.beta, keep_state=keep_state, **kw)
 
     o_t, ht_t, s_t, _ = forward("1", "0", True)
     o_i, ht_i, s_i, _ = forward("1", "1", False)

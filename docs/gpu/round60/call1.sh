@@ -3,11 +3,9 @@
 # upstream FlashKDA builds on the CPUs; then, in the time left, the lower-bound bench at H16 and H32 T16384 and the
 # varlen batch against fla and FlashKDA with FWD_FUSE_WU=1 (training and inference) and =2 (inference only)
 # beside the default.
-export PYTHONUNBUFFERED=1
-W=$OUT
+# (gpu_env.sh sets W and PYTHONUNBUFFERED, and writes env.txt: the GPU, driver, torch and triton.)
 LIMIT=${LIMIT:-480}
 . benchmarks/gpu_env.sh fla
-nvidia-smi --query-gpu=name,memory.total --format=csv,noheader | tee $W/gpu.txt
 flashkda_start
 timeout ${TEST_LIMIT:-200} python3 -m pytest -q -rA tests/test_kernels_gpu.py -k fused_state > $W/test.log 2>&1
 echo "test exit $? at $SECONDS s"; tail -15 $W/test.log | cut -c1-300
